@@ -1,0 +1,115 @@
+//! The schedulers runguard talks to, behind one trait: the engine never knows which one it drives.
+
+pub mod sim;
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits};
+
+/// A backend operation that did not work.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The scheduler could not be reached or answered with something we cannot use.
+    #[error("scheduler unavailable: {0}")]
+    Unavailable(String),
+    /// The scheduler refused the operation (usually missing rights); `command` is what would have run.
+    #[error("refused by the scheduler: {message} (command: {command})")]
+    Refused { command: String, message: String },
+    /// The job is unknown to the scheduler.
+    #[error("no such job: {0}")]
+    NoSuchJob(String),
+    /// The request itself is invalid (e.g. it would exclude every node).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What the scheduler says about one watched job right now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSnapshot {
+    pub job_id: String,
+    pub name: String,
+    pub user: String,
+    pub state: JobState,
+    /// The state exactly as the scheduler wrote it.
+    pub state_raw: String,
+    /// The scheduler's reason code, if any.
+    pub reason: Option<String>,
+    /// Allocated nodes (empty while pending).
+    pub nodes: Vec<String>,
+    /// GPUs allocated (or requested while pending) in total.
+    pub gpus: u32,
+    pub submit_time: Option<DateTime<Utc>>,
+    pub start_time: Option<DateTime<Utc>>,
+    pub end_time: Option<DateTime<Utc>>,
+    pub exit_code: Option<i32>,
+    /// How many times the scheduler has restarted this job id (Slurm's `Restarts`).
+    pub restart_count: u32,
+    /// Nodes the job must not run on.
+    pub excluded_nodes: Vec<String>,
+    /// Where the job's unified log is written.
+    pub log_path: Option<PathBuf>,
+    /// What is needed to submit the job again.
+    pub spec: JobSpec,
+    /// The job's own recovery limits (from its enrolment comment or labels).
+    pub limits: RecoveryLimits,
+    /// The tag runguard gave a job it submitted, linking it back to its workflow and attempt.
+    pub tag: Option<String>,
+}
+
+/// What an executed action did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionOutcome {
+    /// A line for the journal and the user.
+    pub detail: String,
+    /// The new job id, when the action submitted a new job.
+    pub new_job_id: Option<String>,
+}
+
+/// A scheduler: what the engine observes and the actions it can take.
+///
+/// Implementations must be idempotent-friendly: the engine re-reads a job before acting on it, and every
+/// method may be called again after the engine restarts.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Short name stored with each workflow (`sim`, `slurm`, ...).
+    fn name(&self) -> &str;
+
+    /// Every job runguard should watch (enrolled jobs and the ones it submitted), in any state it still knows.
+    async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError>;
+
+    /// One job, if the scheduler still knows it.
+    async fn job(&self, job_id: &str) -> Result<Option<JobSnapshot>, BackendError>;
+
+    /// Puts the job back in the queue under the same id, never to run on `exclude`.
+    async fn requeue(
+        &self,
+        job_id: &str,
+        exclude: &[String],
+    ) -> Result<ActionOutcome, BackendError>;
+
+    /// Submits `spec` again as a new job avoiding `exclude`; `tag` is stored with the job (see [`JobSnapshot::tag`]).
+    async fn resubmit(
+        &self,
+        spec: &JobSpec,
+        exclude: &[String],
+        tag: &str,
+    ) -> Result<ActionOutcome, BackendError>;
+
+    /// Cancels the job.
+    async fn cancel(&self, job_id: &str) -> Result<ActionOutcome, BackendError>;
+
+    /// Takes a node out of scheduling with a reason.
+    async fn drain_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError>;
+
+    /// The exact command an action runs on this backend, for approvals and the journal.
+    fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String;
+
+    /// A file holding the node's kernel log (Xid, ECC, thermal), when the backend knows one.
+    fn node_log(&self, node: &str) -> Option<PathBuf>;
+}

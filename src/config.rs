@@ -1,0 +1,304 @@
+//! Configuration: a TOML file, every key optional with a documented default (see `config.example.toml`).
+//!
+//! Unknown keys and bad values are errors that name the key and the line, because a silently ignored typo in
+//! a recovery whitelist is worse than refusing to start.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::ActionKind;
+
+/// A configuration that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The message of the TOML parser names the line, the column and the key.
+    #[error("invalid config file {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub engine: EngineConfig,
+    pub store: StoreConfig,
+    pub backend: BackendConfig,
+    pub recovery: RecoveryConfig,
+    pub telemetry: TelemetryConfig,
+    pub sim: SimConfig,
+}
+
+/// How often the engine looks and what counts as a hang.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Seconds (of the engine's clock) between two observations.
+    pub poll_interval_secs: f64,
+    /// A running job that writes no log line for this long is hung (the AJR heartbeat rule).
+    pub heartbeat_timeout_secs: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            poll_interval_secs: 5.0,
+            heartbeat_timeout_secs: 120,
+        }
+    }
+}
+
+/// Where state is kept.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// SQLite file; empty means `runguard.sqlite` in the XDG data directory.
+    pub path: Option<PathBuf>,
+}
+
+/// Which scheduler runguard talks to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// The embedded simulated cluster.
+    #[default]
+    Sim,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackendConfig {
+    pub kind: BackendKind,
+}
+
+/// How a failed run is brought back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecoveryMode {
+    /// Requeue the same job id (Slurm `scontrol requeue`).
+    #[default]
+    Requeue,
+    /// Submit the saved spec again as a new job.
+    Resubmit,
+}
+
+/// The recovery policy's limits and the whitelist of actions that run without approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecoveryConfig {
+    /// System-wide requeue limit; a job's `max_requeue_times` can only lower it.
+    pub system_max_requeues: u32,
+    /// Stop after this many consecutive failed attempts without a new checkpoint (crash loop).
+    pub crash_loop_threshold: u32,
+    /// Never restart a run on fewer nodes than this after exclusions.
+    pub min_nodes: u32,
+    pub mode: RecoveryMode,
+    /// Actions that run without approval; any other action is only proposed.
+    pub whitelist: Vec<ActionKind>,
+    /// Also propose draining the culprit node of a hardware failure.
+    pub drain_culprit_nodes: bool,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        Self {
+            system_max_requeues: 24,
+            crash_loop_threshold: 3,
+            min_nodes: 1,
+            mode: RecoveryMode::Requeue,
+            whitelist: vec![
+                ActionKind::Requeue,
+                ActionKind::Resubmit,
+                ActionKind::Cancel,
+            ],
+            drain_culprit_nodes: true,
+        }
+    }
+}
+
+/// Log reading limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Longer lines are truncated to this many bytes (and counted).
+    pub max_line_bytes: usize,
+    /// At most this many bytes are read from one log per tick, so one huge log cannot stall the loop.
+    pub max_read_bytes_per_tick: u64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            max_line_bytes: 64 * 1024,
+            max_read_bytes_per_tick: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// The embedded simulated cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimConfig {
+    /// A built-in scenario name (`runguard demo --list`) or a path to a scenario TOML file.
+    pub scenario: String,
+    /// Seed for everything random in the sim.
+    pub seed: u64,
+    /// Simulated seconds per real second.
+    pub speed: f64,
+    /// Where the sim keeps its state and writes logs; empty means `sim/` in the data directory.
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            scenario: "nccl-timeout".to_string(),
+            seed: 42,
+            speed: 60.0,
+            dir: None,
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates a config text; `path` only names the source in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|err| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: err.to_string(),
+        })?;
+        config.validate().map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message: locate_key(text, &message),
+        })?;
+        Ok(config)
+    }
+
+    /// Loads `explicit` if given (it must exist), else `config.toml` in the XDG config dir if it exists,
+    /// else the defaults.
+    pub fn load(explicit: Option<&Path>) -> Result<Self, ConfigError> {
+        let path = match explicit {
+            Some(path) => path.to_path_buf(),
+            None => match crate::paths::default_config_file() {
+                Some(path) if path.exists() => path,
+                _ => return Ok(Config::default()),
+            },
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Self::parse(&text, &path)
+    }
+
+    /// Range checks serde cannot express; the message starts with the dotted key.
+    fn validate(&self) -> Result<(), String> {
+        if !(self.engine.poll_interval_secs > 0.0 && self.engine.poll_interval_secs <= 3600.0) {
+            return Err("engine.poll_interval_secs: must be > 0 and at most 3600".into());
+        }
+        if self.engine.heartbeat_timeout_secs == 0 {
+            return Err("engine.heartbeat_timeout_secs: must be at least 1".into());
+        }
+        if self.recovery.crash_loop_threshold == 0 {
+            return Err("recovery.crash_loop_threshold: must be at least 1".into());
+        }
+        if self.recovery.min_nodes == 0 {
+            return Err("recovery.min_nodes: must be at least 1".into());
+        }
+        if self.telemetry.max_line_bytes < 256 {
+            return Err("telemetry.max_line_bytes: must be at least 256".into());
+        }
+        if self.telemetry.max_read_bytes_per_tick < self.telemetry.max_line_bytes as u64 {
+            return Err(
+                "telemetry.max_read_bytes_per_tick: must be at least max_line_bytes".into(),
+            );
+        }
+        if !(self.sim.speed > 0.0 && self.sim.speed <= 100_000.0) {
+            return Err("sim.speed: must be > 0 and at most 100000".into());
+        }
+        Ok(())
+    }
+}
+
+/// Prefixes a validation message with the line where its key is set, when the file sets it.
+fn locate_key(text: &str, message: &str) -> String {
+    let Some((dotted, _)) = message.split_once(':') else {
+        return message.to_string();
+    };
+    let (section, key) = dotted.rsplit_once('.').unwrap_or(("", dotted));
+    let mut current_section = String::new();
+    for (index, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            current_section = name.trim().to_string();
+        } else if current_section == section
+            && line
+                .split_once('=')
+                .is_some_and(|(name, _)| name.trim() == key)
+        {
+            return format!("line {}: {message}", index + 1);
+        }
+    }
+    message.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_to_the_defaults() {
+        let text = include_str!("../config.example.toml");
+        let config = Config::parse(text, Path::new("config.example.toml")).unwrap();
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_naming_key_and_line() {
+        let text = "[engine]\npoll_interval_secs = 2\nheartbeat_timout_secs = 10\n";
+        let err = Config::parse(text, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("heartbeat_timout_secs"), "{err}");
+        assert!(err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn bad_value_type_is_an_error_naming_the_line() {
+        let text = "[recovery]\nwhitelist = [\"requeue\", \"reboot_cluster\"]\n";
+        let err = Config::parse(text, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("reboot_cluster"), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_value_names_key_and_line() {
+        let text = "[sim]\nseed = 1\nspeed = -4.0\n";
+        let err = Config::parse(text, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 3: sim.speed"), "{err}");
+    }
+
+    #[test]
+    fn partial_config_keeps_defaults_for_the_rest() {
+        let text = "[recovery]\ncrash_loop_threshold = 5\n";
+        let config = Config::parse(text, Path::new("c.toml")).unwrap();
+        assert_eq!(config.recovery.crash_loop_threshold, 5);
+        assert_eq!(config.recovery.system_max_requeues, 24);
+        assert_eq!(config.engine, EngineConfig::default());
+    }
+
+    #[test]
+    fn explicit_missing_file_is_a_read_error() {
+        let err = Config::load(Some(Path::new("/nonexistent/runguard.toml"))).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }));
+    }
+}

@@ -1,0 +1,12 @@
+//! runguard's engine: it watches distributed training runs on a scheduler, detects failures, attributes
+//! them to a cause and a culprit, and recovers the run from its last checkpoint on healthy nodes.
+//!
+//! The engine is a library with no UI code; the CLI, the headless mode and the TUI drive it through
+//! events out and commands in.
+
+pub mod backend;
+pub mod clock;
+pub mod config;
+pub mod model;
+pub mod paths;
+pub mod telemetry;

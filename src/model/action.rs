@@ -1,0 +1,130 @@
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{ActionId, WorkflowId};
+
+/// What an action does to the cluster. Each kind is allowed or not by the config's whitelist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    /// Put the job back in the queue (same job id), excluding nodes.
+    Requeue,
+    /// Submit the saved spec again as a new job, excluding nodes.
+    Resubmit,
+    /// Cancel the job.
+    Cancel,
+    /// Take a node out of scheduling.
+    DrainNode,
+}
+
+impl ActionKind {
+    pub const ALL: [ActionKind; 4] = [Self::Requeue, Self::Resubmit, Self::Cancel, Self::DrainNode];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Requeue => "requeue",
+            Self::Resubmit => "resubmit",
+            Self::Cancel => "cancel",
+            Self::DrainNode => "drain_node",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+}
+
+/// Life of an action: proposed → approved/rejected → executing → done/failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionState {
+    /// Waiting for a human to approve it (the whitelist does not permit it).
+    Proposed,
+    /// Will be executed on the next tick.
+    Approved,
+    Rejected,
+    /// Started; the outcome is not recorded yet. Seen after a restart, it is reconciled, not repeated.
+    Executing,
+    Done,
+    Failed,
+    /// No longer applicable (the job recovered or ended by itself before it ran).
+    Superseded,
+}
+
+impl ActionState {
+    const ALL: [ActionState; 7] = [
+        Self::Proposed,
+        Self::Approved,
+        Self::Rejected,
+        Self::Executing,
+        Self::Done,
+        Self::Failed,
+        Self::Superseded,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Proposed => "proposed",
+            Self::Approved => "approved",
+            Self::Rejected => "rejected",
+            Self::Executing => "executing",
+            Self::Done => "done",
+            Self::Failed => "failed",
+            Self::Superseded => "superseded",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|state| state.as_str() == name)
+    }
+
+    /// The action will not change any more.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            Self::Rejected | Self::Done | Self::Failed | Self::Superseded
+        )
+    }
+}
+
+/// Parameters of an action; which fields matter depends on the kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionParams {
+    /// The scheduler job the action targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// Nodes the next attempt must avoid (requeue, resubmit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude_nodes: Vec<String>,
+    /// The node to drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Reason recorded with the scheduler (drain) or shown to the user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The job's restart count when the action was planned, so a restarted engine can tell whether it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_count: Option<u32>,
+}
+
+/// A recovery action, proposed or executed, with why and whether the whitelist permits it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Action {
+    pub id: ActionId,
+    pub workflow_id: WorkflowId,
+    /// The attempt whose failure prompted it.
+    pub attempt_index: u32,
+    pub kind: ActionKind,
+    pub params: ActionParams,
+    pub state: ActionState,
+    /// Whether the configured whitelist allows running it without approval.
+    pub permitted: bool,
+    /// Why the engine wants it.
+    pub why: String,
+    /// The exact command it runs (or ran), for display.
+    pub command: Option<String>,
+    /// What happened when it ran (output, error, new job id).
+    pub result: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}

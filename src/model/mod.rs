@@ -1,0 +1,21 @@
+//! The domain model: workflows, their attempts and everything the engine learns or decides about them.
+//!
+//! Plain data with serde; no I/O lives here. The store persists these types and the frontends display them.
+
+mod action;
+mod attempt;
+mod evidence;
+mod workflow;
+
+pub use action::{Action, ActionKind, ActionParams, ActionState};
+pub use attempt::{Attempt, JobState};
+pub use evidence::{
+    Anomaly, AnomalyKind, Attribution, Checkpoint, Component, Culprit, JournalEntry, Notification,
+    Severity, ThroughputSample,
+};
+pub use workflow::{JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
+
+/// Store-assigned identifier of a workflow.
+pub type WorkflowId = i64;
+/// Store-assigned identifier of an action.
+pub type ActionId = i64;

@@ -1,0 +1,113 @@
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::WorkflowId;
+
+/// Lifecycle of a workflow as the user sees it (the TensorPool agent's status lifecycle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkflowStatus {
+    /// Enrolled; access to the job is being validated.
+    Pending,
+    /// Being watched.
+    Enabled,
+    /// The scheduler refused our credentials; fix and re-enrol.
+    CredentialError,
+    /// A failure was detected and a recovery is under way.
+    Recovering,
+    /// Finished: the run succeeded, or runguard stopped recovering it (see the stop reason).
+    Completed,
+}
+
+impl WorkflowStatus {
+    /// The name used in the store, the CLI and JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Enabled => "enabled",
+            Self::CredentialError => "credential_error",
+            Self::Recovering => "recovering",
+            Self::Completed => "completed",
+        }
+    }
+
+    /// Parses the store's name back; `None` for a name this version does not know.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            Self::Pending,
+            Self::Enabled,
+            Self::CredentialError,
+            Self::Recovering,
+            Self::Completed,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == name)
+    }
+
+    /// Whether the engine still watches workflows in this status.
+    pub fn is_active(self) -> bool {
+        !matches!(self, Self::Completed)
+    }
+}
+
+/// What is needed to resubmit the run: enough for `sbatch` (or the sim) to start it again.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// Job name as the scheduler knows it.
+    pub name: String,
+    /// Submitting user.
+    #[serde(default)]
+    pub user: String,
+    /// Number of nodes requested.
+    pub nodes: u32,
+    /// GPUs per node.
+    pub gpus_per_node: u32,
+    /// Partition (queue), if any.
+    #[serde(default)]
+    pub partition: Option<String>,
+    /// The batch script or command that starts the run.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Working directory of the run.
+    #[serde(default)]
+    pub work_dir: Option<String>,
+}
+
+/// Per-workflow recovery limits, as the job declared them (e.g. `max_requeue_times` in the Slurm comment).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryLimits {
+    /// The job's own requeue limit; the effective limit is the smaller of this and the system's.
+    pub max_requeue_times: Option<u32>,
+    /// Auto-resume mode the job asked for (`requeue`).
+    #[serde(default)]
+    pub auto_resume_mode: Option<String>,
+}
+
+/// One training run the user enrolled, followed across all its attempts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Workflow {
+    /// Store identifier.
+    pub id: WorkflowId,
+    /// Human name (the job name).
+    pub name: String,
+    /// Backend that runs it (`sim`, `slurm`, ...).
+    pub backend: String,
+    /// What is needed to resubmit it.
+    pub spec: JobSpec,
+    /// The job's own recovery limits.
+    pub limits: RecoveryLimits,
+    /// Lifecycle status.
+    pub status: WorkflowStatus,
+    /// Why the workflow is in its status (e.g. why recovery stopped); `None` when nothing needs saying.
+    pub status_reason: Option<String>,
+    /// Whether the run finished its training successfully.
+    pub succeeded: bool,
+    /// Requeues (or resubmissions) runguard has performed so far.
+    pub requeues_used: u32,
+    /// Consecutive failed attempts since the last new checkpoint (the crash-loop counter).
+    pub failures_since_checkpoint: u32,
+    /// When it was enrolled.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}

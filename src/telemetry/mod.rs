@@ -1,0 +1,8 @@
+//! Telemetry: turning log bytes into typed records the detectors and attribution read.
+//!
+//! `line` frames one raw line (rank label, timestamp), `record` recognises what it says,
+//! `tail` follows a log file incrementally from a persisted offset.
+
+pub mod line;
+pub mod record;
+pub mod tail;

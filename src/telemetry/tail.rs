@@ -1,0 +1,1 @@
+//! Following a log file incrementally.
