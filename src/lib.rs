@@ -4,9 +4,11 @@
 //! The engine is a library with no UI code; the CLI, the headless mode and the TUI drive it through
 //! events out and commands in.
 
+pub mod attribute;
 pub mod backend;
 pub mod clock;
 pub mod config;
 pub mod model;
 pub mod paths;
+pub mod store;
 pub mod telemetry;

@@ -1,1 +1,193 @@
-//! Following a log file incrementally.
+//! Following a log file incrementally from a persisted byte offset.
+//!
+//! Reads are bounded per call, lines are bounded in length, invalid UTF-8 is replaced rather than
+//! rejected, and a file that shrank (truncated or replaced) is read again from the start.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+/// What one read of a log produced.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Chunk {
+    /// Complete lines, newline removed, invalid UTF-8 replaced.
+    pub lines: Vec<String>,
+    /// Offset to persist: just after the last complete line consumed.
+    pub next_offset: u64,
+    /// Lines cut to the length cap.
+    pub truncated_lines: u64,
+    /// Lines that held invalid UTF-8.
+    pub invalid_utf8_lines: u64,
+    /// The file was shorter than the stored offset, so it was read again from the start.
+    pub restarted: bool,
+    /// The file does not exist (yet).
+    pub missing: bool,
+}
+
+/// Limits of one read.
+#[derive(Debug, Clone, Copy)]
+pub struct TailLimits {
+    pub max_line_bytes: usize,
+    pub max_read_bytes: u64,
+}
+
+/// Reads the complete lines written to `path` after `offset`.
+///
+/// A trailing partial line is left for the next call, unless it is already longer than the line cap, in
+/// which case it is consumed as a truncated line (a runaway line must not stall the reader).
+pub fn read_new_lines(path: &Path, offset: u64, limits: TailLimits) -> std::io::Result<Chunk> {
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Chunk {
+                next_offset: offset,
+                missing: true,
+                ..Chunk::default()
+            });
+        }
+        Err(err) => return Err(err),
+    };
+    let len = file.metadata()?.len();
+    let mut chunk = Chunk::default();
+    let mut start = offset;
+    if len < offset {
+        chunk.restarted = true;
+        start = 0;
+    }
+    chunk.next_offset = start;
+    if len == start {
+        return Ok(chunk);
+    }
+    file.seek(SeekFrom::Start(start))?;
+    let budget = (len - start).min(limits.max_read_bytes.max(1));
+    let mut buffer = Vec::with_capacity(budget.min(8 * 1024 * 1024) as usize);
+    file.take(budget).read_to_end(&mut buffer)?;
+
+    let mut consumed = 0usize;
+    while consumed < buffer.len() {
+        let rest = &buffer[consumed..];
+        let (line, advance) = match memchr_newline(rest) {
+            Some(end) => (&rest[..end], end + 1),
+            None if rest.len() > limits.max_line_bytes => (rest, rest.len()),
+            None => break,
+        };
+        consumed += advance;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let kept = if line.len() > limits.max_line_bytes {
+            chunk.truncated_lines += 1;
+            &line[..limits.max_line_bytes]
+        } else {
+            line
+        };
+        let text = match std::str::from_utf8(kept) {
+            Ok(text) => text.to_string(),
+            Err(err) if line.len() > limits.max_line_bytes && err.error_len().is_none() => {
+                // The cut fell inside a multi-byte character: drop the partial character.
+                String::from_utf8_lossy(&kept[..err.valid_up_to()]).into_owned()
+            }
+            Err(_) => {
+                chunk.invalid_utf8_lines += 1;
+                String::from_utf8_lossy(kept).into_owned()
+            }
+        };
+        chunk.lines.push(text);
+    }
+    chunk.next_offset = start + consumed as u64;
+    Ok(chunk)
+}
+
+fn memchr_newline(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| b == b'\n')
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    const LIMITS: TailLimits = TailLimits {
+        max_line_bytes: 16,
+        max_read_bytes: 1024,
+    };
+
+    fn append(path: &Path, bytes: &[u8]) {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        file.write_all(bytes).unwrap();
+    }
+
+    #[test]
+    fn reads_only_complete_lines_and_continues_from_the_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        append(&path, b"one\ntwo\nthr");
+        let first = read_new_lines(&path, 0, LIMITS).unwrap();
+        assert_eq!(first.lines, vec!["one", "two"]);
+        assert_eq!(first.next_offset, 8);
+        append(&path, b"ee\n");
+        let second = read_new_lines(&path, first.next_offset, LIMITS).unwrap();
+        assert_eq!(second.lines, vec!["three"]);
+    }
+
+    #[test]
+    fn a_truncated_file_is_read_again_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        append(&path, b"first line\nsecond line\n");
+        let first = read_new_lines(&path, 0, LIMITS).unwrap();
+        std::fs::write(&path, b"new\n").unwrap();
+        let again = read_new_lines(&path, first.next_offset, LIMITS).unwrap();
+        assert!(again.restarted);
+        assert_eq!(again.lines, vec!["new"]);
+    }
+
+    #[test]
+    fn long_lines_are_cut_and_counted_and_bad_utf8_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        append(&path, b"0123456789abcdefXYZ\nbad \xff\xfe byte\n");
+        let chunk = read_new_lines(&path, 0, LIMITS).unwrap();
+        assert_eq!(chunk.lines[0], "0123456789abcdef");
+        assert_eq!(chunk.truncated_lines, 1);
+        assert_eq!(chunk.invalid_utf8_lines, 1);
+        assert!(chunk.lines[1].starts_with("bad \u{fffd}"));
+    }
+
+    #[test]
+    fn a_runaway_line_without_newline_does_not_stall_the_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        append(&path, &[b'x'; 100]);
+        let chunk = read_new_lines(&path, 0, LIMITS).unwrap();
+        assert_eq!(chunk.lines.len(), 1);
+        assert_eq!(chunk.next_offset, 100);
+    }
+
+    #[test]
+    fn a_missing_file_is_reported_not_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let chunk = read_new_lines(&dir.path().join("late.log"), 0, LIMITS).unwrap();
+        assert!(chunk.missing);
+        assert!(chunk.lines.is_empty());
+    }
+
+    #[test]
+    fn reads_are_bounded_per_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        for _ in 0..100 {
+            append(&path, b"0123456789\n");
+        }
+        let limits = TailLimits {
+            max_line_bytes: 64,
+            max_read_bytes: 100,
+        };
+        let chunk = read_new_lines(&path, 0, limits).unwrap();
+        assert_eq!(chunk.lines.len(), 9);
+        assert_eq!(chunk.next_offset, 99);
+    }
+}

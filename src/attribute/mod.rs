@@ -1,0 +1,359 @@
+//! Attribution: from an attempt's evidence lines to a category, a component, a culprit and a confidence.
+
+pub mod catalog;
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+
+pub use catalog::{Catalog, CatalogError};
+
+use crate::model::{AnomalyKind, Attribution, Component, Culprit, WorkflowId};
+use crate::store::EvidenceLine;
+use crate::telemetry::record::named_host;
+
+/// Evidence lines quoted in an attribution.
+const QUOTED_LINES: usize = 12;
+
+/// What attribution looks at for one failed or stuck attempt.
+#[derive(Debug, Clone)]
+pub struct Evidence<'a> {
+    pub workflow_id: WorkflowId,
+    pub attempt_index: u32,
+    /// Why the engine looked: a crash, a hang...
+    pub anomaly: AnomalyKind,
+    /// Notable lines of the attempt's log and of its nodes' kernel logs, oldest first.
+    pub lines: &'a [EvidenceLine],
+    /// The attempt's nodes, in rank order.
+    pub nodes: &'a [String],
+    /// Ranks per node (the task layout), for rank → node.
+    pub ranks_per_node: u32,
+    pub exit_code: Option<i32>,
+    pub now: DateTime<Utc>,
+}
+
+/// Attributes one failure. Every signature that matches is a candidate; the most confident wins, and the
+/// culprit comes from the winner's own lines first, then from any line that names a host or a rank.
+pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
+    let mut hits: HashMap<usize, Vec<&EvidenceLine>> = HashMap::new();
+    for line in evidence.lines {
+        for signature in catalog.matching(&line.text) {
+            hits.entry(signature).or_default().push(line);
+        }
+    }
+    let best = hits.iter().max_by(|(a, a_lines), (b, b_lines)| {
+        let (a_spec, b_spec) = (
+            &catalog.signatures()[**a].spec,
+            &catalog.signatures()[**b].spec,
+        );
+        a_spec
+            .confidence
+            .total_cmp(&b_spec.confidence)
+            .then(a_lines.len().cmp(&b_lines.len()))
+            .then(b.cmp(a))
+    });
+
+    let Some((&index, lines)) = best else {
+        return unmatched(evidence);
+    };
+    let signature = &catalog.signatures()[index];
+    let mut culprit = Culprit::default();
+    for line in lines {
+        if let Some(captures) = signature.captures(&line.text) {
+            if culprit.node.is_none() {
+                culprit.node = captures.name("node").map(|m| m.as_str().to_string());
+            }
+            if culprit.gpu.is_none() {
+                culprit.gpu = captures.name("gpu").and_then(|m| m.as_str().parse().ok());
+            }
+        }
+        if culprit.node.is_none() {
+            culprit.node = kernel_log_host(&line.text)
+                .or_else(|| named_host(&line.text))
+                .map(str::to_string);
+        }
+        if culprit.rank.is_none() {
+            culprit.rank = line.rank;
+        }
+    }
+    if culprit.node.is_none() {
+        culprit.node = most_named_host(evidence.lines);
+    }
+    if culprit.node.is_none() {
+        culprit.node = culprit.rank.and_then(|rank| node_of_rank(evidence, rank));
+    }
+    let mut confidence = signature.spec.confidence;
+    if culprit.node.is_none() && signature.spec.recoverable {
+        // Without a culprit the requeue may land on the same bad node again.
+        confidence *= 0.8;
+    }
+    let mut quoted: Vec<String> = lines.iter().map(|line| quote(line)).collect();
+    quoted.extend(
+        evidence
+            .lines
+            .iter()
+            .filter(|line| named_host(&line.text).is_some())
+            .map(quote),
+    );
+    quoted.dedup();
+    quoted.truncate(QUOTED_LINES);
+    Attribution {
+        id: 0,
+        workflow_id: evidence.workflow_id,
+        attempt_index: evidence.attempt_index,
+        category: signature.spec.category.clone(),
+        component: signature.spec.component,
+        culprit,
+        confidence,
+        recoverable: signature.spec.recoverable,
+        signature: Some(signature.spec.id.clone()),
+        explanation: signature.spec.explanation.clone(),
+        evidence: quoted,
+        time: evidence.now,
+    }
+}
+
+/// No signature matched: a hang or a crash of unknown cause. Both are worth one requeue; the crash-loop
+/// rule stops the repeats if the cause is in the job.
+fn unmatched(evidence: &Evidence<'_>) -> Attribution {
+    let culprit = Culprit {
+        node: most_named_host(evidence.lines),
+        ..Culprit::default()
+    };
+    let (category, explanation) = match evidence.anomaly {
+        AnomalyKind::Hang => (
+            "hang",
+            "The job stopped writing to its log while still running: a rank is stuck (a deadlock, a \
+             dead peer, a hung file system). It is requeued from its last checkpoint.",
+        ),
+        _ => (
+            "unknown_crash",
+            "The job failed without an error line runguard recognises. It is requeued from its last \
+             checkpoint once; if it keeps failing without progress the crash-loop rule stops it.",
+        ),
+    };
+    let mut quoted: Vec<String> = evidence
+        .lines
+        .iter()
+        .rev()
+        .take(QUOTED_LINES)
+        .map(quote)
+        .collect();
+    quoted.reverse();
+    if let Some(code) = evidence.exit_code {
+        quoted.push(format!("exit code {code}"));
+    }
+    Attribution {
+        id: 0,
+        workflow_id: evidence.workflow_id,
+        attempt_index: evidence.attempt_index,
+        category: category.to_string(),
+        component: if evidence.anomaly == AnomalyKind::Hang {
+            Component::Application
+        } else {
+            Component::None
+        },
+        culprit,
+        confidence: 0.3,
+        recoverable: true,
+        signature: None,
+        explanation: explanation.to_string(),
+        evidence: quoted,
+        time: evidence.now,
+    }
+}
+
+fn quote(line: &EvidenceLine) -> String {
+    match line.rank {
+        Some(rank) => format!("{rank}: {}", line.text),
+        None => line.text.clone(),
+    }
+}
+
+/// `Jan  5 08:30:12 node-07 kernel: NVRM: ...` or `node-07 kernel: ...` → "node-07".
+fn kernel_log_host(text: &str) -> Option<&str> {
+    let before = &text[..text.find(" kernel:")?];
+    before.rsplit(' ').next().filter(|host| !host.is_empty())
+}
+
+/// The host named most often by NCCL warnings and srun errors; the first named wins a tie.
+fn most_named_host(lines: &[EvidenceLine]) -> Option<String> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for line in lines {
+        if let Some(host) = named_host(&line.text) {
+            match counts.iter_mut().find(|(name, _)| *name == host) {
+                Some((_, count)) => *count += 1,
+                None => counts.push((host, 1)),
+            }
+        }
+    }
+    let max = counts.iter().map(|(_, count)| *count).max()?;
+    counts
+        .into_iter()
+        .find(|(_, count)| *count == max)
+        .map(|(host, _)| host.to_string())
+}
+
+fn node_of_rank(evidence: &Evidence<'_>, rank: u32) -> Option<String> {
+    let per_node = evidence.ranks_per_node.max(1);
+    evidence.nodes.get((rank / per_node) as usize).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(rank: Option<u32>, text: &str) -> EvidenceLine {
+        EvidenceLine {
+            time: Utc::now(),
+            rank,
+            text: text.to_string(),
+        }
+    }
+
+    fn evidence<'a>(lines: &'a [EvidenceLine], nodes: &'a [String]) -> Evidence<'a> {
+        Evidence {
+            workflow_id: 1,
+            attempt_index: 0,
+            anomaly: AnomalyKind::Crash,
+            lines,
+            nodes,
+            ranks_per_node: 8,
+            exit_code: Some(1),
+            now: Utc::now(),
+        }
+    }
+
+    fn nodes() -> Vec<String> {
+        ["node-01", "node-02", "node-07", "node-08"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    #[test]
+    fn nccl_timeout_is_blamed_on_the_node_its_warnings_name() {
+        let catalog = Catalog::builtin().unwrap();
+        let lines = [
+            line(
+                Some(20),
+                "node-07:48213:48890 [4] NCCL WARN NET/IB : Got completion from peer with error 12",
+            ),
+            line(
+                Some(3),
+                "[rank3]:[E1122 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600050 milliseconds before timing out.",
+            ),
+            line(
+                None,
+                "srun: error: node-07: tasks 16-23: Exited with exit code 1",
+            ),
+        ];
+        let nodes = nodes();
+        let attribution = attribute(&catalog, &evidence(&lines, &nodes));
+        assert_eq!(attribution.category, "nccl_timeout");
+        assert_eq!(attribution.component, Component::Network);
+        assert_eq!(attribution.culprit.node.as_deref(), Some("node-07"));
+        assert!(attribution.recoverable);
+        assert!(attribution.evidence.iter().any(|l| l.contains("NCCL WARN")));
+    }
+
+    #[test]
+    fn a_kernel_xid_outranks_the_nccl_errors_it_caused() {
+        let catalog = Catalog::builtin().unwrap();
+        let lines = [
+            line(
+                Some(3),
+                "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)",
+            ),
+            line(
+                None,
+                "Jan  5 08:30:12 node-02 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.",
+            ),
+            line(
+                None,
+                "srun: error: node-07: tasks 16-23: Exited with exit code 1",
+            ),
+        ];
+        let nodes = nodes();
+        let attribution = attribute(&catalog, &evidence(&lines, &nodes));
+        assert_eq!(attribution.category, "xid_79");
+        assert_eq!(attribution.culprit.node.as_deref(), Some("node-02"));
+    }
+
+    #[test]
+    fn an_application_exception_is_not_recoverable() {
+        let catalog = Catalog::builtin().unwrap();
+        let lines = [
+            line(Some(0), "Traceback (most recent call last):"),
+            line(Some(0), "KeyError: 'attention_mask'"),
+        ];
+        let nodes = nodes();
+        let attribution = attribute(&catalog, &evidence(&lines, &nodes));
+        assert_eq!(attribution.category, "application_error");
+        assert!(!attribution.recoverable);
+    }
+
+    #[test]
+    fn a_cuda_oom_is_located_by_its_rank() {
+        let catalog = Catalog::builtin().unwrap();
+        let lines = [line(
+            Some(13),
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        )];
+        let nodes = nodes();
+        let attribution = attribute(&catalog, &evidence(&lines, &nodes));
+        assert_eq!(attribution.category, "cuda_oom");
+        assert!(!attribution.recoverable);
+        assert_eq!(attribution.culprit.rank, Some(13));
+        assert_eq!(attribution.culprit.node.as_deref(), Some("node-02"));
+    }
+
+    #[test]
+    fn a_silent_hang_is_recoverable_with_low_confidence() {
+        let catalog = Catalog::builtin().unwrap();
+        let nodes = nodes();
+        let mut input = evidence(&[], &nodes);
+        input.anomaly = AnomalyKind::Hang;
+        let attribution = attribute(&catalog, &input);
+        assert_eq!(attribution.category, "hang");
+        assert!(attribution.recoverable);
+        assert!(attribution.confidence < 0.5);
+    }
+
+    #[test]
+    fn a_user_file_overrides_a_builtin_signature_by_id() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("mine.toml"),
+            r#"[[signature]]
+id = "cuda-out-of-memory"
+title = "OOM, but we retry"
+category = "cuda_oom"
+component = "gpu_memory"
+recoverable = true
+confidence = 0.9
+patterns = ['CUDA out of memory']
+explanation = "retry"
+"#,
+        )
+        .unwrap();
+        let catalog = Catalog::with_overrides(dir.path()).unwrap();
+        let lines = [line(
+            Some(1),
+            "CUDA out of memory. Tried to allocate 2.00 GiB",
+        )];
+        let nodes = nodes();
+        assert!(attribute(&catalog, &evidence(&lines, &nodes)).recoverable);
+    }
+
+    #[test]
+    fn a_bad_pattern_is_an_error_naming_the_signature() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("bad.toml"),
+            "[[signature]]\nid = \"broken\"\ntitle = \"t\"\ncategory = \"c\"\ncomponent = \"gpu\"\nrecoverable = true\nconfidence = 0.5\npatterns = ['(unclosed']\nexplanation = \"e\"\n",
+        )
+        .unwrap();
+        let err = Catalog::with_overrides(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("broken"), "{err}");
+    }
+}

@@ -1,0 +1,153 @@
+//! Persistent state: an SQLite file (WAL mode, versioned migrations). The only module that writes SQL.
+//!
+//! One engine writes at a time (see [`lock::EngineLock`]); other processes may read concurrently and
+//! leave commands (approve, reject) in a table the engine polls.
+
+pub mod lock;
+mod queries;
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OpenFlags};
+
+pub use queries::{Command, CommandKind, Db, EvidenceLine, WorkflowSummary};
+
+/// A store that could not be opened, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create the store directory {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("store {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "store {path} has schema version {found}, newer than this runguard understands ({known}); upgrade runguard"
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("store query failed: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("store holds a value this version cannot read: {0}")]
+    Corrupt(String),
+    #[error("no such {what}: {id}")]
+    NotFound { what: &'static str, id: String },
+}
+
+/// The store: one SQLite connection.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store file and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::prepare(conn, path)
+    }
+
+    /// A private in-memory store, for tests and dry runs.
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        let conn = Connection::open_in_memory()?;
+        Self::prepare(conn, Path::new(":memory:"))
+    }
+
+    fn prepare(conn: Connection, path: &Path) -> Result<Self, StoreError> {
+        let open_error = |source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        // A reader waits for the writer instead of failing with SQLITE_BUSY.
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(open_error)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_error)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(open_error)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open_error)?;
+        let mut store = Self {
+            conn,
+            path: path.to_path_buf(),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let known = schema::MIGRATIONS.len() as i64;
+        let tx = self.conn.transaction()?;
+        let found: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        if found > known {
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found,
+                known,
+            });
+        }
+        for (index, migration) in schema::MIGRATIONS.iter().enumerate().skip(found as usize) {
+            tx.execute_batch(migration)?;
+            tx.pragma_update(None, "user_version", index as i64 + 1)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Where the store lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads (and single-statement writes, which SQLite commits on their own).
+    pub fn db(&self) -> Db<'_> {
+        Db::new(&self.conn)
+    }
+
+    /// Runs `change` in one transaction: all of it is stored, or none of it.
+    pub fn write<T>(
+        &mut self,
+        change: impl FnOnce(&Db<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let tx = self.conn.transaction()?;
+        let value = change(&Db::new(&tx))?;
+        tx.commit()?;
+        Ok(value)
+    }
+}
+
+/// Times are stored as RFC 3339 text so the file stays readable with the `sqlite3` shell.
+pub(crate) fn time_to_text(time: DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+pub(crate) fn time_from_text(text: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|time| time.with_timezone(&Utc))
+        .map_err(|err| StoreError::Corrupt(format!("time {text:?}: {err}")))
+}

@@ -1,0 +1,143 @@
+//! The store's schema as an ordered list of migrations; `PRAGMA user_version` records how many ran.
+
+/// Each entry moves the schema one version forward. Never edit a released entry: append a new one.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: the spine.
+    r#"
+    CREATE TABLE workflows (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        limits TEXT NOT NULL,
+        status TEXT NOT NULL,
+        status_reason TEXT,
+        succeeded INTEGER NOT NULL DEFAULT 0,
+        requeues_used INTEGER NOT NULL DEFAULT 0,
+        failures_since_checkpoint INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE TABLE attempts (
+        workflow_id INTEGER NOT NULL REFERENCES workflows(id) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        job_id TEXT NOT NULL,
+        restart_count INTEGER NOT NULL,
+        nodes TEXT NOT NULL,
+        gpus INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        state_raw TEXT NOT NULL,
+        reason TEXT,
+        submit_time TEXT,
+        start_time TEXT,
+        end_time TEXT,
+        exit_code INTEGER,
+        excluded_nodes TEXT NOT NULL,
+        log_path TEXT,
+        log_offset INTEGER NOT NULL DEFAULT 0,
+        last_log_time TEXT,
+        last_iteration INTEGER,
+        handled INTEGER NOT NULL DEFAULT 0,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (workflow_id, idx)
+    );
+    CREATE INDEX attempts_by_job ON attempts(job_id);
+    CREATE TABLE checkpoints (
+        id INTEGER PRIMARY KEY,
+        workflow_id INTEGER NOT NULL REFERENCES workflows(id) ON DELETE CASCADE,
+        attempt_index INTEGER NOT NULL,
+        iteration INTEGER NOT NULL,
+        time TEXT NOT NULL,
+        path TEXT NOT NULL
+    );
+    CREATE TABLE throughput (
+        id INTEGER PRIMARY KEY,
+        workflow_id INTEGER NOT NULL REFERENCES workflows(id) ON DELETE CASCADE,
+        attempt_index INTEGER NOT NULL,
+        time TEXT NOT NULL,
+        iteration INTEGER NOT NULL,
+        tflops_per_gpu REAL NOT NULL,
+        rank INTEGER,
+        node TEXT
+    );
+    CREATE TABLE evidence_lines (
+        id INTEGER PRIMARY KEY,
+        workflow_id INTEGER NOT NULL REFERENCES workflows(id) ON DELETE CASCADE,
+        attempt_index INTEGER NOT NULL,
+        time TEXT NOT NULL,
+        rank INTEGER,
+        text TEXT NOT NULL
+    );
+    CREATE INDEX evidence_by_attempt ON evidence_lines(workflow_id, attempt_index);
+    CREATE TABLE anomalies (
+        id INTEGER PRIMARY KEY,
+        workflow_id INTEGER NOT NULL REFERENCES workflows(id) ON DELETE CASCADE,
+        attempt_index INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        time TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        evidence TEXT NOT NULL
+    );
+    CREATE TABLE attributions (
+        id INTEGER PRIMARY KEY,
+        workflow_id INTEGER NOT NULL REFERENCES workflows(id) ON DELETE CASCADE,
+        attempt_index INTEGER NOT NULL,
+        category TEXT NOT NULL,
+        component TEXT NOT NULL,
+        culprit TEXT NOT NULL,
+        confidence REAL NOT NULL,
+        recoverable INTEGER NOT NULL,
+        signature TEXT,
+        explanation TEXT NOT NULL,
+        evidence TEXT NOT NULL,
+        time TEXT NOT NULL
+    );
+    CREATE TABLE actions (
+        id INTEGER PRIMARY KEY,
+        workflow_id INTEGER NOT NULL REFERENCES workflows(id) ON DELETE CASCADE,
+        attempt_index INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        params TEXT NOT NULL,
+        state TEXT NOT NULL,
+        permitted INTEGER NOT NULL,
+        why TEXT NOT NULL,
+        command TEXT,
+        result TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE TABLE notifications (
+        id INTEGER PRIMARY KEY,
+        workflow_id INTEGER REFERENCES workflows(id) ON DELETE CASCADE,
+        time TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        title TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE TABLE journal (
+        id INTEGER PRIMARY KEY,
+        workflow_id INTEGER REFERENCES workflows(id) ON DELETE CASCADE,
+        time TEXT NOT NULL,
+        decision TEXT NOT NULL,
+        evidence TEXT NOT NULL
+    );
+    CREATE TABLE commands (
+        id INTEGER PRIMARY KEY,
+        time TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        action_id INTEGER NOT NULL,
+        done INTEGER NOT NULL DEFAULT 0,
+        outcome TEXT
+    );
+    CREATE TABLE log_offsets (
+        path TEXT PRIMARY KEY,
+        offset INTEGER NOT NULL
+    );
+    CREATE TABLE warnings (
+        kind TEXT PRIMARY KEY,
+        count INTEGER NOT NULL,
+        last_message TEXT NOT NULL,
+        last_time TEXT NOT NULL
+    );
+    "#,
+];
