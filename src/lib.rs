@@ -10,5 +10,6 @@ pub mod clock;
 pub mod config;
 pub mod model;
 pub mod paths;
+pub mod recover;
 pub mod store;
 pub mod telemetry;

@@ -1,0 +1,5 @@
+//! Recovery: the policy that turns an attributed failure into intents, and the execution of approved ones.
+
+pub mod policy;
+
+pub use policy::{Decision, Intent, Policy, decide};

@@ -1,0 +1,424 @@
+//! The recovery policy as a pure function: no I/O, no clock, no randomness.
+//!
+//! Rules (the AJR guide's): requeue excluding the culprit; at most min(system, job) requeues; stop a crash
+//! loop after N consecutive failed attempts without a new checkpoint; never requeue a non-recoverable
+//! failure. Intents the whitelist does not permit are only proposed.
+
+use serde::Serialize;
+
+use crate::config::{RecoveryConfig, RecoveryMode};
+use crate::model::{
+    ActionKind, ActionParams, AnomalyKind, Attempt, Attribution, Component, Workflow,
+    WorkflowStatus,
+};
+
+/// The policy's knobs, from the config and the engine's mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub system_max_requeues: u32,
+    pub crash_loop_threshold: u32,
+    pub mode: RecoveryMode,
+    pub whitelist: Vec<ActionKind>,
+    pub drain_culprit_nodes: bool,
+    /// Without `--auto` nothing runs on its own: every intent waits for approval.
+    pub propose_only: bool,
+}
+
+impl Policy {
+    pub fn from_config(config: &RecoveryConfig, propose_only: bool) -> Self {
+        Self {
+            system_max_requeues: config.system_max_requeues,
+            crash_loop_threshold: config.crash_loop_threshold,
+            mode: config.mode,
+            whitelist: config.whitelist.clone(),
+            drain_culprit_nodes: config.drain_culprit_nodes,
+            propose_only,
+        }
+    }
+
+    /// Whether the whitelist lets `kind` run without approval.
+    pub fn permits(&self, kind: ActionKind) -> bool {
+        self.whitelist.contains(&kind)
+    }
+
+    /// The effective requeue limit of a workflow: the smaller of the system's and the job's.
+    pub fn requeue_limit(&self, workflow: &Workflow) -> u32 {
+        workflow
+            .limits
+            .max_requeue_times
+            .map_or(self.system_max_requeues, |job| {
+                job.min(self.system_max_requeues)
+            })
+    }
+}
+
+/// Something the engine wants done; stored before it runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Intent {
+    pub kind: ActionKind,
+    pub params: ActionParams,
+    /// The whitelist allows it.
+    pub permitted: bool,
+    /// It may run without a human (permitted, and the engine runs with `--auto`).
+    pub auto_approved: bool,
+    pub why: String,
+}
+
+/// What the policy concluded about one failure.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    pub intents: Vec<Intent>,
+    /// The workflow's next status: `recovering`, or `completed` when recovery stops.
+    pub status: WorkflowStatus,
+    /// Why recovery stopped, when it did.
+    pub stop_reason: Option<String>,
+    /// The crash-loop counter after counting this failure.
+    pub failures_since_checkpoint: u32,
+    /// Recovery stopped because of the crash-loop rule.
+    pub crash_loop: bool,
+    /// One line for the journal.
+    pub summary: String,
+}
+
+/// Decides what to do about the failure of `attempt` (the workflow's latest), attributed as `attribution`.
+pub fn decide(
+    workflow: &Workflow,
+    attempt: &Attempt,
+    anomaly: AnomalyKind,
+    attribution: &Attribution,
+    policy: &Policy,
+) -> Decision {
+    let failures = workflow.failures_since_checkpoint.saturating_add(1);
+    let limit = policy.requeue_limit(workflow);
+    let culprit = attribution.culprit.node.clone();
+    let where_ = culprit
+        .as_deref()
+        .map(|node| format!(" on {node}"))
+        .unwrap_or_default();
+    let what = format!("{}{where_}", attribution.category);
+
+    let stop_reason = if !attribution.recoverable {
+        Some(format!(
+            "not recoverable by requeue: {what} ({}); fix the cause and resubmit",
+            attribution.component.as_str()
+        ))
+    } else if failures >= policy.crash_loop_threshold {
+        Some(format!(
+            "crash loop: {failures} consecutive failed attempts without a new checkpoint (threshold {})",
+            policy.crash_loop_threshold
+        ))
+    } else if workflow.requeues_used >= limit {
+        Some(format!(
+            "requeue limit reached: {} of {limit} used (min of system {} and job {})",
+            workflow.requeues_used,
+            policy.system_max_requeues,
+            workflow
+                .limits
+                .max_requeue_times
+                .map_or("unset".to_string(), |n| n.to_string())
+        ))
+    } else {
+        None
+    };
+
+    let intent = |kind: ActionKind, params: ActionParams, why: String| {
+        let permitted = policy.permits(kind);
+        Intent {
+            kind,
+            params,
+            permitted,
+            auto_approved: permitted && !policy.propose_only,
+            why,
+        }
+    };
+
+    let mut intents = Vec::new();
+    if let Some(reason) = &stop_reason {
+        // A hung job still holds its nodes: free them.
+        if anomaly == AnomalyKind::Hang && !attempt.state.is_terminal() {
+            intents.push(intent(
+                ActionKind::Cancel,
+                ActionParams {
+                    job_id: Some(attempt.job_id.clone()),
+                    reason: Some(reason.clone()),
+                    ..ActionParams::default()
+                },
+                format!("cancel the hung job: recovery stopped ({reason})"),
+            ));
+        }
+    } else {
+        let mut exclude = attempt.excluded_nodes.clone();
+        if let Some(node) = &culprit
+            && !exclude.contains(node)
+        {
+            exclude.push(node.clone());
+        }
+        let kind = match policy.mode {
+            RecoveryMode::Requeue => ActionKind::Requeue,
+            RecoveryMode::Resubmit => ActionKind::Resubmit,
+        };
+        let exclusion = if exclude.is_empty() {
+            String::new()
+        } else {
+            format!(" excluding {}", exclude.join(","))
+        };
+        intents.push(intent(
+            kind,
+            ActionParams {
+                job_id: Some(attempt.job_id.clone()),
+                exclude_nodes: exclude,
+                restart_count: Some(attempt.restart_count),
+                reason: Some(what.clone()),
+                ..ActionParams::default()
+            },
+            format!(
+                "{what}: {} from the last checkpoint{exclusion} (requeue {} of {limit})",
+                kind.as_str(),
+                workflow.requeues_used + 1
+            ),
+        ));
+    }
+    if policy.drain_culprit_nodes
+        && attribution.recoverable
+        && let Some(node) = &culprit
+        && matches!(
+            attribution.component,
+            Component::Gpu | Component::Network | Component::Infrastructure
+        )
+    {
+        intents.push(intent(
+            ActionKind::DrainNode,
+            ActionParams {
+                node: Some(node.clone()),
+                reason: Some(format!("runguard: {}", attribution.category)),
+                ..ActionParams::default()
+            },
+            format!("{what}: take {node} out of scheduling until it is checked"),
+        ));
+    }
+
+    let summary = match &stop_reason {
+        Some(reason) => format!(
+            "attempt {} {}: stop recovering: {reason}",
+            attempt.index,
+            anomaly.as_str()
+        ),
+        None => format!(
+            "attempt {} {}: {}",
+            attempt.index,
+            anomaly.as_str(),
+            intents
+                .first()
+                .map(|intent| intent.why.clone())
+                .unwrap_or_default()
+        ),
+    };
+    Decision {
+        intents,
+        status: if stop_reason.is_some() {
+            WorkflowStatus::Completed
+        } else {
+            WorkflowStatus::Recovering
+        },
+        crash_loop: stop_reason
+            .as_deref()
+            .is_some_and(|reason| reason.starts_with("crash loop")),
+        stop_reason,
+        failures_since_checkpoint: failures,
+        summary,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, Utc};
+
+    use super::*;
+    use crate::model::{Culprit, JobSpec, JobState, RecoveryLimits};
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-01-05T09:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    fn workflow() -> Workflow {
+        Workflow {
+            id: 1,
+            name: "llama".into(),
+            backend: "sim".into(),
+            spec: JobSpec::default(),
+            limits: RecoveryLimits {
+                max_requeue_times: Some(5),
+                auto_resume_mode: Some("requeue".into()),
+            },
+            status: WorkflowStatus::Enabled,
+            status_reason: None,
+            succeeded: false,
+            requeues_used: 0,
+            failures_since_checkpoint: 0,
+            created_at: now(),
+            updated_at: now(),
+        }
+    }
+
+    fn attempt(state: JobState) -> Attempt {
+        Attempt {
+            workflow_id: 1,
+            index: 0,
+            job_id: "4201".into(),
+            restart_count: 0,
+            nodes: vec!["node-05".into(), "node-07".into()],
+            gpus: 16,
+            state,
+            state_raw: state.as_str().to_uppercase(),
+            reason: None,
+            submit_time: None,
+            start_time: None,
+            end_time: None,
+            exit_code: Some(1),
+            excluded_nodes: vec!["node-02".into()],
+            log_path: None,
+            last_log_time: None,
+            last_iteration: None,
+            updated_at: now(),
+        }
+    }
+
+    fn attribution(category: &str, component: Component, recoverable: bool) -> Attribution {
+        Attribution {
+            id: 0,
+            workflow_id: 1,
+            attempt_index: 0,
+            category: category.into(),
+            component,
+            culprit: Culprit {
+                node: Some("node-07".into()),
+                ..Culprit::default()
+            },
+            confidence: 0.8,
+            recoverable,
+            signature: None,
+            explanation: String::new(),
+            evidence: vec![],
+            time: now(),
+        }
+    }
+
+    fn policy() -> Policy {
+        Policy::from_config(&RecoveryConfig::default(), false)
+    }
+
+    #[test]
+    fn requeues_excluding_the_culprit_and_keeps_earlier_exclusions() {
+        let decision = decide(
+            &workflow(),
+            &attempt(JobState::Failed),
+            AnomalyKind::Crash,
+            &attribution("nccl_timeout", Component::Network, true),
+            &policy(),
+        );
+        assert_eq!(decision.status, WorkflowStatus::Recovering);
+        let requeue = &decision.intents[0];
+        assert_eq!(requeue.kind, ActionKind::Requeue);
+        assert_eq!(requeue.params.exclude_nodes, vec!["node-02", "node-07"]);
+        assert_eq!(requeue.params.restart_count, Some(0));
+        assert!(requeue.permitted && requeue.auto_approved);
+        let drain = &decision.intents[1];
+        assert_eq!(drain.kind, ActionKind::DrainNode);
+        assert!(!drain.permitted, "drain is not in the default whitelist");
+    }
+
+    #[test]
+    fn never_requeues_an_application_bug() {
+        let decision = decide(
+            &workflow(),
+            &attempt(JobState::Failed),
+            AnomalyKind::Crash,
+            &attribution("application_error", Component::Application, false),
+            &policy(),
+        );
+        assert_eq!(decision.status, WorkflowStatus::Completed);
+        assert!(decision.intents.is_empty());
+        assert!(decision.stop_reason.unwrap().contains("not recoverable"));
+    }
+
+    #[test]
+    fn stops_a_crash_loop_at_the_threshold() {
+        let mut workflow = workflow();
+        workflow.failures_since_checkpoint = 2;
+        let decision = decide(
+            &workflow,
+            &attempt(JobState::Failed),
+            AnomalyKind::Crash,
+            &attribution("nccl_timeout", Component::Network, true),
+            &policy(),
+        );
+        assert!(decision.crash_loop);
+        assert_eq!(decision.failures_since_checkpoint, 3);
+        assert!(
+            decision
+                .intents
+                .iter()
+                .all(|i| i.kind != ActionKind::Requeue)
+        );
+    }
+
+    #[test]
+    fn the_requeue_limit_is_the_smaller_of_system_and_job() {
+        let mut workflow = workflow();
+        workflow.requeues_used = 5;
+        let decision = decide(
+            &workflow,
+            &attempt(JobState::Failed),
+            AnomalyKind::Crash,
+            &attribution("xid_79", Component::Gpu, true),
+            &policy(),
+        );
+        assert_eq!(decision.status, WorkflowStatus::Completed);
+        assert!(decision.stop_reason.unwrap().contains("5 of 5"));
+
+        let mut config = RecoveryConfig::default();
+        config.system_max_requeues = 2;
+        let policy = Policy::from_config(&config, false);
+        workflow.requeues_used = 2;
+        assert_eq!(policy.requeue_limit(&workflow), 2);
+    }
+
+    #[test]
+    fn outside_the_whitelist_or_without_auto_an_intent_is_only_proposed() {
+        let mut config = RecoveryConfig::default();
+        config.whitelist = vec![ActionKind::Cancel];
+        let decision = decide(
+            &workflow(),
+            &attempt(JobState::Failed),
+            AnomalyKind::Crash,
+            &attribution("nccl_timeout", Component::Network, true),
+            &Policy::from_config(&config, false),
+        );
+        assert!(!decision.intents[0].permitted && !decision.intents[0].auto_approved);
+
+        let decision = decide(
+            &workflow(),
+            &attempt(JobState::Failed),
+            AnomalyKind::Crash,
+            &attribution("nccl_timeout", Component::Network, true),
+            &Policy::from_config(&RecoveryConfig::default(), true),
+        );
+        assert!(decision.intents[0].permitted && !decision.intents[0].auto_approved);
+    }
+
+    #[test]
+    fn a_stopped_hang_cancels_the_job_that_still_holds_its_nodes() {
+        let mut workflow = workflow();
+        workflow.failures_since_checkpoint = 2;
+        let decision = decide(
+            &workflow,
+            &attempt(JobState::Running),
+            AnomalyKind::Hang,
+            &attribution("hang", Component::Application, true),
+            &policy(),
+        );
+        assert_eq!(decision.intents[0].kind, ActionKind::Cancel);
+    }
+}
