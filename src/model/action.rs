@@ -32,6 +32,11 @@ impl ActionKind {
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| kind.as_str() == name)
     }
+
+    /// The action starts the run again (a requeue or a resubmission).
+    pub fn restarts_the_run(self) -> bool {
+        matches!(self, Self::Requeue | Self::Resubmit)
+    }
 }
 
 /// Life of an action: proposed → approved/rejected → executing → done/failed.

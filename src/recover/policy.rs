@@ -378,8 +378,10 @@ mod tests {
         assert_eq!(decision.status, WorkflowStatus::Completed);
         assert!(decision.stop_reason.unwrap().contains("5 of 5"));
 
-        let mut config = RecoveryConfig::default();
-        config.system_max_requeues = 2;
+        let config = RecoveryConfig {
+            system_max_requeues: 2,
+            ..RecoveryConfig::default()
+        };
         let policy = Policy::from_config(&config, false);
         workflow.requeues_used = 2;
         assert_eq!(policy.requeue_limit(&workflow), 2);
@@ -387,8 +389,10 @@ mod tests {
 
     #[test]
     fn outside_the_whitelist_or_without_auto_an_intent_is_only_proposed() {
-        let mut config = RecoveryConfig::default();
-        config.whitelist = vec![ActionKind::Cancel];
+        let config = RecoveryConfig {
+            whitelist: vec![ActionKind::Cancel],
+            ..RecoveryConfig::default()
+        };
         let decision = decide(
             &workflow(),
             &attempt(JobState::Failed),

@@ -1,0 +1,243 @@
+//! Acting: running approved actions against the backend, each checked against the job's current state
+//! first so that an action the previous engine ran but did not record is never run twice.
+
+use chrono::{DateTime, Utc};
+
+use super::observe::attempt_tag;
+use super::{Engine, EngineError, EngineEvent, set_status, with_timeout};
+use crate::backend::BackendError;
+use crate::model::{Action, ActionKind, ActionState, Notification, Severity, WorkflowStatus};
+
+/// How the execution of one action ended.
+enum Execution {
+    /// It ran now.
+    Ran(String),
+    /// The job shows it already happened (the previous engine ran it, or the scheduler did).
+    AlreadyDone(String),
+    /// It no longer applies.
+    Superseded(String),
+    /// The scheduler could not be reached: try again next tick.
+    Retry(String),
+    /// It cannot be done.
+    Failed(String),
+}
+
+impl Engine {
+    pub(super) async fn execute_approved(&mut self) -> Result<(), EngineError> {
+        let approved = self.store.db().actions_in_state(ActionState::Approved)?;
+        for mut action in approved {
+            let now = self.clock.now();
+            action.state = ActionState::Executing;
+            action.updated_at = now;
+            self.store.write(|db| db.update_action(&action))?;
+
+            let execution = self.execute(&action).await;
+            let now = self.clock.now();
+            self.record_execution(action, execution, now)?;
+        }
+        Ok(())
+    }
+
+    async fn execute(&self, action: &Action) -> Execution {
+        let params = &action.params;
+        let job_id = params.job_id.clone().unwrap_or_default();
+        match action.kind {
+            ActionKind::Requeue => {
+                let job = match with_timeout(self.backend.job(&job_id)).await {
+                    Ok(Some(job)) => job,
+                    Ok(None) => {
+                        return Execution::Failed(format!(
+                            "job {job_id} is no longer known to the scheduler"
+                        ));
+                    }
+                    Err(err) => return retry_or_fail(err),
+                };
+                let planned = params.restart_count.unwrap_or(0);
+                if job.restart_count > planned {
+                    return Execution::AlreadyDone(format!(
+                        "job {job_id} was already requeued (restart count {} > {planned})",
+                        job.restart_count
+                    ));
+                }
+                if job.state == crate::model::JobState::Completed {
+                    return Execution::Superseded(format!("job {job_id} completed by itself"));
+                }
+                match with_timeout(self.backend.requeue(&job_id, &params.exclude_nodes)).await {
+                    Ok(outcome) => Execution::Ran(outcome.detail),
+                    Err(err) => retry_or_fail(err),
+                }
+            }
+            ActionKind::Resubmit => {
+                let tag = attempt_tag(action.workflow_id, action.attempt_index + 1);
+                match with_timeout(self.backend.list_jobs()).await {
+                    Ok(jobs) => {
+                        if let Some(job) = jobs
+                            .iter()
+                            .find(|job| job.tag.as_deref() == Some(tag.as_str()))
+                        {
+                            return Execution::AlreadyDone(format!(
+                                "already resubmitted as job {}",
+                                job.job_id
+                            ));
+                        }
+                    }
+                    Err(err) => return retry_or_fail(err),
+                }
+                let spec = match self.store.db().workflow(action.workflow_id) {
+                    Ok(Some(workflow)) => workflow.spec,
+                    Ok(None) => return Execution::Superseded("the workflow is gone".to_string()),
+                    Err(err) => return Execution::Retry(err.to_string()),
+                };
+                match with_timeout(self.backend.resubmit(&spec, &params.exclude_nodes, &tag)).await
+                {
+                    Ok(outcome) => Execution::Ran(match outcome.new_job_id {
+                        Some(id) => format!("{} (new job {id})", outcome.detail),
+                        None => outcome.detail,
+                    }),
+                    Err(err) => retry_or_fail(err),
+                }
+            }
+            ActionKind::Cancel => {
+                match with_timeout(self.backend.job(&job_id)).await {
+                    Ok(Some(job)) if job.state.is_terminal() => {
+                        return Execution::AlreadyDone(format!(
+                            "job {job_id} already ended ({})",
+                            job.state_raw
+                        ));
+                    }
+                    Ok(None) => return Execution::AlreadyDone(format!("job {job_id} is gone")),
+                    Ok(Some(_)) => {}
+                    Err(err) => return retry_or_fail(err),
+                }
+                match with_timeout(self.backend.cancel(&job_id)).await {
+                    Ok(outcome) => Execution::Ran(outcome.detail),
+                    Err(err) => retry_or_fail(err),
+                }
+            }
+            ActionKind::DrainNode => {
+                let node = params.node.clone().unwrap_or_default();
+                let reason = params
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "runguard".to_string());
+                match with_timeout(self.backend.drain_node(&node, &reason)).await {
+                    Ok(outcome) => Execution::Ran(outcome.detail),
+                    Err(BackendError::Refused { command, message }) => Execution::Failed(format!(
+                        "would have done `{command}` but the scheduler refused: {message}"
+                    )),
+                    Err(err) => retry_or_fail(err),
+                }
+            }
+        }
+    }
+
+    fn record_execution(
+        &mut self,
+        mut action: Action,
+        execution: Execution,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let (state, result) = match execution {
+            Execution::Ran(detail) => (ActionState::Done, detail),
+            Execution::AlreadyDone(detail) => (
+                ActionState::Done,
+                format!("found done on re-check: {detail}"),
+            ),
+            Execution::Superseded(detail) => (ActionState::Superseded, detail),
+            Execution::Retry(detail) => (ActionState::Approved, detail),
+            Execution::Failed(detail) => (ActionState::Failed, detail),
+        };
+        if state == ActionState::Approved {
+            action.state = state;
+            action.updated_at = now;
+            self.store.write(|db| db.update_action(&action))?;
+            return self.warn(
+                "action_retry",
+                format!(
+                    "action {} ({}) will be retried: {result}",
+                    action.id,
+                    action.kind.as_str()
+                ),
+                now,
+            );
+        }
+        action.state = state;
+        action.result = Some(result.clone());
+        action.updated_at = now;
+        let mut events = vec![EngineEvent::ActionFinished {
+            action_id: action.id,
+            workflow_id: action.workflow_id,
+            kind: action.kind,
+            state,
+            result: result.clone(),
+        }];
+        self.store.write(|db| {
+            db.update_action(&action)?;
+            db.journal(
+                Some(action.workflow_id),
+                now,
+                &format!(
+                    "action {} {} {}: {result}",
+                    action.id,
+                    action.kind.as_str(),
+                    state.as_str()
+                ),
+                &[],
+            )?;
+            let Some(mut workflow) = db.workflow(action.workflow_id)? else {
+                return Ok(());
+            };
+            if action.kind.restarts_the_run() {
+                match state {
+                    ActionState::Done => {
+                        workflow.requeues_used += 1;
+                        workflow.updated_at = now;
+                        db.update_workflow(&workflow)?;
+                    }
+                    ActionState::Failed if workflow.status == WorkflowStatus::Recovering => {
+                        let reason = format!("recovery failed: {result}");
+                        set_status(
+                            db,
+                            &mut workflow,
+                            WorkflowStatus::Completed,
+                            Some(reason.clone()),
+                            now,
+                        )?;
+                        events.push(EngineEvent::WorkflowStatusChanged {
+                            workflow_id: workflow.id,
+                            status: WorkflowStatus::Completed,
+                            reason: Some(reason),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            if state == ActionState::Failed {
+                db.insert_notification(&Notification {
+                    id: 0,
+                    workflow_id: Some(workflow.id),
+                    time: now,
+                    severity: Severity::Critical,
+                    title: format!(
+                        "{}: action {} ({}) failed",
+                        workflow.name,
+                        action.id,
+                        action.kind.as_str()
+                    ),
+                    body: result.clone(),
+                })?;
+            }
+            Ok(())
+        })?;
+        self.pending_events.extend(events);
+        self.flush_events();
+        Ok(())
+    }
+}
+
+fn retry_or_fail(err: BackendError) -> Execution {
+    match err {
+        BackendError::Unavailable(_) | BackendError::Io(_) => Execution::Retry(err.to_string()),
+        other => Execution::Failed(other.to_string()),
+    }
+}

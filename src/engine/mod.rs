@@ -1,0 +1,604 @@
+//! The engine loop: observe → decide → act, once per tick, on every enrolled workflow.
+//!
+//! Observation reads the backend and the logs and never acts; decisions come from the pure policy in
+//! [`crate::recover`]; every intent is stored before it runs, and an action found `executing` after a
+//! restart is checked against the scheduler before anything is repeated.
+
+mod act;
+mod events;
+mod observe;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::broadcast;
+
+pub use events::EngineEvent;
+
+use crate::attribute::{self, Catalog, Evidence};
+use crate::backend::{Backend, BackendError};
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::model::{
+    Action, ActionState, Anomaly, AnomalyKind, Attempt, JobState, Notification, Severity, Workflow,
+    WorkflowStatus,
+};
+use crate::recover::{Policy, decide};
+use crate::store::{CommandKind, Store, StoreError};
+
+/// Longest a single backend call may take before it counts as the scheduler being down.
+const BACKEND_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What stops the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The store failed: the engine cannot keep its promises without it, so it stops.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How the engine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Apply whitelisted actions without asking (`--auto`); otherwise every action waits for approval.
+    pub auto: bool,
+}
+
+/// Why [`Engine::run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Asked to stop (signal, frontend).
+    Shutdown,
+    /// Every workflow is completed and no action is waiting to run.
+    Settled,
+}
+
+/// The recovery engine over one backend and one store.
+pub struct Engine {
+    store: Store,
+    backend: Arc<dyn Backend>,
+    clock: Arc<dyn Clock>,
+    config: Config,
+    catalog: Catalog,
+    policy: Policy,
+    events: broadcast::Sender<EngineEvent>,
+    /// Events of the current step, sent once its transaction committed.
+    pending_events: Vec<EngineEvent>,
+}
+
+impl Engine {
+    pub fn new(
+        store: Store,
+        backend: Arc<dyn Backend>,
+        clock: Arc<dyn Clock>,
+        config: Config,
+        catalog: Catalog,
+        options: EngineOptions,
+    ) -> Self {
+        let policy = Policy::from_config(&config.recovery, !options.auto);
+        let (events, _) = broadcast::channel(1024);
+        Self {
+            store,
+            backend,
+            clock,
+            config,
+            catalog,
+            policy,
+            events,
+            pending_events: Vec::new(),
+        }
+    }
+
+    /// Events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<EngineEvent> {
+        self.events.subscribe()
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Runs ticks until `shutdown` resolves or, with `until_settled`, until nothing is left to do.
+    /// A tick always completes before the engine stops, so its state is committed.
+    pub async fn run(
+        &mut self,
+        shutdown: impl Future<Output = ()>,
+        until_settled: bool,
+    ) -> Result<RunOutcome, EngineError> {
+        tokio::pin!(shutdown);
+        self.reconcile()?;
+        let poll = Duration::from_secs_f64(self.config.engine.poll_interval_secs);
+        loop {
+            self.tick().await?;
+            if until_settled && self.settled()? {
+                return Ok(RunOutcome::Settled);
+            }
+            let wait = self.clock.real_duration(poll);
+            tokio::select! {
+                () = &mut shutdown => return Ok(RunOutcome::Shutdown),
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// After a restart: an action left `executing` may or may not have run. It goes back to `approved`,
+    /// and the executor's pre-check (re-reading the job) tells which, so nothing runs twice.
+    pub fn reconcile(&mut self) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        self.store.write(|db| {
+            for mut action in db.actions_in_state(ActionState::Executing)? {
+                action.state = ActionState::Approved;
+                action.updated_at = now;
+                db.update_action(&action)?;
+                db.journal(
+                    Some(action.workflow_id),
+                    now,
+                    &format!(
+                        "action {} ({}) was executing when the engine stopped: re-checking the job before deciding whether it ran",
+                        action.id,
+                        action.kind.as_str()
+                    ),
+                    &[],
+                )?;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Every workflow is completed and no action is approved or executing.
+    pub fn settled(&self) -> Result<bool, EngineError> {
+        let db = self.store.db();
+        let workflows = db.workflows()?;
+        let busy = !db.actions_in_state(ActionState::Approved)?.is_empty()
+            || !db.actions_in_state(ActionState::Executing)?.is_empty();
+        Ok(!workflows.is_empty()
+            && workflows
+                .iter()
+                .all(|workflow| workflow.status == WorkflowStatus::Completed)
+            && !busy)
+    }
+
+    /// One pass of observe → decide → act.
+    pub async fn tick(&mut self) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        self.apply_commands(now)?;
+        self.observe_jobs(now).await?;
+        self.read_logs(now)?;
+        self.read_node_logs(now)?;
+        self.detect_and_decide(now)?;
+        self.execute_approved().await?;
+        Ok(())
+    }
+
+    /// Applies approvals and rejections queued by other processes.
+    fn apply_commands(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        let commands = self.store.db().pending_commands()?;
+        for command in commands {
+            let mut events = Vec::new();
+            self.store.write(|db| {
+                let outcome = apply_command(db, command.kind, command.action_id, now, &mut events)?;
+                db.finish_command(command.id, &outcome)?;
+                Ok(())
+            })?;
+            self.pending_events.extend(events);
+            self.flush_events();
+        }
+        Ok(())
+    }
+
+    /// Detection on each active workflow's latest attempt: a failed job is a crash, a running job that
+    /// has been silent longer than the heartbeat timeout is a hang. Each is attributed and decided once.
+    fn detect_and_decide(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        let workflows = self.store.db().workflows()?;
+        for workflow in workflows.into_iter().filter(|w| w.status.is_active()) {
+            let Some(attempt) = self.store.db().attempts(workflow.id)?.pop() else {
+                continue;
+            };
+            if self
+                .store
+                .db()
+                .attempt_handled(workflow.id, attempt.index)?
+            {
+                continue;
+            }
+            if attempt.state == JobState::Cancelled {
+                self.stop_cancelled(&workflow, &attempt, now)?;
+                continue;
+            }
+            let Some((kind, summary)) = self.anomaly_of(&attempt, now) else {
+                continue;
+            };
+            self.handle_failure(workflow, attempt, kind, summary, now)?;
+        }
+        Ok(())
+    }
+
+    fn anomaly_of(&self, attempt: &Attempt, now: DateTime<Utc>) -> Option<(AnomalyKind, String)> {
+        if attempt.state.is_failure() {
+            let exit = attempt
+                .exit_code
+                .map(|code| format!(", exit code {code}"))
+                .unwrap_or_default();
+            let reason = attempt
+                .reason
+                .as_deref()
+                .map(|reason| format!(", reason {reason}"))
+                .unwrap_or_default();
+            return Some((
+                AnomalyKind::Crash,
+                format!(
+                    "job {} (attempt {}) ended {}{exit}{reason}",
+                    attempt.job_id, attempt.index, attempt.state_raw
+                ),
+            ));
+        }
+        if attempt.state == JobState::Running {
+            let since = attempt.last_log_time.or(attempt.start_time)?;
+            let silent = (now - since).num_seconds();
+            if silent >= self.config.engine.heartbeat_timeout_secs as i64 {
+                return Some((
+                    AnomalyKind::Hang,
+                    format!(
+                        "job {} (attempt {}) is running but wrote no log line for {silent} s (heartbeat timeout {} s)",
+                        attempt.job_id, attempt.index, self.config.engine.heartbeat_timeout_secs
+                    ),
+                ));
+            }
+        }
+        None
+    }
+
+    fn stop_cancelled(
+        &mut self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let reason = format!(
+            "job {} was cancelled outside runguard ({}); not recovering",
+            attempt.job_id, attempt.state_raw
+        );
+        let mut workflow = workflow.clone();
+        self.store.write(|db| {
+            db.mark_attempt_handled(workflow.id, attempt.index)?;
+            set_status(
+                db,
+                &mut workflow,
+                WorkflowStatus::Completed,
+                Some(reason.clone()),
+                now,
+            )?;
+            db.journal(Some(workflow.id), now, &reason, &[])?;
+            Ok(())
+        })?;
+        self.pending_events
+            .push(EngineEvent::WorkflowStatusChanged {
+                workflow_id: workflow.id,
+                status: WorkflowStatus::Completed,
+                reason: Some(reason),
+            });
+        self.flush_events();
+        Ok(())
+    }
+
+    /// Attributes a failure, decides, and stores the anomaly, the attribution, the intents and the
+    /// workflow's new status in one transaction: the intent exists before anything runs.
+    fn handle_failure(
+        &mut self,
+        mut workflow: Workflow,
+        attempt: Attempt,
+        kind: AnomalyKind,
+        summary: String,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let lines = self.store.db().evidence_lines(workflow.id, attempt.index)?;
+        let ranks_per_node = workflow.spec.gpus_per_node.max(1);
+        let mut attribution = attribute::attribute(
+            &self.catalog,
+            &Evidence {
+                workflow_id: workflow.id,
+                attempt_index: attempt.index,
+                anomaly: kind,
+                lines: &lines,
+                nodes: &attempt.nodes,
+                ranks_per_node,
+                exit_code: attempt.exit_code,
+                now,
+            },
+        );
+        let decision = decide(&workflow, &attempt, kind, &attribution, &self.policy);
+        let backend = Arc::clone(&self.backend);
+        let mut events = Vec::new();
+        let evidence_quote = attribution.evidence.clone();
+        self.store.write(|db| {
+            let anomaly = Anomaly {
+                id: 0,
+                workflow_id: workflow.id,
+                attempt_index: attempt.index,
+                kind,
+                time: now,
+                summary: summary.clone(),
+                evidence: evidence_quote.clone(),
+            };
+            db.insert_anomaly(&anomaly)?;
+            events.push(EngineEvent::AnomalyRaised {
+                workflow_id: workflow.id,
+                attempt_index: attempt.index,
+                kind,
+                summary: summary.clone(),
+            });
+            attribution.id = db.insert_attribution(&attribution)?;
+            events.push(EngineEvent::Attributed {
+                workflow_id: workflow.id,
+                attempt_index: attempt.index,
+                category: attribution.category.clone(),
+                component: attribution.component,
+                culprit: attribution.culprit.clone(),
+                confidence: attribution.confidence,
+                recoverable: attribution.recoverable,
+            });
+            if decision.crash_loop {
+                db.insert_anomaly(&Anomaly {
+                    id: 0,
+                    workflow_id: workflow.id,
+                    attempt_index: attempt.index,
+                    kind: AnomalyKind::CrashLoop,
+                    time: now,
+                    summary: decision.stop_reason.clone().unwrap_or_default(),
+                    evidence: Vec::new(),
+                })?;
+            }
+            for intent in &decision.intents {
+                let command = backend.command_for(intent.kind, &intent.params);
+                let state = if intent.auto_approved {
+                    ActionState::Approved
+                } else {
+                    ActionState::Proposed
+                };
+                let mut action = Action {
+                    id: 0,
+                    workflow_id: workflow.id,
+                    attempt_index: attempt.index,
+                    kind: intent.kind,
+                    params: intent.params.clone(),
+                    state,
+                    permitted: intent.permitted,
+                    why: intent.why.clone(),
+                    command: Some(command.clone()),
+                    result: None,
+                    created_at: now,
+                    updated_at: now,
+                };
+                action.id = db.insert_action(&action)?;
+                let verdict = match (intent.permitted, intent.auto_approved) {
+                    (_, true) => "approved by the whitelist",
+                    (true, false) => "proposed: the engine runs without --auto",
+                    (false, _) => "proposed: not in the whitelist; waiting for approval",
+                };
+                db.journal(
+                    Some(workflow.id),
+                    now,
+                    &format!(
+                        "action {} {}: {} ({verdict}); command: {command}",
+                        action.id,
+                        intent.kind.as_str(),
+                        intent.why
+                    ),
+                    &evidence_quote,
+                )?;
+                if state == ActionState::Proposed {
+                    db.insert_notification(&Notification {
+                        id: 0,
+                        workflow_id: Some(workflow.id),
+                        time: now,
+                        severity: Severity::Warning,
+                        title: format!(
+                            "{}: action {} waits for approval",
+                            workflow.name, action.id
+                        ),
+                        body: format!(
+                            "{}\nwould run: {command}\napprove with `runguard approve {}`",
+                            intent.why, action.id
+                        ),
+                    })?;
+                }
+                events.push(EngineEvent::ActionPlanned {
+                    action_id: action.id,
+                    workflow_id: workflow.id,
+                    kind: intent.kind,
+                    state,
+                    permitted: intent.permitted,
+                    why: intent.why.clone(),
+                    command,
+                });
+            }
+            workflow.failures_since_checkpoint = decision.failures_since_checkpoint;
+            set_status(
+                db,
+                &mut workflow,
+                decision.status,
+                decision.stop_reason.clone(),
+                now,
+            )?;
+            db.mark_attempt_handled(workflow.id, attempt.index)?;
+            db.journal(Some(workflow.id), now, &decision.summary, &evidence_quote)?;
+            let culprit = attribution
+                .culprit
+                .node
+                .as_deref()
+                .map(|node| format!(" on {node}"))
+                .unwrap_or_default();
+            db.insert_notification(&Notification {
+                id: 0,
+                workflow_id: Some(workflow.id),
+                time: now,
+                severity: Severity::Critical,
+                title: format!(
+                    "{}: {} attributed to {}{culprit}",
+                    workflow.name,
+                    kind.as_str(),
+                    attribution.category
+                ),
+                body: decision.summary.clone(),
+            })?;
+            events.push(EngineEvent::WorkflowStatusChanged {
+                workflow_id: workflow.id,
+                status: decision.status,
+                reason: decision.stop_reason.clone(),
+            });
+            Ok(())
+        })?;
+        self.pending_events.extend(events);
+        self.flush_events();
+        Ok(())
+    }
+
+    fn flush_events(&mut self) {
+        for event in self.pending_events.drain(..) {
+            // Nobody listening is fine: the store holds the truth.
+            let _ = self.events.send(event);
+        }
+    }
+
+    /// Counts a problem the engine carried on from, and tells the frontends.
+    fn warn(&mut self, kind: &str, message: String, now: DateTime<Utc>) -> Result<(), EngineError> {
+        self.store.db().count_warning(kind, &message, now)?;
+        tracing::warn!(kind, %message, "engine warning");
+        self.pending_events.push(EngineEvent::Warning {
+            kind: kind.to_string(),
+            message,
+        });
+        self.flush_events();
+        Ok(())
+    }
+}
+
+/// Applies one approve/reject to a stored action; returns the outcome text for the command table.
+pub(crate) fn apply_command(
+    db: &crate::store::Db<'_>,
+    kind: CommandKind,
+    action_id: crate::model::ActionId,
+    now: DateTime<Utc>,
+    events: &mut Vec<EngineEvent>,
+) -> Result<String, StoreError> {
+    let Some(mut action) = db.action(action_id)? else {
+        return Ok(format!("no action {action_id}"));
+    };
+    if action.state != ActionState::Proposed {
+        return Ok(format!(
+            "action {action_id} is {}, not proposed; nothing to do",
+            action.state.as_str()
+        ));
+    }
+    action.state = match kind {
+        CommandKind::Approve => ActionState::Approved,
+        CommandKind::Reject => ActionState::Rejected,
+    };
+    action.updated_at = now;
+    db.update_action(&action)?;
+    let outcome = format!("action {action_id} {}", action.state.as_str());
+    db.journal(
+        Some(action.workflow_id),
+        now,
+        &format!(
+            "{outcome} by the user: {} ({})",
+            action.kind.as_str(),
+            action.why
+        ),
+        &[],
+    )?;
+    events.push(EngineEvent::ActionFinished {
+        action_id,
+        workflow_id: action.workflow_id,
+        kind: action.kind,
+        state: action.state,
+        result: outcome.clone(),
+    });
+    // Rejecting the recovery itself ends the workflow's recovery.
+    if action.state == ActionState::Rejected
+        && action.kind.restarts_the_run()
+        && let Some(mut workflow) = db.workflow(action.workflow_id)?
+        && workflow.status == WorkflowStatus::Recovering
+    {
+        let reason = format!("recovery rejected by the user (action {action_id})");
+        set_status(
+            db,
+            &mut workflow,
+            WorkflowStatus::Completed,
+            Some(reason.clone()),
+            now,
+        )?;
+        events.push(EngineEvent::WorkflowStatusChanged {
+            workflow_id: workflow.id,
+            status: WorkflowStatus::Completed,
+            reason: Some(reason),
+        });
+    }
+    Ok(outcome)
+}
+
+/// Changes a workflow's status and leaves a notification when it really changed.
+pub(crate) fn set_status(
+    db: &crate::store::Db<'_>,
+    workflow: &mut Workflow,
+    status: WorkflowStatus,
+    reason: Option<String>,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let changed = workflow.status != status;
+    workflow.status = status;
+    if reason.is_some() || changed {
+        workflow.status_reason = reason;
+    }
+    workflow.updated_at = now;
+    db.update_workflow(workflow)?;
+    if changed {
+        let (severity, title) = match status {
+            WorkflowStatus::Completed if workflow.succeeded => {
+                (Severity::Info, format!("{}: completed", workflow.name))
+            }
+            WorkflowStatus::Completed => (
+                Severity::Critical,
+                format!("{}: recovery stopped", workflow.name),
+            ),
+            WorkflowStatus::Recovering => {
+                (Severity::Warning, format!("{}: recovering", workflow.name))
+            }
+            WorkflowStatus::Enabled => (Severity::Info, format!("{}: watching", workflow.name)),
+            WorkflowStatus::Pending => (Severity::Info, format!("{}: enrolling", workflow.name)),
+            WorkflowStatus::CredentialError => (
+                Severity::Critical,
+                format!("{}: credential error", workflow.name),
+            ),
+        };
+        db.insert_notification(&Notification {
+            id: 0,
+            workflow_id: Some(workflow.id),
+            time: now,
+            severity,
+            title,
+            body: workflow.status_reason.clone().unwrap_or_default(),
+        })?;
+    }
+    Ok(())
+}
+
+/// Wraps a backend call in the engine's timeout.
+async fn with_timeout<T>(
+    call: impl Future<Output = Result<T, BackendError>>,
+) -> Result<T, BackendError> {
+    match tokio::time::timeout(BACKEND_CALL_TIMEOUT, call).await {
+        Ok(result) => result,
+        Err(_) => Err(BackendError::Unavailable(format!(
+            "no answer within {} s",
+            BACKEND_CALL_TIMEOUT.as_secs()
+        ))),
+    }
+}

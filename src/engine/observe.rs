@@ -1,0 +1,625 @@
+//! Observation: the scheduler's view of each job, and what the logs say since the last tick.
+//! Nothing here acts on the cluster.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use chrono::{DateTime, Datelike, TimeDelta, Utc};
+
+use super::{Engine, EngineError, EngineEvent, set_status, with_timeout};
+use crate::backend::JobSnapshot;
+use crate::model::{
+    Attempt, Checkpoint, JobState, ThroughputSample, Workflow, WorkflowId, WorkflowStatus,
+};
+use crate::store::{Db, EvidenceLine, StoreError};
+use crate::telemetry::line::frame_with_year;
+use crate::telemetry::record::{Record, named_host, recognise};
+use crate::telemetry::tail::{TailLimits, read_new_lines};
+
+/// Longest evidence line kept.
+const MAX_EVIDENCE_CHARS: usize = 2000;
+/// Traceback lines kept per traceback (its head is the interesting part, with the exception line).
+const MAX_TRACEBACK_LINES: usize = 40;
+
+/// The tag runguard gives a job it submits, so a restarted engine finds it again.
+pub(crate) fn attempt_tag(workflow_id: WorkflowId, attempt_index: u32) -> String {
+    format!("runguard:workflow={workflow_id}:attempt={attempt_index}")
+}
+
+fn parse_tag(tag: &str) -> Option<(WorkflowId, u32)> {
+    let rest = tag.strip_prefix("runguard:workflow=")?;
+    let (workflow, attempt) = rest.split_once(":attempt=")?;
+    Some((workflow.parse().ok()?, attempt.parse().ok()?))
+}
+
+fn attempt_from(
+    snapshot: &JobSnapshot,
+    workflow_id: WorkflowId,
+    index: u32,
+    now: DateTime<Utc>,
+) -> Attempt {
+    Attempt {
+        workflow_id,
+        index,
+        job_id: snapshot.job_id.clone(),
+        restart_count: snapshot.restart_count,
+        nodes: snapshot.nodes.clone(),
+        gpus: snapshot.gpus,
+        state: snapshot.state,
+        state_raw: snapshot.state_raw.clone(),
+        reason: snapshot.reason.clone(),
+        submit_time: snapshot.submit_time,
+        start_time: snapshot.start_time,
+        end_time: snapshot.end_time,
+        exit_code: snapshot.exit_code,
+        excluded_nodes: snapshot.excluded_nodes.clone(),
+        log_path: snapshot.log_path.clone(),
+        last_log_time: None,
+        last_iteration: None,
+        updated_at: now,
+    }
+}
+
+/// Copies what the scheduler says into an attempt; true when its state or reason changed.
+fn refresh(attempt: &mut Attempt, snapshot: &JobSnapshot, now: DateTime<Utc>) -> bool {
+    let changed = attempt.state != snapshot.state
+        || attempt.state_raw != snapshot.state_raw
+        || attempt.reason != snapshot.reason
+        || attempt.nodes != snapshot.nodes;
+    attempt.nodes.clone_from(&snapshot.nodes);
+    attempt.gpus = snapshot.gpus;
+    attempt.state = snapshot.state;
+    attempt.state_raw.clone_from(&snapshot.state_raw);
+    attempt.reason.clone_from(&snapshot.reason);
+    attempt.submit_time = snapshot.submit_time.or(attempt.submit_time);
+    attempt.start_time = snapshot.start_time.or(attempt.start_time);
+    attempt.end_time = snapshot.end_time.or(attempt.end_time);
+    attempt.exit_code = snapshot.exit_code.or(attempt.exit_code);
+    attempt.excluded_nodes.clone_from(&snapshot.excluded_nodes);
+    if snapshot.log_path.is_some() {
+        attempt.log_path.clone_from(&snapshot.log_path);
+    }
+    if changed {
+        attempt.updated_at = now;
+    }
+    changed
+}
+
+fn state_event(attempt: &Attempt) -> EngineEvent {
+    EngineEvent::AttemptStateChanged {
+        workflow_id: attempt.workflow_id,
+        attempt_index: attempt.index,
+        job_id: attempt.job_id.clone(),
+        state: attempt.state,
+        state_raw: attempt.state_raw.clone(),
+        reason: attempt.reason.clone(),
+        nodes: attempt.nodes.clone(),
+    }
+}
+
+/// Workflow transitions that follow from the latest attempt's state: a recovery is done once the new
+/// attempt runs; a completed job completes the workflow.
+fn follow_attempt(
+    db: &Db<'_>,
+    workflow: &mut Workflow,
+    attempt: &Attempt,
+    now: DateTime<Utc>,
+    events: &mut Vec<EngineEvent>,
+) -> Result<(), StoreError> {
+    let latest = db.attempts(workflow.id)?.last().map(|a| a.index) == Some(attempt.index);
+    if !latest || !workflow.status.is_active() {
+        return Ok(());
+    }
+    if attempt.state == JobState::Completed {
+        workflow.succeeded = true;
+        let reason = format!(
+            "job {} completed (attempt {})",
+            attempt.job_id, attempt.index
+        );
+        set_status(
+            db,
+            workflow,
+            WorkflowStatus::Completed,
+            Some(reason.clone()),
+            now,
+        )?;
+        db.journal(Some(workflow.id), now, &reason, &[])?;
+        events.push(EngineEvent::WorkflowStatusChanged {
+            workflow_id: workflow.id,
+            status: WorkflowStatus::Completed,
+            reason: Some(reason),
+        });
+    } else if attempt.state == JobState::Running
+        && matches!(
+            workflow.status,
+            WorkflowStatus::Recovering | WorkflowStatus::Pending
+        )
+        && !db.attempt_handled(workflow.id, attempt.index)?
+    {
+        let reason = format!(
+            "attempt {} running on {}",
+            attempt.index,
+            attempt.nodes.join(",")
+        );
+        set_status(
+            db,
+            workflow,
+            WorkflowStatus::Enabled,
+            Some(reason.clone()),
+            now,
+        )?;
+        db.journal(Some(workflow.id), now, &format!("recovered: {reason}"), &[])?;
+        events.push(EngineEvent::WorkflowStatusChanged {
+            workflow_id: workflow.id,
+            status: WorkflowStatus::Enabled,
+            reason: Some(reason),
+        });
+    }
+    Ok(())
+}
+
+/// What one read of an attempt's log taught.
+#[derive(Default)]
+struct LogDigest {
+    evidence: Vec<EvidenceLine>,
+    checkpoints: Vec<(u64, String, DateTime<Utc>)>,
+    samples: Vec<(DateTime<Utc>, u64, f64, Option<u32>)>,
+    last_time: Option<DateTime<Utc>>,
+    last_iteration: Option<u64>,
+}
+
+impl Engine {
+    pub(super) async fn observe_jobs(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        let snapshots = match with_timeout(self.backend.list_jobs()).await {
+            Ok(snapshots) => snapshots,
+            Err(err) => {
+                return self.warn("backend_unavailable", format!("listing jobs: {err}"), now);
+            }
+        };
+        for snapshot in &snapshots {
+            self.observe_job(snapshot, now)?;
+        }
+        // Attempts still in flight that the listing no longer shows: ask for them one by one.
+        let listed: HashSet<&str> = snapshots.iter().map(|s| s.job_id.as_str()).collect();
+        let backend_name = self.backend.name().to_string();
+        for workflow in self.store.db().workflows()? {
+            if !workflow.status.is_active() || workflow.backend != backend_name {
+                continue;
+            }
+            let Some(attempt) = self.store.db().attempts(workflow.id)?.pop() else {
+                continue;
+            };
+            if attempt.state.is_terminal() || listed.contains(attempt.job_id.as_str()) {
+                continue;
+            }
+            match with_timeout(self.backend.job(&attempt.job_id)).await {
+                Ok(Some(snapshot)) => self.observe_job(&snapshot, now)?,
+                Ok(None) => {
+                    let mut gone = attempt.clone();
+                    gone.state = JobState::Vanished;
+                    gone.state_raw = "VANISHED".to_string();
+                    gone.end_time = Some(now);
+                    gone.updated_at = now;
+                    self.store.write(|db| db.save_attempt(&gone))?;
+                    self.pending_events.push(state_event(&gone));
+                    self.flush_events();
+                }
+                Err(err) => {
+                    self.warn(
+                        "backend_unavailable",
+                        format!("reading job {}: {err}", attempt.job_id),
+                        now,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn observe_job(
+        &mut self,
+        snapshot: &JobSnapshot,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let backend_name = self.backend.name().to_string();
+        let existing = self
+            .store
+            .db()
+            .attempt_by_job(&backend_name, &snapshot.job_id)?;
+        let tagged = snapshot.tag.as_deref().and_then(parse_tag);
+        let mut events = Vec::new();
+        self.store.write(|db| {
+            let attempt = match existing {
+                Some(mut attempt) if snapshot.restart_count > attempt.restart_count => {
+                    // Requeued under the same job id: the previous attempt is over, a new one begins.
+                    if !attempt.state.is_terminal() {
+                        attempt.state = JobState::Requeued;
+                        attempt.state_raw = "REQUEUED".to_string();
+                        attempt.end_time = Some(now);
+                        attempt.updated_at = now;
+                        db.save_attempt(&attempt)?;
+                        events.push(state_event(&attempt));
+                    }
+                    let next = attempt_from(snapshot, attempt.workflow_id, attempt.index + 1, now);
+                    db.save_attempt(&next)?;
+                    db.journal(
+                        Some(next.workflow_id),
+                        now,
+                        &format!(
+                            "attempt {} of job {} began (restart {})",
+                            next.index, next.job_id, next.restart_count
+                        ),
+                        &[],
+                    )?;
+                    events.push(EngineEvent::AttemptStarted {
+                        workflow_id: next.workflow_id,
+                        attempt_index: next.index,
+                        job_id: next.job_id.clone(),
+                    });
+                    next
+                }
+                Some(mut attempt) => {
+                    if refresh(&mut attempt, snapshot, now) {
+                        events.push(state_event(&attempt));
+                    }
+                    db.save_attempt(&attempt)?;
+                    attempt
+                }
+                None => {
+                    let resubmitted = match tagged {
+                        Some((workflow_id, index)) => {
+                            db.workflow(workflow_id)?.map(|_| (workflow_id, index))
+                        }
+                        None => None,
+                    };
+                    let (workflow_id, index) = match resubmitted {
+                        Some(found) => found,
+                        None => (enrol(db, &backend_name, snapshot, now, &mut events)?, 0),
+                    };
+                    let attempt = attempt_from(snapshot, workflow_id, index, now);
+                    db.save_attempt(&attempt)?;
+                    events.push(EngineEvent::AttemptStarted {
+                        workflow_id,
+                        attempt_index: index,
+                        job_id: attempt.job_id.clone(),
+                    });
+                    attempt
+                }
+            };
+            if let Some(mut workflow) = db.workflow(attempt.workflow_id)? {
+                follow_attempt(db, &mut workflow, &attempt, now, &mut events)?;
+            }
+            Ok(())
+        })?;
+        self.pending_events.extend(events);
+        self.flush_events();
+        Ok(())
+    }
+
+    /// Reads what every attempt of every active workflow wrote since the last tick.
+    pub(super) fn read_logs(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        let limits = TailLimits {
+            max_line_bytes: self.config.telemetry.max_line_bytes,
+            max_read_bytes: self.config.telemetry.max_read_bytes_per_tick,
+        };
+        let workflows = self.store.db().workflows()?;
+        for workflow in workflows.into_iter().filter(|w| w.status.is_active()) {
+            for attempt in self.store.db().attempts(workflow.id)? {
+                let Some(path) = attempt.log_path.clone() else {
+                    continue;
+                };
+                let offset = self.store.db().log_offset(workflow.id, attempt.index)?;
+                let chunk = match read_new_lines(&path, offset, limits) {
+                    Ok(chunk) => chunk,
+                    Err(err) => {
+                        self.warn("log_unreadable", format!("{}: {err}", path.display()), now)?;
+                        continue;
+                    }
+                };
+                if chunk.restarted {
+                    self.warn(
+                        "log_truncated",
+                        format!("{} shrank; reading it again from the start", path.display()),
+                        now,
+                    )?;
+                }
+                if chunk.lines.is_empty() && chunk.next_offset == offset {
+                    continue;
+                }
+                let digest = self.digest(&attempt, &chunk.lines, now);
+                let mut events = Vec::new();
+                let (truncated, invalid) = (chunk.truncated_lines, chunk.invalid_utf8_lines);
+                let display = path.display().to_string();
+                self.store.write(|db| {
+                    store_digest(db, &workflow, &attempt, digest, &mut events)?;
+                    db.set_log_offset(workflow.id, attempt.index, chunk.next_offset)?;
+                    db.add_warnings("line_truncated", truncated, &display, now)?;
+                    db.add_warnings("invalid_utf8", invalid, &display, now)?;
+                    Ok(())
+                })?;
+                self.pending_events.extend(events);
+                self.flush_events();
+            }
+        }
+        Ok(())
+    }
+
+    fn digest(&self, attempt: &Attempt, lines: &[String], now: DateTime<Utc>) -> LogDigest {
+        let mut digest = LogDigest::default();
+        let mut traceback_lines: HashMap<Option<u32>, usize> = HashMap::new();
+        let mut last_time = attempt.last_log_time;
+        for raw in lines {
+            let framed = frame_with_year(raw, now.year());
+            let time = framed.timestamp.or(last_time).unwrap_or(now);
+            last_time = Some(time);
+            let record = recognise(framed.message);
+            let in_traceback = traceback_lines.contains_key(&framed.rank);
+            let notable = match &record {
+                Some(Record::TracebackStart) => {
+                    traceback_lines.insert(framed.rank, 0);
+                    true
+                }
+                Some(Record::ExceptionLine { .. }) => {
+                    traceback_lines.remove(&framed.rank);
+                    true
+                }
+                Some(Record::Error { .. }) => true,
+                Some(Record::Iteration {
+                    iteration,
+                    tflops_per_gpu,
+                    ..
+                }) => {
+                    digest.last_iteration =
+                        Some(digest.last_iteration.unwrap_or(0).max(*iteration));
+                    if let Some(tflops) = tflops_per_gpu {
+                        digest
+                            .samples
+                            .push((time, *iteration, *tflops, framed.rank));
+                    }
+                    false
+                }
+                Some(Record::CheckpointSaved { iteration, path }) => {
+                    if let Some(iteration) = iteration
+                        .or(digest.last_iteration)
+                        .or(attempt.last_iteration)
+                    {
+                        digest.checkpoints.push((
+                            iteration,
+                            path.clone().unwrap_or_default(),
+                            time,
+                        ));
+                    }
+                    false
+                }
+                _ => {
+                    if in_traceback {
+                        let count = traceback_lines.entry(framed.rank).or_insert(0);
+                        *count += 1;
+                        *count <= MAX_TRACEBACK_LINES
+                    } else {
+                        named_host(framed.message).is_some()
+                            || !self.catalog.matching(framed.message).is_empty()
+                    }
+                }
+            };
+            if notable {
+                digest.evidence.push(EvidenceLine {
+                    time,
+                    rank: framed.rank,
+                    text: framed
+                        .message
+                        .trim_end()
+                        .chars()
+                        .take(MAX_EVIDENCE_CHARS)
+                        .collect(),
+                });
+            }
+        }
+        digest.last_time = last_time;
+        digest
+    }
+
+    /// Reads the kernel logs of the nodes the active attempts run on, keeping lines a signature knows
+    /// (Xid, ECC...) as evidence of every attempt on that node.
+    pub(super) fn read_node_logs(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        let limits = TailLimits {
+            max_line_bytes: self.config.telemetry.max_line_bytes,
+            max_read_bytes: self.config.telemetry.max_read_bytes_per_tick,
+        };
+        let mut by_node: HashMap<String, Vec<Attempt>> = HashMap::new();
+        for workflow in self.store.db().workflows()? {
+            if !workflow.status.is_active() {
+                continue;
+            }
+            if let Some(attempt) = self.store.db().attempts(workflow.id)?.pop() {
+                for node in &attempt.nodes {
+                    by_node
+                        .entry(node.clone())
+                        .or_default()
+                        .push(attempt.clone());
+                }
+            }
+        }
+        let nodes: BTreeSet<String> = by_node.keys().cloned().collect();
+        for node in nodes {
+            let Some(path) = self.backend.node_log(&node) else {
+                continue;
+            };
+            let key = path.to_string_lossy().into_owned();
+            let offset = self.store.db().file_offset(&key)?;
+            let chunk = match read_new_lines(&path, offset, limits) {
+                Ok(chunk) if chunk.missing => continue,
+                Ok(chunk) => chunk,
+                Err(err) => {
+                    self.warn("node_log_unreadable", format!("{key}: {err}"), now)?;
+                    continue;
+                }
+            };
+            let attempts = by_node.get(&node).cloned().unwrap_or_default();
+            let mut kept = Vec::new();
+            for raw in &chunk.lines {
+                if self.catalog.matching(raw).is_empty() && !raw.contains("NVRM: Xid") {
+                    continue;
+                }
+                let framed = frame_with_year(raw, now.year());
+                let time = framed.timestamp.unwrap_or(now);
+                let text = if raw.contains(" kernel:") {
+                    raw.trim().to_string()
+                } else {
+                    format!("{node} kernel: {}", raw.trim())
+                };
+                kept.push((
+                    time,
+                    text.chars().take(MAX_EVIDENCE_CHARS).collect::<String>(),
+                ));
+            }
+            self.store.write(|db| {
+                for (time, text) in &kept {
+                    for attempt in &attempts {
+                        // An error logged long before the attempt started is not its evidence.
+                        let started = attempt.start_time.unwrap_or(now) - TimeDelta::seconds(60);
+                        if *time >= started {
+                            db.insert_evidence_line(
+                                attempt.workflow_id,
+                                attempt.index,
+                                &EvidenceLine {
+                                    time: *time,
+                                    rank: None,
+                                    text: text.clone(),
+                                },
+                            )?;
+                        }
+                    }
+                }
+                db.set_file_offset(&key, chunk.next_offset)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// A job seen for the first time becomes a workflow.
+fn enrol(
+    db: &Db<'_>,
+    backend: &str,
+    snapshot: &JobSnapshot,
+    now: DateTime<Utc>,
+    events: &mut Vec<EngineEvent>,
+) -> Result<WorkflowId, StoreError> {
+    let workflow = Workflow {
+        id: 0,
+        name: snapshot.name.clone(),
+        backend: backend.to_string(),
+        spec: snapshot.spec.clone(),
+        limits: snapshot.limits.clone(),
+        status: WorkflowStatus::Enabled,
+        status_reason: None,
+        succeeded: false,
+        requeues_used: 0,
+        failures_since_checkpoint: 0,
+        created_at: now,
+        updated_at: now,
+    };
+    let id = db.insert_workflow(&workflow)?;
+    db.journal(
+        Some(id),
+        now,
+        &format!(
+            "enrolled job {} ({}) on {backend}: max requeues {}",
+            snapshot.job_id,
+            snapshot.name,
+            snapshot
+                .limits
+                .max_requeue_times
+                .map_or("system default".to_string(), |n| n.to_string())
+        ),
+        &[],
+    )?;
+    events.push(EngineEvent::WorkflowEnrolled {
+        workflow_id: id,
+        name: snapshot.name.clone(),
+        job_id: snapshot.job_id.clone(),
+    });
+    Ok(id)
+}
+
+fn store_digest(
+    db: &Db<'_>,
+    workflow: &Workflow,
+    attempt: &Attempt,
+    digest: LogDigest,
+    events: &mut Vec<EngineEvent>,
+) -> Result<(), StoreError> {
+    for line in &digest.evidence {
+        db.insert_evidence_line(workflow.id, attempt.index, line)?;
+    }
+    let ranks_per_node = workflow.spec.gpus_per_node.max(1);
+    for (time, iteration, tflops, rank) in &digest.samples {
+        db.insert_throughput(&ThroughputSample {
+            workflow_id: workflow.id,
+            attempt_index: attempt.index,
+            time: *time,
+            iteration: *iteration,
+            tflops_per_gpu: *tflops,
+            rank: *rank,
+            node: rank
+                .and_then(|rank| attempt.nodes.get((rank / ranks_per_node) as usize).cloned()),
+        })?;
+    }
+    let known = db.checkpoints(workflow.id)?;
+    let mut newest = known.iter().map(|c| c.iteration).max();
+    let mut progressed = false;
+    for (iteration, path, time) in digest.checkpoints {
+        let duplicate = known
+            .iter()
+            .any(|c| c.attempt_index == attempt.index && c.iteration == iteration);
+        if duplicate {
+            continue;
+        }
+        db.insert_checkpoint(&Checkpoint {
+            workflow_id: workflow.id,
+            attempt_index: attempt.index,
+            iteration,
+            time,
+            path: path.clone(),
+        })?;
+        if newest.is_none_or(|newest| iteration > newest) {
+            progressed = true;
+            newest = Some(iteration);
+        }
+        events.push(EngineEvent::CheckpointSaved {
+            workflow_id: workflow.id,
+            attempt_index: attempt.index,
+            iteration,
+            path,
+        });
+    }
+    // Re-read: observation earlier in this tick may have changed the stored rows.
+    if let Some(mut current) = db.workflow(workflow.id)?
+        && progressed
+        && current.failures_since_checkpoint != 0
+    {
+        current.failures_since_checkpoint = 0;
+        db.update_workflow(&current)?;
+        db.journal(
+            Some(workflow.id),
+            digest.last_time.unwrap_or(current.updated_at),
+            "a new checkpoint landed: the crash-loop count is reset",
+            &[],
+        )?;
+    }
+    if let Some(mut stored) = db
+        .attempts(workflow.id)?
+        .into_iter()
+        .find(|a| a.index == attempt.index)
+    {
+        if digest.last_time.is_some() {
+            stored.last_log_time = digest.last_time.max(stored.last_log_time);
+        }
+        if let Some(iteration) = digest.last_iteration {
+            stored.last_iteration = Some(stored.last_iteration.unwrap_or(0).max(iteration));
+        }
+        db.save_attempt(&stored)?;
+    }
+    Ok(())
+}
