@@ -95,8 +95,6 @@ pub struct RecoveryConfig {
     pub system_max_requeues: u32,
     /// Stop after this many consecutive failed attempts without a new checkpoint (crash loop).
     pub crash_loop_threshold: u32,
-    /// Never restart a run on fewer nodes than this after exclusions.
-    pub min_nodes: u32,
     pub mode: RecoveryMode,
     /// Actions that run without approval; any other action is only proposed.
     pub whitelist: Vec<ActionKind>,
@@ -109,7 +107,6 @@ impl Default for RecoveryConfig {
         Self {
             system_max_requeues: 24,
             crash_loop_threshold: 3,
-            min_nodes: 1,
             mode: RecoveryMode::Requeue,
             whitelist: vec![
                 ActionKind::Requeue,
@@ -150,7 +147,7 @@ pub struct SimConfig {
     pub seed: u64,
     /// Simulated seconds per real second.
     pub speed: f64,
-    /// Where the sim keeps its state and writes logs; empty means `sim/` in the data directory.
+    /// Where the sim keeps its state and writes logs; empty means `sim/` beside the store file.
     pub dir: Option<PathBuf>,
 }
 
@@ -206,9 +203,6 @@ impl Config {
         }
         if self.recovery.crash_loop_threshold == 0 {
             return Err("recovery.crash_loop_threshold: must be at least 1".into());
-        }
-        if self.recovery.min_nodes == 0 {
-            return Err("recovery.min_nodes: must be at least 1".into());
         }
         if self.telemetry.max_line_bytes < 256 {
             return Err("telemetry.max_line_bytes: must be at least 256".into());

@@ -1,1 +1,283 @@
-fn main() {}
+//! The `runguard` command line: picks a frontend and hands it the engine.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+use runguard::backend::sim::Scenario;
+use runguard::config::{BackendKind, Config};
+use runguard::engine::apply_command;
+use runguard::headless::{self, EventLog, HeadlessOptions};
+use runguard::recover::Policy;
+use runguard::store::lock::{EngineLock, LockError};
+use runguard::store::{CommandKind, Store};
+
+/// Keeps long-running distributed training jobs alive: watches them, attributes failures to a cause and a
+/// node, and requeues them from their last checkpoint on healthy nodes.
+#[derive(Debug, Parser)]
+#[command(name = "runguard", version, propagate_version = true)]
+struct Cli {
+    /// Config file (default: config.toml in the XDG config dir, if it exists).
+    #[arg(long, global = true, env = "RUNGUARD_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Store file (default: the config's store.path, else runguard.sqlite in the XDG data dir).
+    #[arg(long, global = true, env = "RUNGUARD_DB", value_name = "FILE")]
+    db: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a scenario on the embedded simulated cluster, recover it automatically, and print a summary.
+    Demo {
+        /// Scenario name (see --list) or path to a scenario TOML file.
+        #[arg(long)]
+        scenario: Option<String>,
+        /// Seed for everything random in the simulation.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Simulated seconds per real second.
+        #[arg(long)]
+        speed: Option<f64>,
+        /// List the built-in scenarios and exit.
+        #[arg(long)]
+        list: bool,
+        /// Log events as JSON lines instead of readable lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the engine headless until SIGINT/SIGTERM.
+    Run {
+        /// Apply whitelisted actions without approval; without it every action is only proposed.
+        #[arg(long)]
+        auto: bool,
+    },
+    /// Show workflows, attempts, anomalies, attributions and actions.
+    Status {
+        /// Only this workflow.
+        workflow: Option<i64>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a proposed action (the running engine executes it on its next tick).
+    Approve {
+        /// Action id (see `runguard status`).
+        action: i64,
+    },
+    /// Reject a proposed action.
+    Reject {
+        /// Action id (see `runguard status`).
+        action: i64,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(err) = run(cli) {
+        eprintln!("runguard: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let mut config = Config::load(cli.config.as_deref())?;
+    let store_path = cli
+        .db
+        .clone()
+        .or_else(|| config.store.path.clone())
+        .unwrap_or_else(runguard::paths::default_store_file);
+    match cli.command.unwrap_or(Command::Demo {
+        scenario: None,
+        seed: None,
+        speed: None,
+        list: false,
+        json: false,
+    }) {
+        Command::Demo {
+            scenario,
+            seed,
+            speed,
+            list,
+            json,
+        } => {
+            if list {
+                for name in Scenario::builtin_names() {
+                    let description = Scenario::builtin(name)
+                        .map(|s| s.description)
+                        .unwrap_or_default();
+                    println!("{name:<14} {description}");
+                }
+                return Ok(());
+            }
+            config.backend.kind = BackendKind::Sim;
+            if let Some(scenario) = scenario {
+                config.sim.scenario = scenario;
+            }
+            if let Some(seed) = seed {
+                config.sim.seed = seed;
+            }
+            if let Some(speed) = speed {
+                if !(speed > 0.0 && speed <= 100_000.0) {
+                    bail!("--speed must be > 0 and at most 100000");
+                }
+                config.sim.speed = speed;
+            }
+            let event_log = if json {
+                EventLog::Json
+            } else {
+                EventLog::Human
+            };
+            init_logging(event_log);
+            println!(
+                "runguard demo: scenario {} (seed {}, {}× speed); store {}",
+                config.sim.scenario,
+                config.sim.seed,
+                config.sim.speed,
+                store_path.display()
+            );
+            let outcome = runtime()?.block_on(headless::run(
+                config.clone(),
+                HeadlessOptions {
+                    store_path: store_path.clone(),
+                    auto: true,
+                    until_settled: true,
+                    fresh_sim: true,
+                    event_log,
+                },
+            ))?;
+            println!();
+            print_status(&config, &store_path, None, false)?;
+            if outcome == runguard::engine::RunOutcome::Shutdown {
+                println!("(stopped before the scenario finished)");
+            }
+            Ok(())
+        }
+        Command::Run { auto } => {
+            init_logging(EventLog::Json);
+            runtime()?.block_on(headless::run(
+                config,
+                HeadlessOptions {
+                    store_path,
+                    auto,
+                    until_settled: false,
+                    fresh_sim: false,
+                    event_log: EventLog::Json,
+                },
+            ))?;
+            Ok(())
+        }
+        Command::Status { workflow, json } => print_status(&config, &store_path, workflow, json),
+        Command::Approve { action } => decide_action(&store_path, CommandKind::Approve, action),
+        Command::Reject { action } => decide_action(&store_path, CommandKind::Reject, action),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// JSON lines on stdout for the headless engine; readable warnings on stderr for the demo.
+fn init_logging(log: EventLog) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUNGUARD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match log {
+        EventLog::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_writer(std::io::stdout)
+            .try_init(),
+        EventLog::Human => builder
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("RUNGUARD_LOG")
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_writer(std::io::stderr)
+            .try_init(),
+    };
+}
+
+fn open_existing(store_path: &Path) -> Result<Store> {
+    if !store_path.exists() {
+        bail!(
+            "no store at {}: nothing has been watched yet (run `runguard demo` or `runguard run --auto`)",
+            store_path.display()
+        );
+    }
+    Ok(Store::open(store_path)?)
+}
+
+fn print_status(
+    config: &Config,
+    store_path: &Path,
+    workflow: Option<i64>,
+    json: bool,
+) -> Result<()> {
+    let store = open_existing(store_path)?;
+    let policy = Policy::from_config(&config.recovery, false);
+    let report = runguard::status::report(
+        &store.db(),
+        &store_path.display().to_string(),
+        &policy,
+        workflow,
+    )?;
+    if workflow.is_some() && report.workflows.is_empty() {
+        bail!(
+            "no workflow {} in {}",
+            workflow.unwrap_or_default(),
+            store_path.display()
+        );
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!(
+            "{}",
+            runguard::status::render_table(&report, chrono::Utc::now())
+        );
+    }
+    Ok(())
+}
+
+/// Approves or rejects an action: directly when no engine runs, else through the command table the
+/// running engine polls (waiting briefly for it to confirm).
+fn decide_action(store_path: &Path, kind: CommandKind, action_id: i64) -> Result<()> {
+    let mut store = open_existing(store_path)?;
+    if store.db().action(action_id)?.is_none() {
+        bail!("no action {action_id} in {}", store_path.display());
+    }
+    match EngineLock::acquire(store_path) {
+        Ok(_lock) => {
+            let outcome = store.write(|db| {
+                apply_command(db, kind, action_id, chrono::Utc::now(), &mut Vec::new())
+            })?;
+            println!("{outcome} (no engine is running; the next one executes it)");
+            Ok(())
+        }
+        Err(LockError::Held { .. }) => {
+            let command = store
+                .db()
+                .push_command(kind, action_id, chrono::Utc::now())?;
+            for _ in 0..100 {
+                std::thread::sleep(Duration::from_millis(100));
+                if let Some(outcome) = store.db().command_outcome(command)? {
+                    println!("{outcome}");
+                    return Ok(());
+                }
+            }
+            println!(
+                "{} of action {action_id} queued; the running engine applies it on its next tick",
+                kind.as_str()
+            );
+            Ok(())
+        }
+        Err(err) => Err(err.into()),
+    }
+}

@@ -24,8 +24,3 @@ pub fn data_dir() -> PathBuf {
 pub fn default_store_file() -> PathBuf {
     data_dir().join("runguard.sqlite")
 }
-
-/// The default directory of the simulated cluster (its state and the logs its jobs write).
-pub fn default_sim_dir() -> PathBuf {
-    data_dir().join("sim")
-}

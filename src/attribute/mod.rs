@@ -2,7 +2,7 @@
 
 pub mod catalog;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
@@ -87,16 +87,7 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
         // Without a culprit the requeue may land on the same bad node again.
         confidence *= 0.8;
     }
-    let mut quoted: Vec<String> = lines.iter().map(|line| quote(line)).collect();
-    quoted.extend(
-        evidence
-            .lines
-            .iter()
-            .filter(|line| named_host(&line.text).is_some())
-            .map(quote),
-    );
-    quoted.dedup();
-    quoted.truncate(QUOTED_LINES);
+    let quoted = quote_evidence(lines, evidence.lines, culprit.node.as_deref());
     Attribution {
         id: 0,
         workflow_id: evidence.workflow_id,
@@ -161,6 +152,43 @@ fn unmatched(evidence: &Evidence<'_>) -> Attribution {
         evidence: quoted,
         time: evidence.now,
     }
+}
+
+/// The lines worth showing, most telling first: those that name the culprit, then the signature's own
+/// lines with repeats from other ranks folded (a watchdog line from each of 256 ranks says one thing).
+fn quote_evidence(
+    matched: &[&EvidenceLine],
+    all: &[EvidenceLine],
+    culprit: Option<&str>,
+) -> Vec<String> {
+    let names_culprit = |line: &EvidenceLine| {
+        culprit.is_some_and(|node| {
+            kernel_log_host(&line.text) == Some(node) || named_host(&line.text) == Some(node)
+        })
+    };
+    let mut shapes = HashSet::new();
+    let mut quoted = Vec::new();
+    let culprit_lines = all
+        .iter()
+        .filter(|line| names_culprit(line))
+        .take(QUOTED_LINES / 3);
+    let signature_lines = matched.iter().copied();
+    for line in culprit_lines.chain(signature_lines) {
+        if quoted.len() >= QUOTED_LINES {
+            break;
+        }
+        if shapes.insert(shape(&line.text)) {
+            quoted.push(quote(line));
+        }
+    }
+    quoted
+}
+
+/// A line with its numbers blanked, so the same message from many ranks or steps folds into one.
+fn shape(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_ascii_digit() { '#' } else { c })
+        .collect()
 }
 
 fn quote(line: &EvidenceLine) -> String {

@@ -481,7 +481,8 @@ impl Engine {
 }
 
 /// Applies one approve/reject to a stored action; returns the outcome text for the command table.
-pub(crate) fn apply_command(
+/// The engine runs it for queued commands; the CLI runs it directly when no engine holds the store.
+pub fn apply_command(
     db: &crate::store::Db<'_>,
     kind: CommandKind,
     action_id: crate::model::ActionId,

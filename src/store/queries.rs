@@ -922,6 +922,19 @@ impl<'c> Db<'c> {
         })?)
     }
 
+    /// The outcome of a command once the engine applied it.
+    pub fn command_outcome(&self, id: i64) -> Result<Option<String>, StoreError> {
+        let outcome: Option<Option<String>> = self
+            .conn
+            .query_row(
+                "SELECT outcome FROM commands WHERE id = ?1 AND done = 1",
+                [id],
+                |row| row.get(0),
+            )
+            .optional()?;
+        Ok(outcome.flatten())
+    }
+
     pub fn finish_command(&self, id: i64, outcome: &str) -> Result<(), StoreError> {
         self.conn.execute(
             "UPDATE commands SET done = 1, outcome = ?2 WHERE id = ?1",

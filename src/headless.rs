@@ -1,0 +1,261 @@
+//! The headless frontend (`runguard run --auto`, `runguard demo`): the engine without a UI, its events
+//! logged as JSON lines (or as readable lines for the demo), stopped cleanly by SIGINT/SIGTERM.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+
+use crate::attribute::{Catalog, CatalogError};
+use crate::backend::Backend;
+use crate::backend::sim::{Scenario, SimCluster, SimError, SimOptions, timeline};
+use crate::clock::Clock;
+use crate::config::{BackendKind, Config};
+use crate::engine::{Engine, EngineError, EngineEvent, EngineOptions, RunOutcome};
+use crate::store::lock::{EngineLock, LockError};
+use crate::store::{Store, StoreError};
+
+/// Why the headless engine could not start or stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum HeadlessError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("cannot listen for signals: {0}")]
+    Signals(std::io::Error),
+}
+
+/// How the events are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventLog {
+    /// One JSON object per line on stdout (through tracing).
+    Json,
+    /// One readable line per event on stdout.
+    Human,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct HeadlessOptions {
+    pub store_path: PathBuf,
+    /// Apply whitelisted actions without approval.
+    pub auto: bool,
+    /// Stop once every workflow is completed (the demo); otherwise run until a signal.
+    pub until_settled: bool,
+    /// Start the simulated cluster afresh and forget the previous sim workflows (the demo).
+    pub fresh_sim: bool,
+    pub event_log: EventLog,
+}
+
+/// The sim's directory: the configured one, else `sim/` beside the store file.
+pub fn sim_dir(config: &Config, store_path: &Path) -> PathBuf {
+    config.sim.dir.clone().unwrap_or_else(|| {
+        store_path
+            .parent()
+            .map(|dir| dir.join("sim"))
+            .unwrap_or_else(|| PathBuf::from("sim"))
+    })
+}
+
+/// The user's signature files: `signatures/` in the config directory.
+fn catalog() -> Result<Catalog, CatalogError> {
+    match crate::paths::default_config_file()
+        .and_then(|file| file.parent().map(|d| d.join("signatures")))
+    {
+        Some(dir) => Catalog::with_overrides(&dir),
+        None => Catalog::builtin(),
+    }
+}
+
+/// Runs the engine until a signal (or until settled); returns how it ended.
+pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome, HeadlessError> {
+    let _lock = EngineLock::acquire(&options.store_path)?;
+    let mut store = Store::open(&options.store_path)?;
+    let (backend, clock): (Arc<dyn Backend>, Arc<dyn Clock>) = match config.backend.kind {
+        BackendKind::Sim => {
+            let dir = sim_dir(&config, &options.store_path);
+            if options.fresh_sim {
+                SimCluster::reset(&dir)?;
+                let forgotten = store.write(|db| db.delete_workflows_of_backend("sim"))?;
+                if forgotten > 0 {
+                    tracing::info!(
+                        forgotten,
+                        "a fresh demo replaces the previous demo's workflows"
+                    );
+                }
+            }
+            let clock: Arc<dyn Clock> = Arc::new(timeline(&dir, config.sim.speed)?);
+            let scenario = Scenario::resolve(&config.sim.scenario)?;
+            let sim = SimCluster::open(
+                SimOptions {
+                    dir,
+                    scenario,
+                    seed: config.sim.seed,
+                    nodes: 16,
+                },
+                Arc::clone(&clock),
+            )?;
+            (Arc::new(sim), clock)
+        }
+    };
+    let mut engine = Engine::new(
+        store,
+        backend,
+        clock,
+        config,
+        catalog()?,
+        EngineOptions { auto: options.auto },
+    );
+    let events = engine.subscribe();
+    let printer = tokio::spawn(print_events(events, options.event_log));
+    let shutdown = shutdown_signal().await?;
+    let outcome = engine.run(shutdown, options.until_settled).await;
+    drop(engine);
+    // The engine's sender is gone; the printer drains what is left and ends.
+    let _ = printer.await;
+    let outcome = outcome?;
+    tracing::info!(outcome = ?outcome, "engine stopped; state is in the store");
+    Ok(outcome)
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, HeadlessError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(HeadlessError::Signals)?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(HeadlessError::Signals)?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => tracing::info!("SIGINT: stopping after the current tick"),
+            _ = terminate.recv() => tracing::info!("SIGTERM: stopping after the current tick"),
+        }
+    })
+}
+
+async fn print_events(mut events: broadcast::Receiver<EngineEvent>, log: EventLog) {
+    loop {
+        match events.recv().await {
+            Ok(event) => match log {
+                EventLog::Json => {
+                    let data = serde_json::to_string(&event).unwrap_or_default();
+                    tracing::info!(target: "runguard::event", event = event.name(), data = %data);
+                }
+                EventLog::Human => println!("{}", describe(&event)),
+            },
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    missed,
+                    "event printer fell behind; the store has every event"
+                );
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// One readable line per event.
+pub fn describe(event: &EngineEvent) -> String {
+    match event {
+        EngineEvent::WorkflowEnrolled {
+            workflow_id,
+            name,
+            job_id,
+        } => format!("● enrolled workflow {workflow_id} {name} (job {job_id})"),
+        EngineEvent::AttemptStarted {
+            workflow_id,
+            attempt_index,
+            job_id,
+        } => format!("● workflow {workflow_id}: attempt {attempt_index} is job {job_id}"),
+        EngineEvent::AttemptStateChanged {
+            workflow_id,
+            attempt_index,
+            state_raw,
+            reason,
+            nodes,
+            ..
+        } => format!(
+            "  workflow {workflow_id} attempt {attempt_index}: {state_raw}{}{}",
+            reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default(),
+            if nodes.is_empty() {
+                String::new()
+            } else {
+                format!(" on {}", nodes.join(","))
+            }
+        ),
+        EngineEvent::CheckpointSaved {
+            workflow_id,
+            iteration,
+            ..
+        } => format!("  workflow {workflow_id}: checkpoint at iteration {iteration}"),
+        EngineEvent::AnomalyRaised {
+            workflow_id,
+            kind,
+            summary,
+            ..
+        } => format!("▲ workflow {workflow_id}: {} — {summary}", kind.as_str()),
+        EngineEvent::Attributed {
+            workflow_id,
+            category,
+            component,
+            culprit,
+            confidence,
+            recoverable,
+            ..
+        } => format!(
+            "⇒ workflow {workflow_id}: {category} ({}) on {} — confidence {:.0}%, {}",
+            component.as_str(),
+            culprit.node.as_deref().unwrap_or("an unknown node"),
+            confidence * 100.0,
+            if *recoverable {
+                "recoverable"
+            } else {
+                "not recoverable"
+            }
+        ),
+        EngineEvent::ActionPlanned {
+            action_id,
+            kind,
+            state,
+            why,
+            command,
+            ..
+        } => format!(
+            "→ action {action_id} {} [{}]: {why}\n    $ {command}",
+            kind.as_str(),
+            state.as_str()
+        ),
+        EngineEvent::ActionFinished {
+            action_id,
+            kind,
+            state,
+            result,
+            ..
+        } => format!(
+            "✓ action {action_id} {} {}: {result}",
+            kind.as_str(),
+            state.as_str()
+        ),
+        EngineEvent::WorkflowStatusChanged {
+            workflow_id,
+            status,
+            reason,
+        } => format!(
+            "■ workflow {workflow_id} is {}{}",
+            status.as_str(),
+            reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ),
+        EngineEvent::Warning { kind, message } => format!("! {kind}: {message}"),
+    }
+}

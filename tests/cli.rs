@@ -1,0 +1,370 @@
+//! The `runguard` binary end to end: the demo, status, approvals, the engine lock, and a headless engine
+//! killed with SIGKILL mid-run and restarted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_runguard");
+/// Real-time bound for a scenario to finish; generous for a loaded CI machine.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    fn new(config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.toml"), config).unwrap();
+        Self { dir }
+    }
+
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("runguard.sqlite")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(BIN);
+        command
+            .arg("--config")
+            .arg(self.dir.path().join("config.toml"))
+            .arg("--db")
+            .arg(self.db())
+            .args(args)
+            // Keep the user's own config and signature files out of the tests.
+            .env("XDG_CONFIG_HOME", self.dir.path().join("xdg-config"))
+            .env("XDG_DATA_HOME", self.dir.path().join("xdg-data"))
+            .env_remove("RUNGUARD_CONFIG")
+            .env_remove("RUNGUARD_DB");
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn spawn_engine(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn status(&self) -> Option<Value> {
+        let output = self.run(&["status", "--json"]);
+        if !output.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&output.stdout).ok()
+    }
+
+    /// Polls `status --json` until `done` holds.
+    fn wait_for(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        while start.elapsed() < DEADLINE {
+            if let Some(status) = self.status()
+                && done(&status)
+            {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("timed out waiting for {what}: {:#?}", self.status());
+    }
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn workflow(status: &Value) -> &Value {
+    &status["workflows"][0]
+}
+
+fn completed(status: &Value) -> bool {
+    workflow(status)["status"] == "completed"
+}
+
+fn terminate(child: &mut Child) -> Output {
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let mut output = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        use std::io::Read;
+        let _ = out.read_to_string(&mut output);
+    }
+    let status = child.wait().unwrap();
+    Output {
+        status,
+        stdout: output.into_bytes(),
+        stderr: Vec::new(),
+    }
+}
+
+fn sim_config(scenario: &str, speed: u32, whitelist: &str, dir: &Path) -> String {
+    format!(
+        "[sim]\nscenario = \"{scenario}\"\nspeed = {speed}.0\ndir = \"{}\"\n\n[recovery]\nwhitelist = {whitelist}\n",
+        dir.join("sim").display()
+    )
+}
+
+#[test]
+fn the_demo_recovers_the_nccl_timeout_and_status_json_shows_it() {
+    let sandbox = Sandbox::new("");
+    let output = sandbox.run(&["demo", "--speed", "1500"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("nccl_timeout"), "{text}");
+    assert!(text.contains("node-07"), "{text}");
+    assert!(text.contains("completed"), "{text}");
+
+    let status = sandbox.status().expect("status --json");
+    let workflow = workflow(&status);
+    assert_eq!(workflow["status"], "completed");
+    assert_eq!(workflow["succeeded"], true);
+    let attempts = workflow["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0]["job_id"], attempts[1]["job_id"]);
+    assert!(
+        attempts[1]["excluded_nodes"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("node-07"))
+    );
+    assert!(workflow["checkpoints"].as_u64().unwrap() >= 6);
+    assert_eq!(workflow["anomalies"][0]["kind"], "crash");
+    assert_eq!(workflow["attributions"][0]["category"], "nccl_timeout");
+    assert_eq!(workflow["attributions"][0]["culprit"]["node"], "node-07");
+
+    // A second demo starts over instead of piling up records.
+    let again = sandbox.run(&["demo", "--speed", "1500"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let status = sandbox.status().unwrap();
+    assert_eq!(status["workflows"].as_array().unwrap().len(), 1);
+
+    let table = stdout(&sandbox.run(&["status"]));
+    assert!(table.contains("llama3-8b-pretrain"), "{table}");
+    assert!(table.contains("node-07"), "{table}");
+}
+
+#[test]
+fn demo_lists_its_scenarios() {
+    let sandbox = Sandbox::new("");
+    let output = sandbox.run(&["demo", "--list"]);
+    assert!(output.status.success());
+    let text = stdout(&output);
+    for scenario in [
+        "nccl-timeout",
+        "xid79",
+        "cuda-oom",
+        "hang",
+        "straggler",
+        "app-bug",
+        "crash-loop",
+        "healthy",
+    ] {
+        assert!(text.contains(scenario), "{scenario} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn a_headless_engine_killed_mid_run_and_restarted_loses_nothing_and_requeues_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = Sandbox::new(&sim_config(
+        "nccl-timeout",
+        400,
+        r#"["requeue", "cancel"]"#,
+        dir.path(),
+    ));
+
+    // First life: killed without warning once the failure has been seen.
+    let mut engine = sandbox.spawn_engine(&["run", "--auto"]);
+    sandbox.wait_for("the NCCL failure to be handled", |status| {
+        workflow(status)["actions"]
+            .as_array()
+            .is_some_and(|actions| !actions.is_empty())
+    });
+    engine.kill().unwrap();
+    engine.wait().unwrap();
+    let before = sandbox.status().unwrap();
+
+    // Second life: it must pick up where the first one stopped.
+    let mut engine = sandbox.spawn_engine(&["run", "--auto"]);
+    let status = sandbox.wait_for("the workflow to complete", completed);
+    let output = terminate(&mut engine);
+    assert!(output.status.success(), "clean exit on SIGTERM: {output:?}");
+
+    let workflow = workflow(&status);
+    assert_eq!(workflow["succeeded"], true, "{workflow:#}");
+    assert_eq!(workflow["requeues_used"], 1);
+    assert_eq!(workflow["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(workflow["anomalies"].as_array().unwrap().len(), 1);
+    let requeues: Vec<&Value> = workflow["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == "requeue")
+        .collect();
+    assert_eq!(requeues.len(), 1);
+    assert_eq!(requeues[0]["state"], "done");
+    // Everything the first life recorded is still there.
+    let first_checkpoints = workflow_checkpoints(&before);
+    assert!(workflow["checkpoints"].as_u64().unwrap() >= first_checkpoints);
+    assert_eq!(
+        workflow["attributions"][0],
+        before["workflows"][0]["attributions"][0]
+    );
+    // The headless engine logs JSON lines.
+    let text = stdout(&output);
+    let first_line = text.lines().next().unwrap_or_default();
+    assert!(
+        serde_json::from_str::<Value>(first_line).is_ok(),
+        "{first_line}"
+    );
+}
+
+fn workflow_checkpoints(status: &Value) -> u64 {
+    status["workflows"][0]["checkpoints"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn a_headless_engine_killed_before_any_failure_continues_the_same_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = Sandbox::new(&sim_config(
+        "nccl-timeout",
+        400,
+        r#"["requeue", "cancel"]"#,
+        dir.path(),
+    ));
+    let mut engine = sandbox.spawn_engine(&["run", "--auto"]);
+    sandbox.wait_for("a first checkpoint", |status| {
+        workflow_checkpoints(status) >= 1
+    });
+    engine.kill().unwrap();
+    engine.wait().unwrap();
+
+    let mut engine = sandbox.spawn_engine(&["run", "--auto"]);
+    let status = sandbox.wait_for("the workflow to complete", completed);
+    terminate(&mut engine);
+    let workflow = workflow(&status);
+    assert_eq!(workflow["succeeded"], true);
+    assert_eq!(workflow["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(workflow["requeues_used"], 1);
+}
+
+#[test]
+fn a_second_engine_on_the_same_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = Sandbox::new(&sim_config("healthy", 10, r#"["requeue"]"#, dir.path()));
+    let mut first = sandbox.spawn_engine(&["run", "--auto"]);
+    sandbox.wait_for("the first engine to enrol jobs", |status| {
+        !status["workflows"].as_array().unwrap().is_empty()
+    });
+    let second = sandbox.run(&["run", "--auto"]);
+    assert!(!second.status.success());
+    let message = stderr(&second);
+    assert!(message.contains("already acting"), "{message}");
+    terminate(&mut first);
+}
+
+#[test]
+fn a_proposed_action_is_approved_from_the_command_line_while_the_engine_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = Sandbox::new(&sim_config("nccl-timeout", 400, "[]", dir.path()));
+    let mut engine = sandbox.spawn_engine(&["run", "--auto"]);
+    let status = sandbox.wait_for("a proposed requeue", |status| {
+        workflow(status)["actions"]
+            .as_array()
+            .is_some_and(|actions| actions.iter().any(|a| a["kind"] == "requeue"))
+    });
+    let action = workflow(&status)["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["kind"] == "requeue")
+        .unwrap()
+        .clone();
+    assert_eq!(action["state"], "proposed");
+    assert_eq!(action["permitted"], false);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        workflow(&sandbox.status().unwrap())["attempts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "nothing happens before approval"
+    );
+
+    let id = action["id"].to_string();
+    let approve = sandbox.run(&["approve", &id]);
+    assert!(approve.status.success(), "{}", stderr(&approve));
+    assert!(
+        stdout(&approve).contains("approved"),
+        "{}",
+        stdout(&approve)
+    );
+
+    let status = sandbox.wait_for("the approved recovery to complete", completed);
+    terminate(&mut engine);
+    assert_eq!(workflow(&status)["succeeded"], true);
+    assert_eq!(workflow(&status)["attempts"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn approving_an_unknown_action_is_a_clear_error() {
+    let sandbox = Sandbox::new("");
+    let demo = sandbox.run(&["demo", "--scenario", "app-bug", "--speed", "2000"]);
+    assert!(demo.status.success(), "{}", stderr(&demo));
+    let output = sandbox.run(&["approve", "999"]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("no action 999"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_bad_config_names_the_key_and_the_line() {
+    let sandbox = Sandbox::new("[engine]\npoll_interval_secs = 5\nheartbeat_timout_secs = 10\n");
+    let output = sandbox.run(&["status"]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(message.contains("heartbeat_timout_secs"), "{message}");
+    assert!(message.contains("line 3"), "{message}");
+}
+
+#[test]
+fn status_without_a_store_says_so() {
+    let sandbox = Sandbox::new("");
+    let output = sandbox.run(&["status"]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("no store"), "{}", stderr(&output));
+}
+
+#[test]
+fn an_unknown_scenario_lists_the_known_ones() {
+    let sandbox = Sandbox::new("");
+    let output = sandbox.run(&["demo", "--scenario", "meteor-strike"]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(message.contains("meteor-strike"), "{message}");
+    assert!(message.contains("nccl-timeout"), "{message}");
+}

@@ -1,0 +1,453 @@
+//! The engine driven against the simulated cluster on a manual clock: each scenario end to end, through
+//! real log files, the store and the policy, with no real waiting.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use runguard::attribute::Catalog;
+use runguard::backend::Backend;
+use runguard::backend::sim::{Scenario, SimCluster, SimOptions};
+use runguard::clock::{Clock, ManualClock};
+use runguard::config::Config;
+use runguard::engine::{Engine, EngineOptions};
+use runguard::model::{ActionKind, ActionState, AnomalyKind, WorkflowStatus};
+use runguard::status::{StatusReport, WorkflowView, report};
+use runguard::store::{CommandKind, Store};
+
+/// The engine's poll interval, in simulated seconds.
+const TICK: Duration = Duration::from_secs(5);
+/// Enough ticks for any built-in scenario (about 4 simulated hours).
+const MAX_TICKS: usize = 3000;
+
+fn start() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    db_path: std::path::PathBuf,
+    clock: Arc<ManualClock>,
+    sim: Arc<SimCluster>,
+    config: Config,
+}
+
+impl Harness {
+    fn new(scenario: &str, config: Config) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(start()));
+        let sim = SimCluster::open(
+            SimOptions {
+                dir: dir.path().join("sim"),
+                scenario: Scenario::builtin(scenario).expect("built-in scenario"),
+                seed: 42,
+                nodes: 16,
+            },
+            Arc::clone(&clock) as Arc<dyn Clock>,
+        )
+        .unwrap();
+        Self {
+            db_path: dir.path().join("runguard.sqlite"),
+            _dir: dir,
+            clock,
+            sim: Arc::new(sim),
+            config,
+        }
+    }
+
+    fn engine(&self, auto: bool) -> Engine {
+        Engine::new(
+            Store::open(&self.db_path).unwrap(),
+            Arc::clone(&self.sim) as Arc<dyn Backend>,
+            Arc::clone(&self.clock) as Arc<dyn Clock>,
+            self.config.clone(),
+            Catalog::builtin().unwrap(),
+            EngineOptions { auto },
+        )
+    }
+
+    /// Ticks until every workflow is completed (or `stop` says so), advancing the clock between ticks.
+    async fn run(&self, engine: &mut Engine, stop: impl Fn(&StatusReport) -> bool) -> StatusReport {
+        engine.reconcile().unwrap();
+        for _ in 0..MAX_TICKS {
+            engine.tick().await.unwrap();
+            let status = self.status();
+            if stop(&status) || engine.settled().unwrap() {
+                return status;
+            }
+            self.clock.advance(TICK);
+        }
+        panic!("scenario did not settle: {:#?}", self.status().workflows);
+    }
+
+    fn status(&self) -> StatusReport {
+        let store = Store::open(&self.db_path).unwrap();
+        let policy = runguard::recover::Policy::from_config(&self.config.recovery, false);
+        report(&store.db(), "test", &policy, None).unwrap()
+    }
+}
+
+fn only_workflow(status: &StatusReport) -> &WorkflowView {
+    assert_eq!(status.workflows.len(), 1, "{:#?}", status.workflows);
+    &status.workflows[0]
+}
+
+fn log_text(path: &Path) -> String {
+    String::from_utf8_lossy(&std::fs::read(path).unwrap()).into_owned()
+}
+
+#[tokio::test]
+async fn nccl_timeout_is_blamed_on_node_07_requeued_without_it_and_completes() {
+    let harness = Harness::new("nccl-timeout", Config::default());
+    let mut engine = harness.engine(true);
+    let status = harness.run(&mut engine, |_| false).await;
+    let view = only_workflow(&status);
+
+    assert_eq!(view.workflow.status, WorkflowStatus::Completed);
+    assert!(view.workflow.succeeded, "{:?}", view.workflow.status_reason);
+    assert_eq!(view.workflow.requeues_used, 1);
+    assert_eq!(view.attempts.len(), 2);
+    let (first, second) = (&view.attempts[0], &view.attempts[1]);
+    assert_eq!(first.job_id, second.job_id, "a requeue keeps the job id");
+    assert!(first.nodes.contains(&"node-07".to_string()));
+    assert!(!second.nodes.contains(&"node-07".to_string()));
+    assert!(second.excluded_nodes.contains(&"node-07".to_string()));
+
+    assert_eq!(view.anomalies[0].kind, AnomalyKind::Crash);
+    let attribution = &view.attributions[0];
+    assert_eq!(attribution.category, "nccl_timeout");
+    assert_eq!(attribution.culprit.node.as_deref(), Some("node-07"));
+    assert!(
+        attribution
+            .evidence
+            .iter()
+            .any(|line| line.contains("node-07"))
+    );
+
+    let requeue = view
+        .actions
+        .iter()
+        .find(|a| a.kind == ActionKind::Requeue)
+        .expect("a requeue");
+    assert_eq!(requeue.state, ActionState::Done);
+    assert_eq!(requeue.params.exclude_nodes, vec!["node-07"]);
+    let drain = view
+        .actions
+        .iter()
+        .find(|a| a.kind == ActionKind::DrainNode)
+        .expect("a drain proposal");
+    assert_eq!(
+        drain.state,
+        ActionState::Proposed,
+        "drain is not whitelisted"
+    );
+
+    // The second attempt resumed from the last checkpoint before the failure, not from scratch.
+    assert_eq!(view.last_checkpoint_iteration, Some(600));
+    let resumed = log_text(second.log_path.as_ref().unwrap());
+    assert!(resumed.contains("loading checkpoint"), "{resumed:.2000}");
+    assert!(resumed.contains("at iteration 300"), "{resumed:.2000}");
+    assert!(second.last_iteration.unwrap() >= 600);
+    assert!(view.checkpoints >= 6);
+}
+
+#[tokio::test]
+async fn an_application_bug_is_not_requeued() {
+    let harness = Harness::new("app-bug", Config::default());
+    let mut engine = harness.engine(true);
+    let status = harness.run(&mut engine, |_| false).await;
+    let view = only_workflow(&status);
+    assert_eq!(view.workflow.status, WorkflowStatus::Completed);
+    assert!(!view.workflow.succeeded);
+    assert!(
+        view.workflow
+            .status_reason
+            .as_deref()
+            .unwrap()
+            .contains("not recoverable"),
+        "{:?}",
+        view.workflow.status_reason
+    );
+    assert_eq!(view.attempts.len(), 1);
+    assert_eq!(view.workflow.requeues_used, 0);
+    assert!(view.actions.iter().all(|a| !a.kind.restarts_the_run()));
+    assert_eq!(view.attributions[0].category, "application_error");
+    assert!(
+        view.attributions[0]
+            .evidence
+            .iter()
+            .any(|l| l.contains("Error"))
+    );
+}
+
+#[tokio::test]
+async fn a_cuda_oom_is_not_requeued() {
+    let harness = Harness::new("cuda-oom", Config::default());
+    let mut engine = harness.engine(true);
+    let status = harness.run(&mut engine, |_| false).await;
+    let view = only_workflow(&status);
+    assert_eq!(view.attributions[0].category, "cuda_oom");
+    assert_eq!(view.attempts.len(), 1);
+    assert!(!view.workflow.succeeded);
+}
+
+#[tokio::test]
+async fn a_crash_loop_is_stopped_after_three_attempts_without_a_checkpoint() {
+    let harness = Harness::new("crash-loop", Config::default());
+    let mut engine = harness.engine(true);
+    let status = harness.run(&mut engine, |_| false).await;
+    let view = only_workflow(&status);
+    assert_eq!(view.workflow.status, WorkflowStatus::Completed);
+    assert!(!view.workflow.succeeded);
+    let reason = view.workflow.status_reason.as_deref().unwrap();
+    assert!(reason.starts_with("crash loop"), "{reason}");
+    assert_eq!(
+        view.attempts.len(),
+        3,
+        "threshold 3 stops at the third failure"
+    );
+    assert_eq!(view.workflow.requeues_used, 2);
+    assert!(
+        view.anomalies
+            .iter()
+            .any(|a| a.kind == AnomalyKind::CrashLoop)
+    );
+}
+
+#[tokio::test]
+async fn the_crash_loop_threshold_comes_from_the_config() {
+    let mut config = Config::default();
+    config.recovery.crash_loop_threshold = 2;
+    let harness = Harness::new("crash-loop", config);
+    let mut engine = harness.engine(true);
+    let status = harness.run(&mut engine, |_| false).await;
+    assert_eq!(only_workflow(&status).attempts.len(), 2);
+}
+
+#[tokio::test]
+async fn a_silent_job_is_detected_as_a_hang_and_requeued() {
+    let harness = Harness::new("hang", Config::default());
+    let mut engine = harness.engine(true);
+    let status = harness.run(&mut engine, |_| false).await;
+    let view = only_workflow(&status);
+    assert_eq!(view.anomalies[0].kind, AnomalyKind::Hang);
+    assert_eq!(view.attributions[0].category, "hang");
+    assert!(view.workflow.succeeded);
+    assert_eq!(view.attempts.len(), 2);
+}
+
+#[tokio::test]
+async fn an_xid_79_in_the_kernel_log_names_the_culprit_node() {
+    let harness = Harness::new("xid79", Config::default());
+    let mut engine = harness.engine(true);
+    let status = harness.run(&mut engine, |_| false).await;
+    let view = only_workflow(&status);
+    let attribution = &view.attributions[0];
+    assert_eq!(attribution.category, "xid_79");
+    let culprit = attribution.culprit.node.clone().unwrap();
+    assert!(view.attempts[0].nodes.contains(&culprit));
+    assert!(!view.attempts[1].nodes.contains(&culprit));
+    assert!(view.workflow.succeeded);
+}
+
+#[tokio::test]
+async fn healthy_and_straggling_runs_complete_without_any_action() {
+    for scenario in ["healthy", "straggler"] {
+        let harness = Harness::new(scenario, Config::default());
+        let mut engine = harness.engine(true);
+        let status = harness.run(&mut engine, |_| false).await;
+        for view in &status.workflows {
+            assert!(view.workflow.succeeded, "{scenario}: {:?}", view.workflow);
+            assert!(view.actions.is_empty(), "{scenario}: {:?}", view.actions);
+            assert!(view.checkpoints > 0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_action_outside_the_whitelist_waits_for_approval() {
+    let mut config = Config::default();
+    config.recovery.whitelist = vec![ActionKind::Cancel];
+    let harness = Harness::new("nccl-timeout", config);
+    let mut engine = harness.engine(true);
+    let status = harness
+        .run(&mut engine, |status| {
+            status.workflows.iter().any(|w| !w.actions.is_empty())
+        })
+        .await;
+    let requeue = only_workflow(&status)
+        .actions
+        .iter()
+        .find(|a| a.kind == ActionKind::Requeue)
+        .cloned()
+        .unwrap();
+    assert_eq!(requeue.state, ActionState::Proposed);
+    assert!(!requeue.permitted);
+
+    // Hours pass: nothing happens without a human.
+    for _ in 0..200 {
+        harness.clock.advance(TICK);
+        engine.tick().await.unwrap();
+    }
+    let view = harness.status();
+    let view = only_workflow(&view);
+    assert_eq!(view.attempts.len(), 1);
+    assert_eq!(view.workflow.status, WorkflowStatus::Recovering);
+    assert_eq!(view.actions[0].state, ActionState::Proposed);
+
+    // Another process approves through the store; the engine executes it.
+    let other = Store::open(&harness.db_path).unwrap();
+    other
+        .db()
+        .push_command(CommandKind::Approve, requeue.id, Utc::now())
+        .unwrap();
+    let status = harness.run(&mut engine, |_| false).await;
+    let view = only_workflow(&status);
+    assert!(view.workflow.succeeded);
+    assert_eq!(view.attempts.len(), 2);
+    let requeue = view.actions.iter().find(|a| a.id == requeue.id).unwrap();
+    assert_eq!(requeue.state, ActionState::Done);
+}
+
+#[tokio::test]
+async fn without_auto_even_whitelisted_actions_are_only_proposed() {
+    let harness = Harness::new("nccl-timeout", Config::default());
+    let mut engine = harness.engine(false);
+    let status = harness
+        .run(&mut engine, |status| {
+            status.workflows.iter().any(|w| !w.actions.is_empty())
+        })
+        .await;
+    let requeue = &only_workflow(&status).actions[0];
+    assert!(requeue.permitted);
+    assert_eq!(requeue.state, ActionState::Proposed);
+}
+
+#[tokio::test]
+async fn a_rejected_recovery_stops_the_workflow() {
+    let harness = Harness::new("nccl-timeout", Config::default());
+    let mut engine = harness.engine(false);
+    let status = harness
+        .run(&mut engine, |status| {
+            status.workflows.iter().any(|w| !w.actions.is_empty())
+        })
+        .await;
+    let requeue = only_workflow(&status).actions[0].clone();
+    let other = Store::open(&harness.db_path).unwrap();
+    other
+        .db()
+        .push_command(CommandKind::Reject, requeue.id, Utc::now())
+        .unwrap();
+    engine.tick().await.unwrap();
+    let status = harness.status();
+    let view = only_workflow(&status);
+    assert_eq!(view.workflow.status, WorkflowStatus::Completed);
+    assert!(
+        view.workflow
+            .status_reason
+            .as_deref()
+            .unwrap()
+            .contains("rejected")
+    );
+    assert_eq!(view.actions[0].state, ActionState::Rejected);
+}
+
+#[tokio::test]
+async fn an_engine_that_died_after_requeueing_but_before_recording_it_does_not_requeue_again() {
+    let mut config = Config::default();
+    config.recovery.whitelist = vec![];
+    let harness = Harness::new("nccl-timeout", config);
+    let mut engine = harness.engine(true);
+    let status = harness
+        .run(&mut engine, |status| {
+            status.workflows.iter().any(|w| !w.actions.is_empty())
+        })
+        .await;
+    let requeue = only_workflow(&status).actions[0].clone();
+    let job_id = requeue.params.job_id.clone().unwrap();
+    drop(engine);
+
+    // What a dying engine leaves behind: the action marked executing, the requeue done on the cluster,
+    // and the outcome never recorded.
+    {
+        let mut store = Store::open(&harness.db_path).unwrap();
+        store
+            .write(|db| {
+                let mut action = db.action(requeue.id)?.unwrap();
+                action.state = ActionState::Executing;
+                db.update_action(&action)
+            })
+            .unwrap();
+        harness
+            .sim
+            .requeue(&job_id, &requeue.params.exclude_nodes)
+            .await
+            .unwrap();
+    }
+
+    let mut restarted = harness.engine(true);
+    let status = harness.run(&mut restarted, |_| false).await;
+    let view = only_workflow(&status);
+    let job = harness.sim.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.restart_count, 1, "requeued exactly once");
+    assert_eq!(view.attempts.len(), 2);
+    assert_eq!(view.workflow.requeues_used, 1);
+    assert!(view.workflow.succeeded);
+    let action = view.actions.iter().find(|a| a.id == requeue.id).unwrap();
+    assert_eq!(action.state, ActionState::Done);
+    assert!(
+        action
+            .result
+            .as_deref()
+            .unwrap()
+            .contains("already requeued")
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_engine_continues_from_its_offsets_without_raising_old_anomalies_again() {
+    let harness = Harness::new("nccl-timeout", Config::default());
+    let mut engine = harness.engine(true);
+    // Stop just after the failure was handled and the job requeued.
+    harness
+        .run(&mut engine, |status| {
+            status
+                .workflows
+                .iter()
+                .any(|w| w.actions.iter().any(|a| a.state == ActionState::Done))
+        })
+        .await;
+    drop(engine);
+    let mut restarted = harness.engine(true);
+    let status = harness.run(&mut restarted, |_| false).await;
+    let view = only_workflow(&status);
+    assert_eq!(view.anomalies.len(), 1);
+    assert_eq!(view.attributions.len(), 1);
+    assert_eq!(view.workflow.requeues_used, 1);
+    let iterations: Vec<u64> = harness
+        .status()
+        .workflows
+        .iter()
+        .flat_map(|_| {
+            let store = Store::open(&harness.db_path).unwrap();
+            store
+                .db()
+                .checkpoints(view.workflow.id)
+                .unwrap()
+                .into_iter()
+                .map(|c| c.iteration)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut unique = iterations.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        iterations.len(),
+        "no checkpoint recorded twice: {iterations:?}"
+    );
+}
