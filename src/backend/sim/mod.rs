@@ -1,1 +1,260 @@
-//! The embedded simulated cluster.
+//! The embedded simulated cluster: a Slurm-like scheduler over `node-01`..`node-16` (8 GPUs each)
+//! running Megatron-style training jobs from a scenario, with scripted faults.
+//!
+//! It implements [`Backend`] like the real schedulers, and its jobs write real log files in real formats
+//! (`<dir>/logs/<name>_<jobid>_<restart>.log`, `<dir>/nodes/<node>/kern.log`), which the engine reads
+//! through its production telemetry code. Time advances lazily: every call first plays the simulation
+//! forward to the clock's now, event by event, then answers. State is persisted in `<dir>/state.json`
+//! after every change, so a killed engine continues where it stopped with byte-identical logs.
+
+mod actions;
+mod cluster;
+mod error;
+mod faults;
+mod files;
+mod scenario;
+mod state;
+mod text;
+mod timeline;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+
+use crate::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
+use crate::clock::Clock;
+use crate::model::{ActionKind, ActionParams, JobSpec};
+
+pub use error::SimError;
+pub use scenario::{AttemptFilter, FaultKind, FaultSpec, GPUS_PER_NODE, Scenario, WorkloadSpec};
+pub use timeline::timeline;
+
+use cluster::World;
+use files::Output;
+
+/// Nodes of the simulated cluster unless told otherwise.
+pub const DEFAULT_NODES: u32 = 16;
+
+/// Largest cluster the sim accepts.
+const MAX_NODES: u32 = 999;
+
+/// How to open the simulated cluster.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// Where the state, logs, kernel logs and default checkpoints live.
+    pub dir: PathBuf,
+    pub scenario: Scenario,
+    /// Seed of every random choice; the same seed and calls give byte-identical logs.
+    pub seed: u64,
+    /// Number of nodes (named `node-01`, `node-02`, ...).
+    pub nodes: u32,
+}
+
+impl SimOptions {
+    /// Options with the default cluster size.
+    pub fn new(dir: impl Into<PathBuf>, scenario: Scenario, seed: u64) -> Self {
+        Self {
+            dir: dir.into(),
+            scenario,
+            seed,
+            nodes: DEFAULT_NODES,
+        }
+    }
+}
+
+/// The simulated cluster, as a [`Backend`] named `sim`.
+pub struct SimCluster {
+    dir: PathBuf,
+    clock: Arc<dyn Clock>,
+    node_names: Vec<String>,
+    core: Mutex<Core>,
+}
+
+/// The simulation and what it produced but has not written yet.
+struct Core {
+    world: World,
+    out: Output,
+}
+
+impl std::fmt::Debug for SimCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCluster")
+            .field("dir", &self.dir)
+            .field("nodes", &self.node_names.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimCluster {
+    /// Opens the sim in `options.dir`: continues the persisted state if it belongs to the same scenario
+    /// (name and content), seed and cluster size, else starts the scenario afresh at `clock.now()`.
+    pub fn open(options: SimOptions, clock: Arc<dyn Clock>) -> Result<Self, SimError> {
+        let SimOptions {
+            dir,
+            scenario,
+            seed,
+            nodes,
+        } = options;
+        if nodes == 0 || nodes > MAX_NODES {
+            return Err(SimError::ClusterTooSmall {
+                scenario: scenario.name.clone(),
+                nodes,
+                message: format!("the cluster must have 1..={MAX_NODES} nodes"),
+            });
+        }
+        if let Some(job) = scenario.jobs.iter().find(|job| job.nodes > nodes) {
+            return Err(SimError::ClusterTooSmall {
+                scenario: scenario.name.clone(),
+                nodes,
+                message: format!("job `{}` needs {} nodes", job.name, job.nodes),
+            });
+        }
+        std::fs::create_dir_all(&dir).map_err(|err| SimError::io(&dir, err))?;
+        let dir = std::path::absolute(&dir).map_err(|err| SimError::io(&dir, err))?;
+        let fingerprint = state::fingerprint(
+            serde_json::to_string(&scenario)
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        let mut out = Output::default();
+        let continued = match files::load_state(&dir)? {
+            Some(state)
+                if state.scenario == scenario.name
+                    && state.seed == seed
+                    && state.fingerprint == fingerprint
+                    && World::fits(&state, &scenario, nodes) =>
+            {
+                let mut world = World {
+                    state,
+                    scenario: scenario.clone(),
+                    dir: dir.clone(),
+                };
+                files::restore(&mut world)?;
+                Some(world)
+            }
+            Some(state) => {
+                tracing::info!(
+                    previous = %state.scenario,
+                    scenario = %scenario.name,
+                    "sim state belongs to another scenario, seed or cluster size; starting afresh"
+                );
+                None
+            }
+            None => None,
+        };
+        let world = match continued {
+            Some(world) => world,
+            None => {
+                files::clear(&dir, false)?;
+                let world = World::fresh(
+                    scenario,
+                    seed,
+                    nodes,
+                    fingerprint,
+                    dir.clone(),
+                    clock.now().timestamp_millis(),
+                    &mut out,
+                );
+                files::forget_checkpoints(&world)?;
+                world
+            }
+        };
+        let mut core = Core { world, out };
+        files::commit(&mut core.world, &mut core.out)?;
+        let node_names = core
+            .world
+            .state
+            .nodes
+            .iter()
+            .map(|node| node.name.clone())
+            .collect();
+        Ok(Self {
+            dir,
+            clock,
+            node_names,
+            core: Mutex::new(core),
+        })
+    }
+
+    /// Deletes the state, logs, kernel logs, default checkpoints and timeline in `dir`.
+    pub fn reset(dir: &Path) -> Result<(), SimError> {
+        files::clear(dir, true)
+    }
+
+    /// The (absolute) directory the sim writes to.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Plays the simulation forward to the clock's now, runs `act` at that time, then writes what
+    /// changed.
+    fn at_now<R>(
+        &self,
+        act: impl FnOnce(&mut World, i64, &mut Output) -> Result<R, BackendError>,
+    ) -> Result<R, BackendError> {
+        let mut core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+        let Core { world, out } = &mut *core;
+        let now_ms = self.clock.now().timestamp_millis();
+        world.advance(now_ms, out);
+        let at_ms = world.state.now_ms;
+        let result = act(world, at_ms, out);
+        files::commit(world, out)?;
+        result
+    }
+}
+
+#[async_trait]
+impl Backend for SimCluster {
+    fn name(&self) -> &str {
+        "sim"
+    }
+
+    async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
+        self.at_now(|world, at_ms, _| Ok(world.snapshots(at_ms)))
+    }
+
+    async fn job(&self, job_id: &str) -> Result<Option<JobSnapshot>, BackendError> {
+        self.at_now(|world, at_ms, _| Ok(world.snapshot(job_id, at_ms)))
+    }
+
+    async fn requeue(
+        &self,
+        job_id: &str,
+        exclude: &[String],
+    ) -> Result<ActionOutcome, BackendError> {
+        self.at_now(|world, at_ms, out| world.requeue(job_id, exclude, at_ms, out))
+    }
+
+    async fn resubmit(
+        &self,
+        spec: &JobSpec,
+        exclude: &[String],
+        tag: &str,
+    ) -> Result<ActionOutcome, BackendError> {
+        self.at_now(|world, at_ms, out| world.resubmit(spec, exclude, tag, at_ms, out))
+    }
+
+    async fn cancel(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
+        self.at_now(|world, at_ms, out| world.cancel(job_id, at_ms, out))
+    }
+
+    async fn drain_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
+        self.at_now(|world, _, out| world.drain(node, reason, out))
+    }
+
+    fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String {
+        let core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+        core.world.command_for(kind, params)
+    }
+
+    fn node_log(&self, node: &str) -> Option<PathBuf> {
+        self.node_names
+            .iter()
+            .any(|name| name == node)
+            .then(|| self.dir.join(cluster::kernel_log(node)))
+    }
+}
