@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::model::{Action, Anomaly, Attempt, Attribution, Notification, Workflow};
+use crate::model::{Action, Anomaly, Attempt, Attribution, JournalEntry, Notification, Workflow};
 use crate::recover::Policy;
 use crate::store::{Db, StoreError};
 
@@ -22,6 +22,8 @@ pub struct WorkflowView {
     pub anomalies: Vec<Anomaly>,
     pub attributions: Vec<Attribution>,
     pub actions: Vec<Action>,
+    /// Every decision the engine took about it, with its evidence.
+    pub journal: Vec<JournalEntry>,
 }
 
 /// The whole status report.
@@ -55,6 +57,7 @@ pub fn report(
             anomalies: db.anomalies(workflow.id)?,
             attributions: db.attributions(workflow.id)?,
             actions: db.actions(workflow.id)?,
+            journal: db.journal_entries(workflow.id)?,
             workflow,
         });
     }

@@ -451,3 +451,107 @@ async fn a_restarted_engine_continues_from_its_offsets_without_raising_old_anoma
         "no checkpoint recorded twice: {iterations:?}"
     );
 }
+
+/// A scheduler that is down for its first `failures` listings.
+struct FlakyBackend {
+    inner: Arc<SimCluster>,
+    failures: std::sync::atomic::AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl Backend for FlakyBackend {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn list_jobs(
+        &self,
+    ) -> Result<Vec<runguard::backend::JobSnapshot>, runguard::backend::BackendError> {
+        use std::sync::atomic::Ordering;
+        if self
+            .failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(runguard::backend::BackendError::Unavailable(
+                "slurmctld: Connection refused".into(),
+            ));
+        }
+        self.inner.list_jobs().await
+    }
+
+    async fn job(
+        &self,
+        job_id: &str,
+    ) -> Result<Option<runguard::backend::JobSnapshot>, runguard::backend::BackendError> {
+        self.inner.job(job_id).await
+    }
+
+    async fn requeue(
+        &self,
+        job_id: &str,
+        exclude: &[String],
+    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+        self.inner.requeue(job_id, exclude).await
+    }
+
+    async fn resubmit(
+        &self,
+        spec: &runguard::model::JobSpec,
+        exclude: &[String],
+        tag: &str,
+    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+        self.inner.resubmit(spec, exclude, tag).await
+    }
+
+    async fn cancel(
+        &self,
+        job_id: &str,
+    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+        self.inner.cancel(job_id).await
+    }
+
+    async fn drain_node(
+        &self,
+        node: &str,
+        reason: &str,
+    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+        self.inner.drain_node(node, reason).await
+    }
+
+    fn command_for(&self, kind: ActionKind, params: &runguard::model::ActionParams) -> String {
+        self.inner.command_for(kind, params)
+    }
+
+    fn node_log(&self, node: &str) -> Option<std::path::PathBuf> {
+        self.inner.node_log(node)
+    }
+}
+
+#[tokio::test]
+async fn a_scheduler_that_is_down_is_counted_and_waited_out_without_losing_state() {
+    let harness = Harness::new("nccl-timeout", Config::default());
+    let flaky = Arc::new(FlakyBackend {
+        inner: Arc::clone(&harness.sim),
+        failures: std::sync::atomic::AtomicU32::new(40),
+    });
+    let mut engine = Engine::new(
+        Store::open(&harness.db_path).unwrap(),
+        flaky as Arc<dyn Backend>,
+        Arc::clone(&harness.clock) as Arc<dyn Clock>,
+        Config::default(),
+        Catalog::builtin().unwrap(),
+        EngineOptions { auto: true },
+    );
+    let status = harness.run(&mut engine, |_| false).await;
+    let view = only_workflow(&status);
+    assert!(view.workflow.succeeded);
+    assert_eq!(view.attempts.len(), 2);
+    let (_, count, last) = status
+        .warnings
+        .iter()
+        .find(|(kind, _, _)| kind == "backend_unavailable")
+        .expect("counted warning");
+    assert_eq!(*count, 40);
+    assert!(last.contains("Connection refused"), "{last}");
+}
