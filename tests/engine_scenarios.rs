@@ -555,3 +555,23 @@ async fn a_scheduler_that_is_down_is_counted_and_waited_out_without_losing_state
     assert_eq!(*count, 40);
     assert!(last.contains("Connection refused"), "{last}");
 }
+
+#[tokio::test]
+async fn a_job_that_ends_between_two_ticks_still_has_its_last_lines_read() {
+    let harness = Harness::new("nccl-timeout", Config::default());
+    let mut engine = harness.engine(true);
+    // Ticks hours apart: each one sees a job that already ended.
+    for _ in 0..6 {
+        engine.tick().await.unwrap();
+        harness.clock.advance(Duration::from_secs(3 * 3600));
+    }
+    let status = harness.status();
+    let view = only_workflow(&status);
+    assert!(view.workflow.succeeded, "{:?}", view.workflow);
+    assert_eq!(view.last_checkpoint_iteration, Some(600));
+    assert_eq!(view.checkpoints, 6);
+    assert_eq!(
+        view.attributions[0].culprit.node.as_deref(),
+        Some("node-07")
+    );
+}

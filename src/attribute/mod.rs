@@ -69,7 +69,7 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
         }
         if culprit.node.is_none() {
             culprit.node = kernel_log_host(&line.text)
-                .or_else(|| named_host(&line.text))
+                .or_else(|| blamed_host(&line.text))
                 .map(str::to_string);
         }
         if culprit.rank.is_none() {
@@ -163,7 +163,7 @@ fn quote_evidence(
 ) -> Vec<String> {
     let names_culprit = |line: &EvidenceLine| {
         culprit.is_some_and(|node| {
-            kernel_log_host(&line.text) == Some(node) || named_host(&line.text) == Some(node)
+            kernel_log_host(&line.text) == Some(node) || blamed_host(&line.text) == Some(node)
         })
     };
     let mut shapes = HashSet::new();
@@ -198,6 +198,13 @@ fn quote(line: &EvidenceLine) -> String {
     }
 }
 
+/// The host a line blames: an NCCL warning's or an srun error's host. NCCL's INFO chatter names hosts
+/// too, but says nothing is wrong with them.
+pub fn blamed_host(text: &str) -> Option<&str> {
+    let host = named_host(text)?;
+    (text.contains(" NCCL WARN ") || text.trim_start().starts_with("srun: error:")).then_some(host)
+}
+
 /// `Jan  5 08:30:12 node-07 kernel: NVRM: ...` or `node-07 kernel: ...` → "node-07".
 fn kernel_log_host(text: &str) -> Option<&str> {
     let before = &text[..text.find(" kernel:")?];
@@ -208,7 +215,7 @@ fn kernel_log_host(text: &str) -> Option<&str> {
 fn most_named_host(lines: &[EvidenceLine]) -> Option<String> {
     let mut counts: Vec<(&str, usize)> = Vec::new();
     for line in lines {
-        if let Some(host) = named_host(&line.text) {
+        if let Some(host) = blamed_host(&line.text) {
             match counts.iter_mut().find(|(name, _)| *name == host) {
                 Some((_, count)) => *count += 1,
                 None => counts.push((host, 1)),

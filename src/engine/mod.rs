@@ -208,6 +208,10 @@ impl Engine {
             {
                 continue;
             }
+            if attempt.state == JobState::Completed {
+                self.complete(workflow, &attempt, now)?;
+                continue;
+            }
             if attempt.state == JobState::Cancelled {
                 self.stop_cancelled(&workflow, &attempt, now)?;
                 continue;
@@ -253,6 +257,40 @@ impl Engine {
             }
         }
         None
+    }
+
+    /// The run finished its training: the workflow is done.
+    fn complete(
+        &mut self,
+        mut workflow: Workflow,
+        attempt: &Attempt,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let reason = format!(
+            "job {} completed (attempt {})",
+            attempt.job_id, attempt.index
+        );
+        workflow.succeeded = true;
+        self.store.write(|db| {
+            db.mark_attempt_handled(workflow.id, attempt.index)?;
+            set_status(
+                db,
+                &mut workflow,
+                WorkflowStatus::Completed,
+                Some(reason.clone()),
+                now,
+            )?;
+            db.journal(Some(workflow.id), now, &reason, &[])?;
+            Ok(())
+        })?;
+        self.pending_events
+            .push(EngineEvent::WorkflowStatusChanged {
+                workflow_id: workflow.id,
+                status: WorkflowStatus::Completed,
+                reason: Some(reason),
+            });
+        self.flush_events();
+        Ok(())
     }
 
     fn stop_cancelled(

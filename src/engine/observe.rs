@@ -6,13 +6,14 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use chrono::{DateTime, Datelike, TimeDelta, Utc};
 
 use super::{Engine, EngineError, EngineEvent, set_status, with_timeout};
+use crate::attribute::blamed_host;
 use crate::backend::JobSnapshot;
 use crate::model::{
     Attempt, Checkpoint, JobState, ThroughputSample, Workflow, WorkflowId, WorkflowStatus,
 };
 use crate::store::{Db, EvidenceLine, StoreError};
 use crate::telemetry::line::frame_with_year;
-use crate::telemetry::record::{Record, named_host, recognise};
+use crate::telemetry::record::{Record, recognise};
 use crate::telemetry::tail::{TailLimits, read_new_lines};
 
 /// Longest evidence line kept.
@@ -96,8 +97,8 @@ fn state_event(attempt: &Attempt) -> EngineEvent {
     }
 }
 
-/// Workflow transitions that follow from the latest attempt's state: a recovery is done once the new
-/// attempt runs; a completed job completes the workflow.
+/// A recovery is done once the latest attempt runs. (Completion waits for the detection step, after the
+/// logs were read, so the last lines of a finished job are not lost.)
 fn follow_attempt(
     db: &Db<'_>,
     workflow: &mut Workflow,
@@ -109,26 +110,7 @@ fn follow_attempt(
     if !latest || !workflow.status.is_active() {
         return Ok(());
     }
-    if attempt.state == JobState::Completed {
-        workflow.succeeded = true;
-        let reason = format!(
-            "job {} completed (attempt {})",
-            attempt.job_id, attempt.index
-        );
-        set_status(
-            db,
-            workflow,
-            WorkflowStatus::Completed,
-            Some(reason.clone()),
-            now,
-        )?;
-        db.journal(Some(workflow.id), now, &reason, &[])?;
-        events.push(EngineEvent::WorkflowStatusChanged {
-            workflow_id: workflow.id,
-            status: WorkflowStatus::Completed,
-            reason: Some(reason),
-        });
-    } else if attempt.state == JobState::Running
+    if attempt.state == JobState::Running
         && matches!(
             workflow.status,
             WorkflowStatus::Recovering | WorkflowStatus::Pending
@@ -396,7 +378,7 @@ impl Engine {
                         *count += 1;
                         *count <= MAX_TRACEBACK_LINES
                     } else {
-                        named_host(framed.message).is_some()
+                        blamed_host(framed.message).is_some()
                             || !self.catalog.matching(framed.message).is_empty()
                     }
                 }
