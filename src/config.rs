@@ -27,6 +27,7 @@ pub enum ConfigError {
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub engine: EngineConfig,
+    pub detect: DetectConfig,
     pub store: StoreConfig,
     pub backend: BackendConfig,
     pub recovery: RecoveryConfig,
@@ -49,6 +50,49 @@ impl Default for EngineConfig {
         Self {
             poll_interval_secs: 5.0,
             heartbeat_timeout_secs: 120,
+        }
+    }
+}
+
+/// Thresholds of the detectors that watch a running attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DetectConfig {
+    /// A running job whose iteration count has not moved for this long is hung, even if it still logs.
+    pub progress_timeout_secs: u64,
+    /// Throughput samples ignored at the start of an attempt (compilation, warm-up, checkpoint load).
+    pub throughput_warmup_samples: usize,
+    /// Samples after the warm-up whose median is the attempt's baseline throughput.
+    pub throughput_baseline_samples: usize,
+    /// A sample this many percent below the baseline counts as a drop.
+    pub throughput_drop_percent: f64,
+    /// This many consecutive dropped samples make a persistent throughput drop.
+    pub throughput_drop_samples: usize,
+    /// A rank whose iteration time exceeds the fastest rank's by this many percent is a straggler.
+    pub straggler_percent: f64,
+    /// Consecutive straggler reports naming a slow rank before it is raised.
+    pub straggler_reports: usize,
+    /// A GPU at or above this temperature (°C) is throttling.
+    pub thermal_limit_c: f64,
+    /// No checkpoint within this many times the observed checkpoint interval is a checkpoint stall.
+    pub checkpoint_stall_factor: f64,
+    /// A job pending longer than this is stuck.
+    pub stuck_pending_secs: u64,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        Self {
+            progress_timeout_secs: 1800,
+            throughput_warmup_samples: 3,
+            throughput_baseline_samples: 5,
+            throughput_drop_percent: 20.0,
+            throughput_drop_samples: 5,
+            straggler_percent: 20.0,
+            straggler_reports: 3,
+            thermal_limit_c: 92.0,
+            checkpoint_stall_factor: 2.0,
+            stuck_pending_secs: 3600,
         }
     }
 }
@@ -200,6 +244,30 @@ impl Config {
         }
         if self.engine.heartbeat_timeout_secs == 0 {
             return Err("engine.heartbeat_timeout_secs: must be at least 1".into());
+        }
+        let detect = &self.detect;
+        if detect.progress_timeout_secs == 0 {
+            return Err("detect.progress_timeout_secs: must be at least 1".into());
+        }
+        if detect.throughput_baseline_samples == 0 || detect.throughput_drop_samples == 0 {
+            return Err(
+                "detect.throughput_baseline_samples: this and throughput_drop_samples must be at least 1"
+                    .into(),
+            );
+        }
+        if !(detect.throughput_drop_percent > 0.0 && detect.throughput_drop_percent < 100.0) {
+            return Err("detect.throughput_drop_percent: must be between 0 and 100".into());
+        }
+        if detect.straggler_percent.is_nan()
+            || detect.straggler_percent <= 0.0
+            || detect.straggler_reports == 0
+        {
+            return Err(
+                "detect.straggler_percent: must be > 0 (and straggler_reports at least 1)".into(),
+            );
+        }
+        if detect.checkpoint_stall_factor.is_nan() || detect.checkpoint_stall_factor < 1.0 {
+            return Err("detect.checkpoint_stall_factor: must be at least 1".into());
         }
         if self.recovery.crash_loop_threshold == 0 {
             return Err("recovery.crash_loop_threshold: must be at least 1".into());

@@ -8,6 +8,7 @@ pub mod attribute;
 pub mod backend;
 pub mod clock;
 pub mod config;
+pub mod detect;
 pub mod engine;
 pub mod headless;
 pub mod model;

@@ -262,6 +262,9 @@ async fn healthy_and_straggling_runs_complete_without_any_action() {
         for view in &status.workflows {
             assert!(view.workflow.succeeded, "{scenario}: {:?}", view.workflow);
             assert!(view.actions.is_empty(), "{scenario}: {:?}", view.actions);
+            if scenario == "healthy" {
+                assert!(view.anomalies.is_empty(), "{:?}", view.anomalies);
+            }
             assert!(view.checkpoints > 0);
         }
     }

@@ -8,6 +8,7 @@ mod act;
 mod events;
 mod observe;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,9 +22,10 @@ use crate::attribute::{self, Catalog, Evidence};
 use crate::backend::{Backend, BackendError};
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::detect;
 use crate::model::{
     Action, ActionState, Anomaly, AnomalyKind, Attempt, JobState, Notification, Severity, Workflow,
-    WorkflowStatus,
+    WorkflowId, WorkflowStatus,
 };
 use crate::recover::{Policy, decide};
 use crate::store::{CommandKind, Store, StoreError};
@@ -66,6 +68,8 @@ pub struct Engine {
     events: broadcast::Sender<EngineEvent>,
     /// Events of the current step, sent once its transaction committed.
     pending_events: Vec<EngineEvent>,
+    /// Straggler streaks per (workflow, attempt); rebuilt from new reports after a restart.
+    stragglers: HashMap<(WorkflowId, u32), detect::StragglerTracker>,
 }
 
 impl Engine {
@@ -88,6 +92,7 @@ impl Engine {
             policy,
             events,
             pending_events: Vec::new(),
+            stragglers: HashMap::new(),
         }
     }
 
@@ -216,10 +221,102 @@ impl Engine {
                 self.stop_cancelled(&workflow, &attempt, now)?;
                 continue;
             }
-            let Some((kind, summary)) = self.anomaly_of(&attempt, now) else {
+            if let Some((kind, summary)) = self.anomaly_of(&attempt, now) {
+                self.handle_failure(workflow, attempt, kind, summary, now)?;
                 continue;
-            };
-            self.handle_failure(workflow, attempt, kind, summary, now)?;
+            }
+            self.watch_health(&workflow, &attempt, now)?;
+        }
+        Ok(())
+    }
+
+    /// The rules that warn without stopping the run: throughput drop, checkpoint stall, stuck pending.
+    fn watch_health(
+        &mut self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let config = &self.config.detect;
+        let mut findings = Vec::new();
+        if attempt.state == JobState::Running {
+            let head = config.throughput_warmup_samples + config.throughput_baseline_samples;
+            let (first, last) = self.store.db().throughput_window(
+                workflow.id,
+                attempt.index,
+                head,
+                config.throughput_drop_samples,
+            )?;
+            findings.extend(detect::throughput_drop(&first, &last, config));
+            let checkpoints = self.store.db().checkpoints(workflow.id)?;
+            findings.extend(detect::checkpoint_stall(attempt, &checkpoints, now, config));
+        }
+        findings.extend(detect::stuck_pending(attempt, now, config));
+        for finding in findings {
+            self.raise_warning(workflow, attempt, finding, now)?;
+        }
+        Ok(())
+    }
+
+    /// Records a finding that needs the user's attention but no recovery; once per attempt and kind.
+    pub(super) fn raise_warning(
+        &mut self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+        finding: detect::Finding,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let raised = self.store.write(|db| {
+            if db.anomaly_raised(workflow.id, attempt.index, finding.kind)? {
+                return Ok(false);
+            }
+            db.insert_anomaly(&Anomaly {
+                id: 0,
+                workflow_id: workflow.id,
+                attempt_index: attempt.index,
+                kind: finding.kind,
+                time: now,
+                summary: finding.summary.clone(),
+                evidence: finding.evidence.clone(),
+            })?;
+            db.journal(
+                Some(workflow.id),
+                now,
+                &format!(
+                    "attempt {} {}: {} (no recovery action: the run continues)",
+                    attempt.index,
+                    finding.kind.as_str(),
+                    finding.summary
+                ),
+                &finding.evidence,
+            )?;
+            db.insert_notification(&Notification {
+                id: 0,
+                workflow_id: Some(workflow.id),
+                time: now,
+                severity: Severity::Warning,
+                title: format!(
+                    "{}: {}{}",
+                    workflow.name,
+                    finding.kind.as_str().replace('_', " "),
+                    finding
+                        .node
+                        .as_deref()
+                        .map(|node| format!(" on {node}"))
+                        .unwrap_or_default()
+                ),
+                body: finding.summary.clone(),
+            })?;
+            Ok(true)
+        })?;
+        if raised {
+            self.pending_events.push(EngineEvent::AnomalyRaised {
+                workflow_id: workflow.id,
+                attempt_index: attempt.index,
+                kind: finding.kind,
+                summary: finding.summary,
+            });
+            self.flush_events();
         }
         Ok(())
     }
@@ -242,6 +339,9 @@ impl Engine {
                     attempt.job_id, attempt.index, attempt.state_raw
                 ),
             ));
+        }
+        if let Some(finding) = detect::no_progress(attempt, now, &self.config.detect) {
+            return Some((finding.kind, finding.summary));
         }
         if attempt.state == JobState::Running {
             let since = attempt.last_log_time.or(attempt.start_time)?;

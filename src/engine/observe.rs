@@ -14,6 +14,7 @@ use crate::model::{
 use crate::store::{Db, EvidenceLine, StoreError};
 use crate::telemetry::line::frame_with_year;
 use crate::telemetry::record::{Record, recognise};
+use crate::telemetry::straggler_report::{self, StragglerReport};
 use crate::telemetry::tail::{TailLimits, read_new_lines};
 
 /// Longest evidence line kept.
@@ -56,6 +57,7 @@ fn attempt_from(
         log_path: snapshot.log_path.clone(),
         last_log_time: None,
         last_iteration: None,
+        last_progress_time: None,
         updated_at: now,
     }
 }
@@ -147,6 +149,9 @@ struct LogDigest {
     samples: Vec<(DateTime<Utc>, u64, f64, Option<u32>)>,
     last_time: Option<DateTime<Utc>>,
     last_iteration: Option<u64>,
+    /// When `last_iteration` was first reached.
+    progress_time: Option<DateTime<Utc>>,
+    straggler_reports: Vec<StragglerReport>,
 }
 
 impl Engine {
@@ -307,7 +312,8 @@ impl Engine {
                 if chunk.lines.is_empty() && chunk.next_offset == offset {
                     continue;
                 }
-                let digest = self.digest(&attempt, &chunk.lines, now);
+                let mut digest = self.digest(&attempt, &chunk.lines, now);
+                let reports = std::mem::take(&mut digest.straggler_reports);
                 let mut events = Vec::new();
                 let (truncated, invalid) = (chunk.truncated_lines, chunk.invalid_utf8_lines);
                 let display = path.display().to_string();
@@ -320,7 +326,35 @@ impl Engine {
                 })?;
                 self.pending_events.extend(events);
                 self.flush_events();
+                self.watch_stragglers(&workflow, &attempt, &reports, now)?;
             }
+        }
+        Ok(())
+    }
+
+    fn watch_stragglers(
+        &mut self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+        reports: &[StragglerReport],
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let ranks_per_node = workflow.spec.gpus_per_node.max(1);
+        let mut findings = Vec::new();
+        let tracker = self
+            .stragglers
+            .entry((workflow.id, attempt.index))
+            .or_default();
+        for report in reports {
+            findings.extend(tracker.observe(
+                report,
+                &attempt.nodes,
+                ranks_per_node,
+                &self.config.detect,
+            ));
+        }
+        for finding in findings {
+            self.raise_warning(workflow, attempt, finding, now)?;
         }
         Ok(())
     }
@@ -333,6 +367,10 @@ impl Engine {
             let framed = frame_with_year(raw, now.year());
             let time = framed.timestamp.or(last_time).unwrap_or(now);
             last_time = Some(time);
+            if let Some(report) = straggler_report::parse(framed.message) {
+                digest.straggler_reports.push(report);
+                continue;
+            }
             let record = recognise(framed.message);
             let in_traceback = traceback_lines.contains_key(&framed.rank);
             let notable = match &record {
@@ -350,8 +388,10 @@ impl Engine {
                     tflops_per_gpu,
                     ..
                 }) => {
-                    digest.last_iteration =
-                        Some(digest.last_iteration.unwrap_or(0).max(*iteration));
+                    if digest.last_iteration.is_none_or(|last| *iteration > last) {
+                        digest.last_iteration = Some(*iteration);
+                        digest.progress_time = Some(time);
+                    }
                     if let Some(tflops) = tflops_per_gpu {
                         digest
                             .samples
@@ -598,8 +638,11 @@ fn store_digest(
         if digest.last_time.is_some() {
             stored.last_log_time = digest.last_time.max(stored.last_log_time);
         }
-        if let Some(iteration) = digest.last_iteration {
-            stored.last_iteration = Some(stored.last_iteration.unwrap_or(0).max(iteration));
+        if let Some(iteration) = digest.last_iteration
+            && stored.last_iteration.is_none_or(|last| iteration > last)
+        {
+            stored.last_iteration = Some(iteration);
+            stored.last_progress_time = digest.progress_time;
         }
         db.save_attempt(&stored)?;
     }

@@ -155,6 +155,9 @@ pub struct Attempt {
     pub last_log_time: Option<DateTime<Utc>>,
     /// Last training iteration seen in the log.
     pub last_iteration: Option<u64>,
+    /// When the iteration count last moved forward (for the progress-based hang rule).
+    #[serde(default)]
+    pub last_progress_time: Option<DateTime<Utc>>,
     /// Last time anything about this attempt changed.
     pub updated_at: DateTime<Utc>,
 }

@@ -281,6 +281,7 @@ mod tests {
             log_path: None,
             last_log_time: None,
             last_iteration: None,
+            last_progress_time: None,
             updated_at: now(),
         }
     }

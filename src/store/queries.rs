@@ -132,7 +132,7 @@ fn workflow_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Workflow, StoreEr
 
 const ATTEMPT_COLUMNS: &str = "workflow_id, idx, job_id, restart_count, nodes, gpus, state, state_raw, \
      reason, submit_time, start_time, end_time, exit_code, excluded_nodes, log_path, last_log_time, \
-     last_iteration, updated_at";
+     last_iteration, updated_at, last_progress_time";
 
 fn attempt_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Attempt, StoreError>> {
     let nodes: String = row.get(4)?;
@@ -143,6 +143,7 @@ fn attempt_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Attempt, StoreErro
     let end: Option<String> = row.get(11)?;
     let last_log: Option<String> = row.get(15)?;
     let updated: String = row.get(17)?;
+    let last_progress: Option<String> = row.get(18)?;
     let log_path: Option<String> = row.get(14)?;
     let last_iteration: Option<i64> = row.get(16)?;
     let (workflow_id, index, job_id, restart_count, gpus, state_raw, reason, exit_code) = (
@@ -174,6 +175,7 @@ fn attempt_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Attempt, StoreErro
             log_path: log_path.map(PathBuf::from),
             last_log_time: opt_time(last_log)?,
             last_iteration: last_iteration.map(|i| i.max(0) as u64),
+            last_progress_time: opt_time(last_progress)?,
             updated_at: time_from_text(&updated)?,
         })
     })())
@@ -385,12 +387,12 @@ impl<'c> Db<'c> {
         self.conn.execute(
             "INSERT INTO attempts (workflow_id, idx, job_id, restart_count, nodes, gpus, state, state_raw, \
              reason, submit_time, start_time, end_time, exit_code, excluded_nodes, log_path, last_log_time, \
-             last_iteration, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
+             last_iteration, updated_at, last_progress_time) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) \
              ON CONFLICT (workflow_id, idx) DO UPDATE SET job_id = ?3, restart_count = ?4, nodes = ?5, \
              gpus = ?6, state = ?7, state_raw = ?8, reason = ?9, submit_time = ?10, start_time = ?11, \
              end_time = ?12, exit_code = ?13, excluded_nodes = ?14, log_path = ?15, last_log_time = ?16, \
-             last_iteration = ?17, updated_at = ?18",
+             last_iteration = ?17, updated_at = ?18, last_progress_time = ?19",
             params![
                 attempt.workflow_id,
                 attempt.index,
@@ -413,6 +415,7 @@ impl<'c> Db<'c> {
                 attempt.last_log_time.map(time_to_text),
                 attempt.last_iteration.map(|i| i as i64),
                 time_to_text(attempt.updated_at),
+                attempt.last_progress_time.map(time_to_text),
             ],
         )?;
         Ok(())
@@ -575,6 +578,49 @@ impl<'c> Db<'c> {
         Ok(())
     }
 
+    /// The first `head` and the last `tail` throughput samples of one attempt, each in time order:
+    /// enough for a baseline and a recent window without reading a long run's whole history.
+    pub fn throughput_window(
+        &self,
+        workflow_id: WorkflowId,
+        attempt_index: u32,
+        head: usize,
+        tail: usize,
+    ) -> Result<(Vec<ThroughputSample>, Vec<ThroughputSample>), StoreError> {
+        let select = |order: &str, limit: usize| -> Result<Vec<ThroughputSample>, StoreError> {
+            let mut stmt = self.conn.prepare(&format!(
+                "SELECT workflow_id, attempt_index, time, iteration, tflops_per_gpu, rank, node \
+                 FROM throughput WHERE workflow_id = ?1 AND attempt_index = ?2 ORDER BY id {order} LIMIT ?3"
+            ))?;
+            collect(
+                stmt.query_map(params![workflow_id, attempt_index, limit as i64], |row| {
+                    let time: String = row.get(2)?;
+                    let iteration: i64 = row.get(3)?;
+                    let (workflow_id, attempt_index, tflops_per_gpu, rank, node) = (
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                        row.get(6)?,
+                    );
+                    Ok(time_from_text(&time).map(|time| ThroughputSample {
+                        workflow_id,
+                        attempt_index,
+                        time,
+                        iteration: iteration.max(0) as u64,
+                        tflops_per_gpu,
+                        rank,
+                        node,
+                    }))
+                })?,
+            )
+        };
+        let first = select("ASC", head)?;
+        let mut last = select("DESC", tail)?;
+        last.reverse();
+        Ok((first, last))
+    }
+
     pub fn throughput(&self, workflow_id: WorkflowId) -> Result<Vec<ThroughputSample>, StoreError> {
         let mut stmt = self.conn.prepare(
             "SELECT workflow_id, attempt_index, time, iteration, tflops_per_gpu, rank, node \
@@ -660,6 +706,21 @@ impl<'c> Db<'c> {
              WHERE workflow_id = ?1 ORDER BY id",
         )?;
         collect(stmt.query_map([workflow_id], anomaly_from_row)?)
+    }
+
+    /// Whether an anomaly of `kind` was already raised on this attempt (detectors raise each once).
+    pub fn anomaly_raised(
+        &self,
+        workflow_id: WorkflowId,
+        attempt_index: u32,
+        kind: AnomalyKind,
+    ) -> Result<bool, StoreError> {
+        let count: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM anomalies WHERE workflow_id = ?1 AND attempt_index = ?2 AND kind = ?3",
+            params![workflow_id, attempt_index, kind.as_str()],
+            |row| row.get(0),
+        )?;
+        Ok(count > 0)
     }
 
     pub fn insert_attribution(&self, attribution: &Attribution) -> Result<i64, StoreError> {

@@ -140,4 +140,8 @@ pub const MIGRATIONS: &[&str] = &[
         last_time TEXT NOT NULL
     );
     "#,
+    // 2: progress time for the no-progress hang rule.
+    r#"
+    ALTER TABLE attempts ADD COLUMN last_progress_time TEXT;
+    "#,
 ];

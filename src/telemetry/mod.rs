@@ -5,4 +5,5 @@
 
 pub mod line;
 pub mod record;
+pub mod straggler_report;
 pub mod tail;
