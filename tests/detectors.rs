@@ -443,3 +443,34 @@ async fn the_straggler_scenario_names_the_slow_node_and_the_throughput_drop_with
         straggler.summary
     );
 }
+
+#[tokio::test]
+async fn a_log_rotated_by_rename_is_followed_into_the_new_file() {
+    let rig = Rig::new(JobState::Running);
+    let mut engine = rig.engine();
+    for step in 1..=3u64 {
+        rig.iteration(step * 10, 400.0);
+    }
+    rig.tick(&mut engine, 30).await;
+    std::fs::rename(&rig.log, rig.log.with_extension("log.1")).unwrap();
+    std::fs::write(&rig.log, b"").unwrap();
+    // The new file grows past the old offset before the next read.
+    for step in 4..=20u64 {
+        rig.iteration(step * 10, 400.0);
+    }
+    rig.tick(&mut engine, 30).await;
+    let status = rig.status();
+    assert_eq!(status.workflows[0].attempts[0].last_iteration, Some(200));
+    let store = Store::open(&rig.dir.path().join("db.sqlite")).unwrap();
+    let samples = store
+        .db()
+        .throughput(status.workflows[0].workflow.id)
+        .unwrap();
+    assert_eq!(samples.len(), 20);
+    assert!(
+        status
+            .warnings
+            .iter()
+            .any(|(kind, _, _)| kind == "log_rotated")
+    );
+}

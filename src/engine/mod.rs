@@ -29,6 +29,10 @@ use crate::model::{
 };
 use crate::recover::{Policy, decide};
 use crate::store::{CommandKind, Store, StoreError};
+use crate::telemetry::watch::LogWatcher;
+
+/// Shortest real time between two ticks started by log changes.
+const MIN_TICK_GAP: Duration = Duration::from_millis(200);
 
 /// Longest a single backend call may take before it counts as the scheduler being down.
 const BACKEND_CALL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -70,6 +74,8 @@ pub struct Engine {
     pending_events: Vec<EngineEvent>,
     /// Straggler streaks per (workflow, attempt); rebuilt from new reports after a restart.
     stragglers: HashMap<(WorkflowId, u32), detect::StragglerTracker>,
+    /// Wakes the loop early when a followed log changes.
+    log_watcher: LogWatcher,
 }
 
 impl Engine {
@@ -93,6 +99,7 @@ impl Engine {
             events,
             pending_events: Vec::new(),
             stragglers: HashMap::new(),
+            log_watcher: LogWatcher::new(),
         }
     }
 
@@ -119,15 +126,24 @@ impl Engine {
         tokio::pin!(shutdown);
         self.reconcile()?;
         let poll = Duration::from_secs_f64(self.config.engine.poll_interval_secs);
+        let wake = self.log_watcher.wake();
         loop {
+            let started = tokio::time::Instant::now();
             self.tick().await?;
             if until_settled && self.settled()? {
                 return Ok(RunOutcome::Settled);
             }
             let wait = self.clock.real_duration(poll);
+            // A log change starts the next tick early, but not more often than MIN_TICK_GAP: a job that
+            // writes constantly must not turn the loop into a busy one.
+            let woken = async {
+                wake.notified().await;
+                tokio::time::sleep_until(started + MIN_TICK_GAP).await;
+            };
             tokio::select! {
                 () = &mut shutdown => return Ok(RunOutcome::Shutdown),
                 () = tokio::time::sleep(wait) => {}
+                () = woken => {}
             }
         }
     }

@@ -289,13 +289,19 @@ impl Engine {
             max_read_bytes: self.config.telemetry.max_read_bytes_per_tick,
         };
         let workflows = self.store.db().workflows()?;
+        let mut followed = Vec::new();
         for workflow in workflows.into_iter().filter(|w| w.status.is_active()) {
+            if let Some(latest) = self.store.db().attempts(workflow.id)?.pop()
+                && let Some(path) = latest.log_path
+            {
+                followed.push(path);
+            }
             for attempt in self.store.db().attempts(workflow.id)? {
                 let Some(path) = attempt.log_path.clone() else {
                     continue;
                 };
-                let offset = self.store.db().log_offset(workflow.id, attempt.index)?;
-                let chunk = match read_new_lines(&path, offset, limits) {
+                let (offset, identity) = self.store.db().log_offset(workflow.id, attempt.index)?;
+                let chunk = match read_new_lines(&path, offset, identity.as_deref(), limits) {
                     Ok(chunk) => chunk,
                     Err(err) => {
                         self.warn("log_unreadable", format!("{}: {err}", path.display()), now)?;
@@ -309,7 +315,20 @@ impl Engine {
                         now,
                     )?;
                 }
-                if chunk.lines.is_empty() && chunk.next_offset == offset {
+                if chunk.rotated {
+                    self.warn(
+                        "log_rotated",
+                        format!(
+                            "{} was replaced; reading the new file from its start",
+                            path.display()
+                        ),
+                        now,
+                    )?;
+                }
+                if chunk.lines.is_empty()
+                    && chunk.next_offset == offset
+                    && chunk.identity == identity
+                {
                     continue;
                 }
                 let mut digest = self.digest(&attempt, &chunk.lines, now);
@@ -319,7 +338,12 @@ impl Engine {
                 let display = path.display().to_string();
                 self.store.write(|db| {
                     store_digest(db, &workflow, &attempt, digest, &mut events)?;
-                    db.set_log_offset(workflow.id, attempt.index, chunk.next_offset)?;
+                    db.set_log_offset(
+                        workflow.id,
+                        attempt.index,
+                        chunk.next_offset,
+                        chunk.identity.as_deref(),
+                    )?;
                     db.add_warnings("line_truncated", truncated, &display, now)?;
                     db.add_warnings("invalid_utf8", invalid, &display, now)?;
                     Ok(())
@@ -329,6 +353,8 @@ impl Engine {
                 self.watch_stragglers(&workflow, &attempt, &reports, now)?;
             }
         }
+        self.log_watcher
+            .follow(followed.iter().map(|path| path.as_path()));
         Ok(())
     }
 
@@ -467,8 +493,8 @@ impl Engine {
                 continue;
             };
             let key = path.to_string_lossy().into_owned();
-            let offset = self.store.db().file_offset(&key)?;
-            let chunk = match read_new_lines(&path, offset, limits) {
+            let (offset, identity) = self.store.db().file_offset(&key)?;
+            let chunk = match read_new_lines(&path, offset, identity.as_deref(), limits) {
                 Ok(chunk) if chunk.missing => continue,
                 Ok(chunk) => chunk,
                 Err(err) => {
@@ -512,7 +538,7 @@ impl Engine {
                         }
                     }
                 }
-                db.set_file_offset(&key, chunk.next_offset)?;
+                db.set_file_offset(&key, chunk.next_offset, chunk.identity.as_deref())?;
                 Ok(())
             })?;
         }

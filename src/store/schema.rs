@@ -144,4 +144,9 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE attempts ADD COLUMN last_progress_time TEXT;
     "#,
+    // 3: file identities, so a rotated log is read from its start.
+    r#"
+    ALTER TABLE attempts ADD COLUMN log_identity TEXT;
+    ALTER TABLE log_offsets ADD COLUMN identity TEXT;
+    "#,
 ];

@@ -7,3 +7,4 @@ pub mod line;
 pub mod record;
 pub mod straggler_report;
 pub mod tail;
+pub mod watch;

@@ -22,6 +22,10 @@ pub struct Chunk {
     pub restarted: bool,
     /// The file does not exist (yet).
     pub missing: bool,
+    /// The file's identity (device and inode); a different one at the same path means it was rotated.
+    pub identity: Option<String>,
+    /// The path now holds a different file than the stored identity: it was read from the start.
+    pub rotated: bool,
 }
 
 /// Limits of one read.
@@ -31,29 +35,63 @@ pub struct TailLimits {
     pub max_read_bytes: u64,
 }
 
-/// Reads the complete lines written to `path` after `offset`.
+/// Device, inode and birth time, which survive renames and change when a new file takes the path.
+fn identity_of(metadata: &std::fs::Metadata) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        // Inode numbers are reused at once after a delete; the birth time (where the file system
+        // records one) tells the new file from the old.
+        let born = metadata
+            .created()
+            .ok()
+            .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |since| since.as_nanos());
+        format!("{}:{}:{born}", metadata.dev(), metadata.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = metadata;
+        String::new()
+    }
+}
+
+/// Reads the complete lines written to `path` after `offset`; `known` is the identity the offset
+/// belongs to (see [`Chunk::identity`]), so a rotated file is read from its start.
 ///
 /// A trailing partial line is left for the next call, unless it is already longer than the line cap, in
 /// which case it is consumed as a truncated line (a runaway line must not stall the reader).
-pub fn read_new_lines(path: &Path, offset: u64, limits: TailLimits) -> std::io::Result<Chunk> {
+pub fn read_new_lines(
+    path: &Path,
+    offset: u64,
+    known: Option<&str>,
+    limits: TailLimits,
+) -> std::io::Result<Chunk> {
     let mut file = match File::open(path) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             return Ok(Chunk {
                 next_offset: offset,
                 missing: true,
+                identity: known.map(str::to_string),
                 ..Chunk::default()
             });
         }
         Err(err) => return Err(err),
     };
-    let len = file.metadata()?.len();
+    let metadata = file.metadata()?;
+    let len = metadata.len();
+    let identity = identity_of(&metadata);
     let mut chunk = Chunk::default();
     let mut start = offset;
-    if len < offset {
+    if known.is_some_and(|known| !known.is_empty() && known != identity) {
+        chunk.rotated = true;
+        start = 0;
+    } else if len < offset {
         chunk.restarted = true;
         start = 0;
     }
+    chunk.identity = Some(identity);
     chunk.next_offset = start;
     if len == start {
         return Ok(chunk);
@@ -125,12 +163,44 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.log");
         append(&path, b"one\ntwo\nthr");
-        let first = read_new_lines(&path, 0, LIMITS).unwrap();
+        let first = read_new_lines(&path, 0, None, LIMITS).unwrap();
         assert_eq!(first.lines, vec!["one", "two"]);
         assert_eq!(first.next_offset, 8);
         append(&path, b"ee\n");
-        let second = read_new_lines(&path, first.next_offset, LIMITS).unwrap();
+        let second =
+            read_new_lines(&path, first.next_offset, first.identity.as_deref(), LIMITS).unwrap();
         assert_eq!(second.lines, vec!["three"]);
+    }
+
+    #[test]
+    fn a_rotated_file_is_read_from_its_start_even_when_it_is_longer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        append(&path, b"old 1\n");
+        let first = read_new_lines(&path, 0, None, LIMITS).unwrap();
+        std::fs::rename(&path, dir.path().join("a.log.1")).unwrap();
+        append(&path, b"new 1\nnew 2\nnew 3\n");
+        let next =
+            read_new_lines(&path, first.next_offset, first.identity.as_deref(), LIMITS).unwrap();
+        assert!(next.rotated);
+        assert_eq!(next.lines, vec!["new 1", "new 2", "new 3"]);
+    }
+
+    #[test]
+    fn a_deleted_file_keeps_its_offset_until_it_comes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        append(&path, b"line\n");
+        let first = read_new_lines(&path, 0, None, LIMITS).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let gone =
+            read_new_lines(&path, first.next_offset, first.identity.as_deref(), LIMITS).unwrap();
+        assert!(gone.missing);
+        assert_eq!(gone.next_offset, first.next_offset);
+        append(&path, b"again\n");
+        let back =
+            read_new_lines(&path, gone.next_offset, gone.identity.as_deref(), LIMITS).unwrap();
+        assert_eq!(back.lines, vec!["again"]);
     }
 
     #[test]
@@ -138,9 +208,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.log");
         append(&path, b"first line\nsecond line\n");
-        let first = read_new_lines(&path, 0, LIMITS).unwrap();
+        let first = read_new_lines(&path, 0, None, LIMITS).unwrap();
         std::fs::write(&path, b"new\n").unwrap();
-        let again = read_new_lines(&path, first.next_offset, LIMITS).unwrap();
+        let again =
+            read_new_lines(&path, first.next_offset, first.identity.as_deref(), LIMITS).unwrap();
         assert!(again.restarted);
         assert_eq!(again.lines, vec!["new"]);
     }
@@ -150,7 +221,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.log");
         append(&path, b"0123456789abcdefXYZ\nbad \xff\xfe byte\n");
-        let chunk = read_new_lines(&path, 0, LIMITS).unwrap();
+        let chunk = read_new_lines(&path, 0, None, LIMITS).unwrap();
         assert_eq!(chunk.lines[0], "0123456789abcdef");
         assert_eq!(chunk.truncated_lines, 1);
         assert_eq!(chunk.invalid_utf8_lines, 1);
@@ -162,7 +233,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.log");
         append(&path, &[b'x'; 100]);
-        let chunk = read_new_lines(&path, 0, LIMITS).unwrap();
+        let chunk = read_new_lines(&path, 0, None, LIMITS).unwrap();
         assert_eq!(chunk.lines.len(), 1);
         assert_eq!(chunk.next_offset, 100);
     }
@@ -170,7 +241,7 @@ mod tests {
     #[test]
     fn a_missing_file_is_reported_not_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let chunk = read_new_lines(&dir.path().join("late.log"), 0, LIMITS).unwrap();
+        let chunk = read_new_lines(&dir.path().join("late.log"), 0, None, LIMITS).unwrap();
         assert!(chunk.missing);
         assert!(chunk.lines.is_empty());
     }
@@ -186,7 +257,7 @@ mod tests {
             max_line_bytes: 64,
             max_read_bytes: 100,
         };
-        let chunk = read_new_lines(&path, 0, limits).unwrap();
+        let chunk = read_new_lines(&path, 0, None, limits).unwrap();
         assert_eq!(chunk.lines.len(), 9);
         assert_eq!(chunk.next_offset, 99);
     }
