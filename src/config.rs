@@ -170,6 +170,10 @@ pub struct TelemetryConfig {
     pub max_line_bytes: usize,
     /// At most this many bytes are read from one log per tick, so one huge log cannot stall the loop.
     pub max_read_bytes_per_tick: u64,
+    /// Where to look for a job's log when the scheduler does not name it.
+    pub log_dir: Option<PathBuf>,
+    /// File name of a job's log in `log_dir`: `{name}`, `{jobid}`, `{user}`, `{datetime}` placeholders.
+    pub log_pattern: String,
 }
 
 impl Default for TelemetryConfig {
@@ -177,6 +181,8 @@ impl Default for TelemetryConfig {
         Self {
             max_line_bytes: 64 * 1024,
             max_read_bytes_per_tick: 64 * 1024 * 1024,
+            log_dir: None,
+            log_pattern: "{name}_{jobid}_{datetime}.log".to_string(),
         }
     }
 }
@@ -244,6 +250,9 @@ impl Config {
         }
         if self.engine.heartbeat_timeout_secs == 0 {
             return Err("engine.heartbeat_timeout_secs: must be at least 1".into());
+        }
+        if let Err(err) = crate::telemetry::discover::LogPattern::new(&self.telemetry.log_pattern) {
+            return Err(format!("telemetry.log_pattern: {}", err.message));
         }
         let detect = &self.detect;
         if detect.progress_timeout_secs == 0 {

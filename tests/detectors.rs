@@ -474,3 +474,22 @@ async fn a_log_rotated_by_rename_is_followed_into_the_new_file() {
             .any(|(kind, _, _)| kind == "log_rotated")
     );
 }
+
+#[tokio::test]
+async fn a_log_the_scheduler_does_not_name_is_found_by_the_configured_pattern() {
+    let mut rig = Rig::new(JobState::Running);
+    rig.backend.job.lock().unwrap().log_path = None;
+    rig.config.telemetry.log_dir = Some(rig.dir.path().to_path_buf());
+    rig.config.telemetry.log_pattern = "{name}_{jobid}_{datetime}.log".into();
+    // The job writes its log under the AJR naming; an older job's log with another id is ignored.
+    std::fs::write(rig.dir.path().join("train_76_2026-01-04T10-00-00.log"), b"").unwrap();
+    rig.log = rig.dir.path().join("train_77_2026-01-05T08-00-00.log");
+    std::fs::write(&rig.log, b"").unwrap();
+    let mut engine = rig.engine();
+    rig.iteration(10, 400.0);
+    rig.tick(&mut engine, 30).await;
+    let status = rig.status();
+    let attempt = &status.workflows[0].attempts[0];
+    assert_eq!(attempt.log_path.as_deref(), Some(rig.log.as_path()));
+    assert_eq!(attempt.last_iteration, Some(10));
+}

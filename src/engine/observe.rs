@@ -12,6 +12,7 @@ use crate::model::{
     Attempt, Checkpoint, JobState, ThroughputSample, Workflow, WorkflowId, WorkflowStatus,
 };
 use crate::store::{Db, EvidenceLine, StoreError};
+use crate::telemetry::discover::LogPattern;
 use crate::telemetry::line::frame_with_year;
 use crate::telemetry::record::{Record, recognise};
 use crate::telemetry::straggler_report::{self, StragglerReport};
@@ -141,6 +142,21 @@ fn follow_attempt(
     Ok(())
 }
 
+/// The attempt's log by the configured pattern, when the scheduler did not name it.
+fn discover_log(
+    search: &Option<(std::path::PathBuf, LogPattern)>,
+    attempt: &Attempt,
+    name: &str,
+    user: &str,
+) -> Option<std::path::PathBuf> {
+    let (dir, pattern) = search.as_ref()?;
+    // A margin for clock skew between the scheduler and the file system.
+    let since = attempt
+        .start_time
+        .map(|start| std::time::SystemTime::from(start - TimeDelta::seconds(60)));
+    pattern.find(dir, name, &attempt.job_id, user, since)
+}
+
 /// What one read of an attempt's log taught.
 #[derive(Default)]
 struct LogDigest {
@@ -213,6 +229,11 @@ impl Engine {
             .db()
             .attempt_by_job(&backend_name, &snapshot.job_id)?;
         let tagged = snapshot.tag.as_deref().and_then(parse_tag);
+        let log_search = self.config.telemetry.log_dir.clone().and_then(|dir| {
+            LogPattern::new(&self.config.telemetry.log_pattern)
+                .ok()
+                .map(|pattern| (dir, pattern))
+        });
         let mut events = Vec::new();
         self.store.write(|db| {
             let attempt = match existing {
@@ -272,6 +293,14 @@ impl Engine {
                     attempt
                 }
             };
+            let mut attempt = attempt;
+            if attempt.log_path.is_none()
+                && let Some(found) =
+                    discover_log(&log_search, &attempt, &snapshot.spec.name, &snapshot.user)
+            {
+                attempt.log_path = Some(found);
+                db.save_attempt(&attempt)?;
+            }
             if let Some(mut workflow) = db.workflow(attempt.workflow_id)? {
                 follow_attempt(db, &mut workflow, &attempt, now, &mut events)?;
             }

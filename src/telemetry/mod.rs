@@ -3,6 +3,7 @@
 //! `line` frames one raw line (rank label, timestamp), `record` recognises what it says,
 //! `tail` follows a log file incrementally from a persisted offset.
 
+pub mod discover;
 pub mod line;
 pub mod record;
 pub mod straggler_report;
