@@ -6,6 +6,7 @@ use regex::{Regex, RegexSet};
 use serde::Deserialize;
 
 use crate::model::Component;
+use crate::telemetry::tail::Chunk;
 
 /// The catalog shipped with runguard.
 const BUILTIN: &[(&str, &str)] = &[("core.toml", include_str!("../../data/signatures/core.toml"))];
@@ -42,6 +43,11 @@ pub struct SignatureSpec {
     pub recoverable: bool,
     pub confidence: f64,
     pub patterns: Vec<String>,
+    /// Literal strings one of which every matching line contains. Only needed when the patterns start
+    /// with something no fast scan can look for (such as `^(?:\w+\.)*`): the whole-read scan then looks
+    /// for these instead, and the patterns confirm.
+    #[serde(default)]
+    pub prefilter: Vec<String>,
     pub explanation: String,
 }
 
@@ -68,6 +74,9 @@ pub struct Catalog {
     prefilter: RegexSet,
     /// For each pattern of the prefilter, the signature it belongs to.
     owner: Vec<usize>,
+    /// Every pattern in one regex, line anchors dropped, run over a whole read at once: it finds the
+    /// candidate lines, which the prefilter then confirms on their message.
+    candidates: Regex,
 }
 
 impl Catalog {
@@ -139,10 +148,38 @@ impl Catalog {
             signatures.push(Signature { spec, patterns });
         }
         let prefilter = RegexSet::new(&all_patterns).map_err(|err| invalid(err.to_string()))?;
+        let combined = signatures
+            .iter()
+            .flat_map(|signature: &Signature| -> Vec<String> {
+                if signature.spec.prefilter.is_empty() {
+                    signature
+                        .spec
+                        .patterns
+                        .iter()
+                        .map(|pattern| {
+                            format!("(?:{})", pattern.strip_prefix('^').unwrap_or(pattern))
+                        })
+                        .collect()
+                } else {
+                    signature
+                        .spec
+                        .prefilter
+                        .iter()
+                        .map(|literal| regex::escape(literal))
+                        .collect()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("|");
+        let candidates = regex::RegexBuilder::new(&combined)
+            .size_limit(64 << 20)
+            .build()
+            .map_err(|err| invalid(err.to_string()))?;
         Ok(Self {
             signatures,
             prefilter,
             owner,
+            candidates,
         })
     }
 
@@ -150,8 +187,42 @@ impl Catalog {
         &self.signatures
     }
 
+    /// Which lines of a read might match a signature: one search over the whole text instead of one per
+    /// line. A line marked here is confirmed with [`Catalog::is_notable`] on its message.
+    pub fn candidate_lines(&self, chunk: &Chunk) -> Vec<bool> {
+        let mut marks = vec![false; chunk.line_count()];
+        let mut at = 0;
+        while let Some(found) = self.candidates.find_at(&chunk.text, at) {
+            let Some(line) = chunk.line_at(found.start()) else {
+                break;
+            };
+            marks[line] = true;
+            // One mark per line is enough: go on after this line.
+            at = chunk
+                .spans
+                .get(line + 1)
+                .map_or(chunk.text.len(), |&(start, _)| start);
+            if at <= found.start() {
+                at = found.end().max(found.start() + 1);
+            }
+            if at > chunk.text.len() {
+                break;
+            }
+        }
+        marks
+    }
+
+    /// Whether any signature matches `line`.
+    pub fn is_notable(&self, line: &str) -> bool {
+        self.prefilter.is_match(line)
+    }
+
     /// Indexes of the signatures that match `line`.
     pub fn matching(&self, line: &str) -> Vec<usize> {
+        // Nearly every line matches nothing; `is_match` can stop early where `matches` cannot.
+        if !self.prefilter.is_match(line) {
+            return Vec::new();
+        }
         let mut hits: Vec<usize> = self
             .prefilter
             .matches(line)

@@ -10,7 +10,7 @@ pub use catalog::{Catalog, CatalogError};
 
 use crate::model::{AnomalyKind, Attribution, Component, Culprit, WorkflowId};
 use crate::store::EvidenceLine;
-use crate::telemetry::record::named_host;
+pub use crate::telemetry::pipeline::blamed_host;
 
 /// Evidence lines quoted in an attribution.
 const QUOTED_LINES: usize = 12;
@@ -196,13 +196,6 @@ fn quote(line: &EvidenceLine) -> String {
         Some(rank) => format!("{rank}: {}", line.text),
         None => line.text.clone(),
     }
-}
-
-/// The host a line blames: an NCCL warning's or an srun error's host. NCCL's INFO chatter names hosts
-/// too, but says nothing is wrong with them.
-pub fn blamed_host(text: &str) -> Option<&str> {
-    let host = named_host(text)?;
-    (text.contains(" NCCL WARN ") || text.trim_start().starts_with("srun: error:")).then_some(host)
 }
 
 /// `Jan  5 08:30:12 node-07 kernel: NVRM: ...` or `node-07 kernel: ...` → "node-07".

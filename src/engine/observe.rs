@@ -6,7 +6,6 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use chrono::{DateTime, Datelike, TimeDelta, Utc};
 
 use super::{Engine, EngineError, EngineEvent, set_status, with_timeout};
-use crate::attribute::blamed_host;
 use crate::backend::JobSnapshot;
 use crate::model::{
     Attempt, Checkpoint, JobState, ThroughputSample, Workflow, WorkflowId, WorkflowStatus,
@@ -14,14 +13,12 @@ use crate::model::{
 use crate::store::{Db, EvidenceLine, StoreError};
 use crate::telemetry::discover::LogPattern;
 use crate::telemetry::line::frame_with_year;
-use crate::telemetry::record::{Record, recognise};
-use crate::telemetry::straggler_report::{self, StragglerReport};
-use crate::telemetry::tail::{TailLimits, read_new_lines};
+use crate::telemetry::pipeline::{Digester, LogDigest};
+use crate::telemetry::straggler_report::StragglerReport;
+use crate::telemetry::tail::{Chunk, TailLimits, read_new_lines};
 
-/// Longest evidence line kept.
+/// Longest kernel-log evidence line kept.
 const MAX_EVIDENCE_CHARS: usize = 2000;
-/// Traceback lines kept per traceback (its head is the interesting part, with the exception line).
-const MAX_TRACEBACK_LINES: usize = 40;
 
 /// The tag runguard gives a job it submits, so a restarted engine finds it again.
 pub(crate) fn attempt_tag(workflow_id: WorkflowId, attempt_index: u32) -> String {
@@ -155,19 +152,6 @@ fn discover_log(
         .start_time
         .map(|start| std::time::SystemTime::from(start - TimeDelta::seconds(60)));
     pattern.find(dir, name, &attempt.job_id, user, since)
-}
-
-/// What one read of an attempt's log taught.
-#[derive(Default)]
-struct LogDigest {
-    evidence: Vec<EvidenceLine>,
-    checkpoints: Vec<(u64, String, DateTime<Utc>)>,
-    samples: Vec<(DateTime<Utc>, u64, f64, Option<u32>)>,
-    last_time: Option<DateTime<Utc>>,
-    last_iteration: Option<u64>,
-    /// When `last_iteration` was first reached.
-    progress_time: Option<DateTime<Utc>>,
-    straggler_reports: Vec<StragglerReport>,
 }
 
 impl Engine {
@@ -354,13 +338,13 @@ impl Engine {
                         now,
                     )?;
                 }
-                if chunk.lines.is_empty()
+                if chunk.spans.is_empty()
                     && chunk.next_offset == offset
                     && chunk.identity == identity
                 {
                     continue;
                 }
-                let mut digest = self.digest(&attempt, &chunk.lines, now);
+                let mut digest = self.digest(&attempt, &chunk, now);
                 let reports = std::mem::take(&mut digest.straggler_reports);
                 let mut events = Vec::new();
                 let (truncated, invalid) = (chunk.truncated_lines, chunk.invalid_utf8_lines);
@@ -414,85 +398,16 @@ impl Engine {
         Ok(())
     }
 
-    fn digest(&self, attempt: &Attempt, lines: &[String], now: DateTime<Utc>) -> LogDigest {
-        let mut digest = LogDigest::default();
-        let mut traceback_lines: HashMap<Option<u32>, usize> = HashMap::new();
-        let mut last_time = attempt.last_log_time;
-        for raw in lines {
-            let framed = frame_with_year(raw, now.year());
-            let time = framed.timestamp.or(last_time).unwrap_or(now);
-            last_time = Some(time);
-            if let Some(report) = straggler_report::parse(framed.message) {
-                digest.straggler_reports.push(report);
-                continue;
-            }
-            let record = recognise(framed.message);
-            let in_traceback = traceback_lines.contains_key(&framed.rank);
-            let notable = match &record {
-                Some(Record::TracebackStart) => {
-                    traceback_lines.insert(framed.rank, 0);
-                    true
-                }
-                Some(Record::ExceptionLine { .. }) => {
-                    traceback_lines.remove(&framed.rank);
-                    true
-                }
-                Some(Record::Error { .. }) => true,
-                Some(Record::Iteration {
-                    iteration,
-                    tflops_per_gpu,
-                    ..
-                }) => {
-                    if digest.last_iteration.is_none_or(|last| *iteration > last) {
-                        digest.last_iteration = Some(*iteration);
-                        digest.progress_time = Some(time);
-                    }
-                    if let Some(tflops) = tflops_per_gpu {
-                        digest
-                            .samples
-                            .push((time, *iteration, *tflops, framed.rank));
-                    }
-                    false
-                }
-                Some(Record::CheckpointSaved { iteration, path }) => {
-                    if let Some(iteration) = iteration
-                        .or(digest.last_iteration)
-                        .or(attempt.last_iteration)
-                    {
-                        digest.checkpoints.push((
-                            iteration,
-                            path.clone().unwrap_or_default(),
-                            time,
-                        ));
-                    }
-                    false
-                }
-                _ => {
-                    if in_traceback {
-                        let count = traceback_lines.entry(framed.rank).or_insert(0);
-                        *count += 1;
-                        *count <= MAX_TRACEBACK_LINES
-                    } else {
-                        blamed_host(framed.message).is_some()
-                            || !self.catalog.matching(framed.message).is_empty()
-                    }
-                }
-            };
-            if notable {
-                digest.evidence.push(EvidenceLine {
-                    time,
-                    rank: framed.rank,
-                    text: framed
-                        .message
-                        .trim_end()
-                        .chars()
-                        .take(MAX_EVIDENCE_CHARS)
-                        .collect(),
-                });
-            }
-        }
-        digest.last_time = last_time;
-        digest
+    fn digest(&self, attempt: &Attempt, chunk: &Chunk, now: DateTime<Utc>) -> LogDigest {
+        let catalog = &self.catalog;
+        let mut digester = Digester::new(
+            |line: &str| catalog.is_notable(line),
+            now,
+            attempt.last_log_time,
+            attempt.last_iteration,
+        );
+        digester.push_chunk(chunk, &catalog.candidate_lines(chunk));
+        digester.finish()
     }
 
     /// Reads the kernel logs of the nodes the active attempts run on, keeping lines a signature knows
@@ -533,7 +448,7 @@ impl Engine {
             };
             let attempts = by_node.get(&node).cloned().unwrap_or_default();
             let mut kept = Vec::new();
-            for raw in &chunk.lines {
+            for raw in chunk.lines() {
                 if self.catalog.matching(raw).is_empty() && !raw.contains("NVRM: Xid") {
                     continue;
                 }

@@ -3,6 +3,14 @@ use serde::{Deserialize, Serialize};
 
 use super::WorkflowId;
 
+/// One log line kept as evidence for attribution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceLine {
+    pub time: DateTime<Utc>,
+    pub rank: Option<u32>,
+    pub text: String,
+}
+
 /// A checkpoint the run saved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {

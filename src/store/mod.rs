@@ -13,7 +13,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OpenFlags};
 
-pub use queries::{Command, CommandKind, Db, EvidenceLine, WorkflowSummary};
+pub use crate::model::EvidenceLine;
+pub use queries::{Command, CommandKind, Db, WorkflowSummary};
 
 /// A store that could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]

@@ -9,8 +9,8 @@ use serde::{Serialize, de::DeserializeOwned};
 use super::{StoreError, time_from_text, time_to_text};
 use crate::model::{
     Action, ActionId, ActionKind, ActionState, Anomaly, AnomalyKind, Attempt, Attribution,
-    Checkpoint, Component, JobState, JournalEntry, Notification, Severity, ThroughputSample,
-    Workflow, WorkflowId, WorkflowStatus,
+    Checkpoint, Component, EvidenceLine, JobState, JournalEntry, Notification, Severity,
+    ThroughputSample, Workflow, WorkflowId, WorkflowStatus,
 };
 
 /// Evidence lines kept per attempt; older ones are dropped so a log full of errors cannot grow the store.
@@ -46,14 +46,6 @@ pub struct Command {
     pub id: i64,
     pub kind: CommandKind,
     pub action_id: ActionId,
-}
-
-/// One log line kept as evidence for attribution.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EvidenceLine {
-    pub time: DateTime<Utc>,
-    pub rank: Option<u32>,
-    pub text: String,
 }
 
 /// Counts shown next to a workflow in tables.

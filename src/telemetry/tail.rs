@@ -7,11 +7,14 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-/// What one read of a log produced.
+/// What one read of a log produced: one text buffer and the spans of its lines, so a read of millions
+/// of lines costs one allocation, not millions.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Chunk {
-    /// Complete lines, newline removed, invalid UTF-8 replaced.
-    pub lines: Vec<String>,
+    /// The complete lines read, invalid UTF-8 replaced.
+    pub text: String,
+    /// Byte ranges of the lines in `text`, newline (and a trailing `\r`) removed, cut to the line cap.
+    pub spans: Vec<(usize, usize)>,
     /// Offset to persist: just after the last complete line consumed.
     pub next_offset: u64,
     /// Lines cut to the length cap.
@@ -26,6 +29,25 @@ pub struct Chunk {
     pub identity: Option<String>,
     /// The path now holds a different file than the stored identity: it was read from the start.
     pub rotated: bool,
+}
+
+impl Chunk {
+    /// The lines, in order.
+    pub fn lines(&self) -> impl Iterator<Item = &str> + '_ {
+        self.spans
+            .iter()
+            .map(|&(start, end)| self.text.get(start..end).unwrap_or(""))
+    }
+
+    pub fn line_count(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The index of the line holding byte `offset` of `text`.
+    pub fn line_at(&self, offset: usize) -> Option<usize> {
+        let index = self.spans.partition_point(|&(start, _)| start <= offset);
+        index.checked_sub(1)
+    }
 }
 
 /// Limits of one read.
@@ -98,44 +120,76 @@ pub fn read_new_lines(
     }
     file.seek(SeekFrom::Start(start))?;
     let budget = (len - start).min(limits.max_read_bytes.max(1));
-    let mut buffer = Vec::with_capacity(budget.min(8 * 1024 * 1024) as usize);
+    let mut buffer: Vec<u8> = Vec::with_capacity(budget.min(8 * 1024 * 1024) as usize);
     file.take(budget).read_to_end(&mut buffer)?;
 
+    // Find the lines on bytes first; decode once for the whole buffer when it is valid UTF-8.
     let mut consumed = 0usize;
+    let mut raw_spans: Vec<(usize, usize)> = Vec::new();
     while consumed < buffer.len() {
         let rest = &buffer[consumed..];
-        let (line, advance) = match memchr_newline(rest) {
-            Some(end) => (&rest[..end], end + 1),
-            None if rest.len() > limits.max_line_bytes => (rest, rest.len()),
+        let (len, advance) = match memchr_newline(rest) {
+            Some(end) => (end, end + 1),
+            None if rest.len() > limits.max_line_bytes => (rest.len(), rest.len()),
             None => break,
         };
-        consumed += advance;
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let kept = if line.len() > limits.max_line_bytes {
+        let mut end = consumed + len;
+        if end > consumed && buffer[end - 1] == b'\r' {
+            end -= 1;
+        }
+        if end - consumed > limits.max_line_bytes {
             chunk.truncated_lines += 1;
-            &line[..limits.max_line_bytes]
-        } else {
-            line
-        };
-        let text = match std::str::from_utf8(kept) {
-            Ok(text) => text.to_string(),
-            Err(err) if line.len() > limits.max_line_bytes && err.error_len().is_none() => {
-                // The cut fell inside a multi-byte character: drop the partial character.
-                String::from_utf8_lossy(&kept[..err.valid_up_to()]).into_owned()
+            end = consumed + limits.max_line_bytes;
+        }
+        raw_spans.push((consumed, end));
+        consumed += advance;
+    }
+    buffer.truncate(consumed);
+    match String::from_utf8(buffer) {
+        Ok(text) => {
+            // A cut inside a multi-byte character moves back to the character's start.
+            chunk.spans = raw_spans
+                .into_iter()
+                .map(|(start, mut end)| {
+                    while end > start && !text.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    (start, end)
+                })
+                .collect();
+            chunk.text = text;
+        }
+        Err(err) => {
+            let bytes = err.into_bytes();
+            let mut text = String::with_capacity(bytes.len());
+            for (start, end) in raw_spans {
+                let line = &bytes[start..end];
+                let begin = text.len();
+                match std::str::from_utf8(line) {
+                    Ok(valid) => text.push_str(valid),
+                    Err(bad)
+                        if bad.error_len().is_none() && end - start == limits.max_line_bytes =>
+                    {
+                        // Only the cut split a character: drop its first bytes.
+                        text.push_str(&String::from_utf8_lossy(&line[..bad.valid_up_to()]));
+                    }
+                    Err(_) => {
+                        chunk.invalid_utf8_lines += 1;
+                        text.push_str(&String::from_utf8_lossy(line));
+                    }
+                }
+                chunk.spans.push((begin, text.len()));
+                text.push('\n');
             }
-            Err(_) => {
-                chunk.invalid_utf8_lines += 1;
-                String::from_utf8_lossy(kept).into_owned()
-            }
-        };
-        chunk.lines.push(text);
+            chunk.text = text;
+        }
     }
     chunk.next_offset = start + consumed as u64;
     Ok(chunk)
 }
 
 fn memchr_newline(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == b'\n')
+    memchr::memchr(b'\n', bytes)
 }
 
 #[cfg(test)]
@@ -164,12 +218,12 @@ mod tests {
         let path = dir.path().join("a.log");
         append(&path, b"one\ntwo\nthr");
         let first = read_new_lines(&path, 0, None, LIMITS).unwrap();
-        assert_eq!(first.lines, vec!["one", "two"]);
+        assert_eq!(first.lines().collect::<Vec<_>>(), vec!["one", "two"]);
         assert_eq!(first.next_offset, 8);
         append(&path, b"ee\n");
         let second =
             read_new_lines(&path, first.next_offset, first.identity.as_deref(), LIMITS).unwrap();
-        assert_eq!(second.lines, vec!["three"]);
+        assert_eq!(second.lines().collect::<Vec<_>>(), vec!["three"]);
     }
 
     #[test]
@@ -183,7 +237,10 @@ mod tests {
         let next =
             read_new_lines(&path, first.next_offset, first.identity.as_deref(), LIMITS).unwrap();
         assert!(next.rotated);
-        assert_eq!(next.lines, vec!["new 1", "new 2", "new 3"]);
+        assert_eq!(
+            next.lines().collect::<Vec<_>>(),
+            vec!["new 1", "new 2", "new 3"]
+        );
     }
 
     #[test]
@@ -200,7 +257,7 @@ mod tests {
         append(&path, b"again\n");
         let back =
             read_new_lines(&path, gone.next_offset, gone.identity.as_deref(), LIMITS).unwrap();
-        assert_eq!(back.lines, vec!["again"]);
+        assert_eq!(back.lines().collect::<Vec<_>>(), vec!["again"]);
     }
 
     #[test]
@@ -213,7 +270,7 @@ mod tests {
         let again =
             read_new_lines(&path, first.next_offset, first.identity.as_deref(), LIMITS).unwrap();
         assert!(again.restarted);
-        assert_eq!(again.lines, vec!["new"]);
+        assert_eq!(again.lines().collect::<Vec<_>>(), vec!["new"]);
     }
 
     #[test]
@@ -222,10 +279,11 @@ mod tests {
         let path = dir.path().join("a.log");
         append(&path, b"0123456789abcdefXYZ\nbad \xff\xfe byte\n");
         let chunk = read_new_lines(&path, 0, None, LIMITS).unwrap();
-        assert_eq!(chunk.lines[0], "0123456789abcdef");
+        let lines: Vec<&str> = chunk.lines().collect();
+        assert_eq!(lines[0], "0123456789abcdef");
         assert_eq!(chunk.truncated_lines, 1);
         assert_eq!(chunk.invalid_utf8_lines, 1);
-        assert!(chunk.lines[1].starts_with("bad \u{fffd}"));
+        assert!(lines[1].starts_with("bad \u{fffd}"));
     }
 
     #[test]
@@ -234,7 +292,7 @@ mod tests {
         let path = dir.path().join("a.log");
         append(&path, &[b'x'; 100]);
         let chunk = read_new_lines(&path, 0, None, LIMITS).unwrap();
-        assert_eq!(chunk.lines.len(), 1);
+        assert_eq!(chunk.line_count(), 1);
         assert_eq!(chunk.next_offset, 100);
     }
 
@@ -243,7 +301,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let chunk = read_new_lines(&dir.path().join("late.log"), 0, None, LIMITS).unwrap();
         assert!(chunk.missing);
-        assert!(chunk.lines.is_empty());
+        assert_eq!(chunk.line_count(), 0);
     }
 
     #[test]
@@ -258,7 +316,7 @@ mod tests {
             max_read_bytes: 100,
         };
         let chunk = read_new_lines(&path, 0, None, limits).unwrap();
-        assert_eq!(chunk.lines.len(), 9);
+        assert_eq!(chunk.line_count(), 9);
         assert_eq!(chunk.next_offset, 99);
     }
 }

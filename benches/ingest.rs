@@ -1,0 +1,253 @@
+//! Ingest benchmark: the engine's log path (bounded reads → framing → recognisers → evidence selection
+//! with the signature prefilter → detectors) over a large generated unified log, on one core.
+//!
+//! `cargo bench --bench ingest` (size with `RUNGUARD_BENCH_MB`, default 1024). Prints MB/s and lines/s,
+//! and, when `rg` is installed, the same file through `rg -c` with the catalog's patterns as a reference.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use chrono::{TimeDelta, Utc};
+use runguard::attribute::Catalog;
+use runguard::config::DetectConfig;
+use runguard::detect::{StragglerTracker, throughput_drop};
+use runguard::model::ThroughputSample;
+use runguard::telemetry::pipeline::Digester;
+use runguard::telemetry::tail::{TailLimits, read_new_lines};
+
+/// Time spent in the whole-read signature scan, reported apart.
+static SCAN_SECONDS: std::sync::Mutex<f64> = std::sync::Mutex::new(0.0);
+
+const LIMITS: TailLimits = TailLimits {
+    max_line_bytes: 64 * 1024,
+    max_read_bytes: 64 * 1024 * 1024,
+};
+
+fn main() {
+    let megabytes: u64 = std::env::var("RUNGUARD_BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let path = target_dir().join(format!("bench-ingest-{megabytes}mb.log"));
+    let generated = Instant::now();
+    let bytes = ensure_log(&path, megabytes * 1024 * 1024);
+    println!(
+        "log: {} ({:.0} MB, ready in {:.1} s)",
+        path.display(),
+        bytes as f64 / 1e6,
+        generated.elapsed().as_secs_f64()
+    );
+
+    let catalog = Catalog::builtin().expect("built-in catalog");
+    let config = DetectConfig::default();
+    let nodes: Vec<String> = (1..=32).map(|n| format!("node-{n:02}")).collect();
+    let start = Instant::now();
+    let (lines, evidence, samples, findings) = ingest(&path, &catalog, &config, &nodes);
+    let seconds = start.elapsed().as_secs_f64();
+    let mb_per_s = bytes as f64 / 1e6 / seconds;
+    println!(
+        "runguard ingest: {lines} lines in {seconds:.2} s = {mb_per_s:.0} MB/s, {:.2} M lines/s",
+        lines as f64 / 1e6 / seconds
+    );
+    println!(
+        "  of which the signature scan over whole reads: {:.2} s",
+        *SCAN_SECONDS.lock().unwrap_or_else(|e| e.into_inner())
+    );
+    println!("  kept {evidence} evidence lines, {samples} throughput samples, {findings} findings");
+    println!(
+        "  peak memory (VmHWM): {}",
+        peak_memory().unwrap_or_else(|| "n/a".into())
+    );
+
+    match ripgrep_reference(&path, &catalog) {
+        Some(rg_seconds) => {
+            let rg_mb_per_s = bytes as f64 / 1e6 / rg_seconds;
+            println!(
+                "rg -c (same patterns, 1 thread): {rg_seconds:.2} s = {rg_mb_per_s:.0} MB/s; runguard/rg = {:.2}",
+                mb_per_s / rg_mb_per_s
+            );
+        }
+        None => println!("rg not installed: no reference ratio (apt-get install ripgrep)"),
+    }
+}
+
+/// Reads the file the way the engine does, in bounded chunks, running the detectors after each chunk
+/// as the engine does after each tick.
+fn ingest(
+    path: &Path,
+    catalog: &Catalog,
+    config: &DetectConfig,
+    nodes: &[String],
+) -> (u64, usize, usize, usize) {
+    let now = Utc::now();
+    let mut offset = 0;
+    let mut identity = None;
+    let (mut lines, mut evidence, mut findings) = (0u64, 0usize, 0usize);
+    let mut head: Vec<ThroughputSample> = Vec::new();
+    let mut tail: Vec<ThroughputSample> = Vec::new();
+    let mut straggler = StragglerTracker::default();
+    let (mut last_time, mut last_iteration) = (None, None);
+    loop {
+        let chunk =
+            read_new_lines(path, offset, identity.as_deref(), LIMITS).expect("readable log");
+        if chunk.spans.is_empty() {
+            break;
+        }
+        offset = chunk.next_offset;
+        identity = chunk.identity.clone();
+        let mut digester = Digester::new(
+            |line: &str| catalog.is_notable(line),
+            now,
+            last_time,
+            last_iteration,
+        );
+        let scan = Instant::now();
+        let candidates = catalog.candidate_lines(&chunk);
+        *SCAN_SECONDS.lock().unwrap_or_else(|e| e.into_inner()) += scan.elapsed().as_secs_f64();
+        digester.push_chunk(&chunk, &candidates);
+        let digest = digester.finish();
+        last_time = digest.last_time;
+        last_iteration = digest.last_iteration;
+        lines += digest.lines;
+        evidence += digest.evidence.len();
+        for (time, iteration, tflops, rank) in digest.samples {
+            let sample = ThroughputSample {
+                workflow_id: 1,
+                attempt_index: 0,
+                time,
+                iteration,
+                tflops_per_gpu: tflops,
+                rank,
+                node: None,
+            };
+            if head.len() < config.throughput_warmup_samples + config.throughput_baseline_samples {
+                head.push(sample.clone());
+            }
+            tail.push(sample);
+            if tail.len() > config.throughput_drop_samples {
+                tail.remove(0);
+            }
+        }
+        findings += usize::from(throughput_drop(&head, &tail, config).is_some());
+        for report in &digest.straggler_reports {
+            findings += usize::from(straggler.observe(report, nodes, 8, config).is_some());
+        }
+    }
+    (lines, evidence, head.len() + tail.len(), findings)
+}
+
+fn target_dir() -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    std::fs::create_dir_all(&dir).expect("target dir");
+    dir
+}
+
+/// Writes a realistic 256-rank Megatron unified log of about `size` bytes, unless one is there.
+fn ensure_log(path: &Path, size: u64) -> u64 {
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.len() >= size
+    {
+        return meta.len();
+    }
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(path).expect("create log"));
+    let mut written = 0u64;
+    let mut time = chrono::DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")
+        .expect("constant")
+        .with_timezone(&Utc);
+    let mut iteration = 0u64;
+    let mut n = 0u64;
+    while written < size {
+        n += 1;
+        let rank = (n * 7919) % 256;
+        let stamp = time.format("%Y-%m-%d %H:%M:%S");
+        let line = match n % 40 {
+            0 => {
+                iteration += 1;
+                time += TimeDelta::seconds(3);
+                format!(
+                    "255: [{stamp}] iteration {iteration:>8}/ 1000000 | consumed samples: {:>12} | elapsed time per iteration (ms): {:.1} | throughput per GPU (TFLOP/s/GPU): {:.1} | learning rate: 2.999E-04 | global batch size:  1024 | lm loss: {:.6E} | loss scale: 1.0 | grad norm: 0.812 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+                    iteration * 1024,
+                    3000.0 + (n % 17) as f64,
+                    400.0 + (n % 13) as f64,
+                    2.0 + (n % 100) as f64 / 1000.0
+                )
+            }
+            1 if iteration.is_multiple_of(500) => format!(
+                "  0: [{stamp}] successfully saved checkpoint from iteration {iteration:>7} to /lustre/ckpt/llama"
+            ),
+            2 => format!(
+                "{rank:>3}: node-{:02}:{}:{} [{}] NCCL INFO Channel {:02}/0 : {rank}[{}] -> {}[{}] via P2P/CUMEM/read",
+                rank / 8 + 1,
+                40000 + rank,
+                40100 + rank,
+                rank % 8,
+                n % 32,
+                rank % 8,
+                (rank + 1) % 256,
+                (rank + 1) % 8
+            ),
+            3 => format!(
+                "{rank:>3}: [{stamp}] [INFO] dataloader: prefetched batch {n} in 12.{}ms",
+                n % 10
+            ),
+            4 => format!(
+                "{rank:>3}: /usr/local/lib/python3.10/dist-packages/torch/distributed/c10d_logger.py:79: UserWarning: barrier() is deprecated"
+            ),
+            5 if n % 4000 == 5 => format!(
+                "{rank:>3}: node-{:02}:{}:{} [{}] NCCL WARN NET/IB : Got completion from peer 10.0.0.{} with status=12 opcode=0 len=0 vendor err 129 (Recv)",
+                rank / 8 + 1,
+                40000 + rank,
+                40100 + rank,
+                rank % 8,
+                n % 250
+            ),
+            6 if n % 8000 == 6 => format!(
+                " 31: [{stamp}] | MnRtt/Rnk: 3012.40ms/3 | MxRtt/Rnk: {:.2}ms/{} | MnPwr/Rnk: 598000mW/20 | MxTmp/Rnk: 86C/20 |",
+                3100.0 + (n % 50) as f64,
+                n % 256
+            ),
+            _ => format!(
+                "{rank:>3}: [{stamp}] [Rank {rank}] step {iteration} micro-batch {} forward {:.3}s backward {:.3}s optimizer {:.3}s",
+                n % 16,
+                0.101 + (n % 7) as f64 / 1000.0,
+                0.202 + (n % 5) as f64 / 1000.0,
+                0.011
+            ),
+        };
+        out.write_all(line.as_bytes()).expect("write log");
+        out.write_all(b"\n").expect("write log");
+        written += line.len() as u64 + 1;
+    }
+    out.flush().expect("flush log");
+    written
+}
+
+/// `rg -c` over the file with every catalog pattern, single-threaded; None without rg.
+fn ripgrep_reference(path: &Path, catalog: &Catalog) -> Option<f64> {
+    let mut command = Command::new("rg");
+    command.args(["-c", "-j1", "--no-mmap"]);
+    for signature in catalog.signatures() {
+        for pattern in &signature.spec.patterns {
+            command.arg("-e").arg(pattern);
+        }
+    }
+    command.arg(path);
+    let start = Instant::now();
+    let output = command.output().ok()?;
+    let seconds = start.elapsed().as_secs_f64();
+    output.status.code().filter(|code| *code <= 1)?;
+    Some(seconds)
+}
+
+fn peak_memory() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find(|line| line.starts_with("VmHWM:"))
+        .map(|line| line.trim_start_matches("VmHWM:").trim().to_string())
+}
