@@ -43,6 +43,9 @@ pub struct EngineConfig {
     pub poll_interval_secs: f64,
     /// A running job that writes no log line for this long is hung (the AJR heartbeat rule).
     pub heartbeat_timeout_secs: u64,
+    /// Wake up as soon as a followed log changes (inotify), besides polling. Turn off where file
+    /// events never arrive (some NFS, Lustre and GPFS mounts) to save the watches.
+    pub file_events: bool,
 }
 
 impl Default for EngineConfig {
@@ -50,6 +53,7 @@ impl Default for EngineConfig {
         Self {
             poll_interval_secs: 5.0,
             heartbeat_timeout_secs: 120,
+            file_events: true,
         }
     }
 }

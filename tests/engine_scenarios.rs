@@ -578,3 +578,12 @@ async fn a_job_that_ends_between_two_ticks_still_has_its_last_lines_read() {
         Some("node-07")
     );
 }
+
+#[test]
+fn the_engine_loop_can_run_on_a_spawned_task() {
+    fn assert_send<T: Send>(_: &T) {}
+    let harness = Harness::new("healthy", Config::default());
+    let mut engine = harness.engine(true);
+    let run = engine.run(std::future::pending::<()>(), true);
+    assert_send(&run);
+}

@@ -38,7 +38,7 @@ impl Engine {
         Ok(())
     }
 
-    async fn execute(&self, action: &Action) -> Execution {
+    async fn execute(&mut self, action: &Action) -> Execution {
         let params = &action.params;
         let job_id = params.job_id.clone().unwrap_or_default();
         match action.kind {

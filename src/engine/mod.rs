@@ -89,6 +89,11 @@ impl Engine {
     ) -> Self {
         let policy = Policy::from_config(&config.recovery, !options.auto);
         let (events, _) = broadcast::channel(1024);
+        let log_watcher = if config.engine.file_events {
+            LogWatcher::new()
+        } else {
+            LogWatcher::polling_only()
+        };
         Self {
             store,
             backend,
@@ -99,7 +104,7 @@ impl Engine {
             events,
             pending_events: Vec::new(),
             stragglers: HashMap::new(),
-            log_watcher: LogWatcher::new(),
+            log_watcher,
         }
     }
 

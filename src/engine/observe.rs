@@ -168,7 +168,8 @@ impl Engine {
         // Attempts still in flight that the listing no longer shows: ask for them one by one.
         let listed: HashSet<&str> = snapshots.iter().map(|s| s.job_id.as_str()).collect();
         let backend_name = self.backend.name().to_string();
-        for workflow in self.store.db().workflows()? {
+        let workflows = self.store.db().workflows()?;
+        for workflow in workflows {
             if !workflow.status.is_active() || workflow.backend != backend_name {
                 continue;
             }

@@ -35,6 +35,16 @@ impl Default for LogWatcher {
 }
 
 impl LogWatcher {
+    /// A watcher that never wakes: following by polling only.
+    pub fn polling_only() -> Self {
+        Self {
+            watcher: None,
+            directories: HashSet::new(),
+            files: Arc::default(),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
     /// A watcher; without inotify (limits reached, unsupported platform) it only ever polls.
     pub fn new() -> Self {
         let files: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
