@@ -7,7 +7,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::config::DetectConfig;
-use crate::model::{AnomalyKind, Attempt, Checkpoint, JobState, ThroughputSample};
+use crate::model::{AnomalyKind, Attempt, Checkpoint, EvidenceLine, JobState, ThroughputSample};
 use crate::telemetry::straggler_report::StragglerReport;
 
 /// What a detector saw.
@@ -18,6 +18,53 @@ pub struct Finding {
     pub evidence: Vec<String>,
     /// The node the finding points at, when it points at one.
     pub node: Option<String>,
+}
+
+/// Lines kept of the last error block: a traceback's frames, or the last error lines.
+const ERROR_BLOCK_LINES: usize = 40;
+
+/// The last error block of an attempt's evidence: the last Python traceback (of the rank that wrote it,
+/// through its exception line), else the last few error lines. This is what a crash is shown with.
+pub fn last_error_block(lines: &[EvidenceLine]) -> Vec<String> {
+    let start = lines
+        .iter()
+        .rposition(|line| line.text.starts_with("Traceback (most recent call last)"));
+    let quote = |line: &EvidenceLine| match line.rank {
+        Some(rank) => format!("{rank}: {}", line.text),
+        None => line.text.clone(),
+    };
+    match start {
+        Some(start) => {
+            let rank = lines[start].rank;
+            lines[start..]
+                .iter()
+                .filter(|line| line.rank == rank)
+                .take(ERROR_BLOCK_LINES)
+                .map(quote)
+                .collect()
+        }
+        None => {
+            let from = lines.len().saturating_sub(10);
+            lines[from..].iter().map(quote).collect()
+        }
+    }
+}
+
+/// The signal a process exit code (128 + n) or a scheduler's `0:n` stands for, by name.
+pub fn signal_name(signal: i32) -> Option<&'static str> {
+    Some(match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => return None,
+    })
 }
 
 /// Running, and lines keep coming, but the iteration count has not moved for `progress_timeout_secs`.
@@ -306,6 +353,41 @@ mod tests {
             time: t(at),
             path: String::new(),
         }
+    }
+
+    fn evidence(rank: Option<u32>, text: &str) -> EvidenceLine {
+        EvidenceLine {
+            time: t(0),
+            rank,
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn the_last_error_block_is_the_last_traceback_of_its_rank() {
+        let lines = vec![
+            evidence(Some(1), "Traceback (most recent call last):"),
+            evidence(Some(1), "KeyError: 'old'"),
+            evidence(Some(4), "Traceback (most recent call last):"),
+            evidence(Some(5), "NCCL WARN unrelated"),
+            evidence(Some(4), "  File \"train.py\", line 3, in <module>"),
+            evidence(Some(4), "torch.OutOfMemoryError: CUDA out of memory."),
+        ];
+        let block = last_error_block(&lines);
+        assert_eq!(block.len(), 3);
+        assert!(block[0].starts_with("4: Traceback"));
+        assert!(block[2].contains("OutOfMemoryError"));
+    }
+
+    #[test]
+    fn without_a_traceback_the_block_is_the_last_error_lines() {
+        let lines: Vec<EvidenceLine> = (0..30)
+            .map(|n| evidence(None, &format!("error {n}")))
+            .collect();
+        let block = last_error_block(&lines);
+        assert_eq!(block.len(), 10);
+        assert_eq!(block[9], "error 29");
+        assert_eq!(signal_name(9), Some("SIGKILL"));
     }
 
     #[test]

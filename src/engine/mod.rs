@@ -346,7 +346,12 @@ impl Engine {
         if attempt.state.is_failure() {
             let exit = attempt
                 .exit_code
-                .map(|code| format!(", exit code {code}"))
+                .map(|code| match detect::signal_name(code - 128) {
+                    Some(signal) if code > 128 => {
+                        format!(", exit code {code} (killed by {signal})")
+                    }
+                    _ => format!(", exit code {code}"),
+                })
                 .unwrap_or_default();
             let reason = attempt
                 .reason
@@ -476,6 +481,12 @@ impl Engine {
         let backend = Arc::clone(&self.backend);
         let mut events = Vec::new();
         let evidence_quote = attribution.evidence.clone();
+        // A crash is shown with the last error block of its log; a hang with what attribution found.
+        let anomaly_evidence = if kind == AnomalyKind::Crash && !lines.is_empty() {
+            detect::last_error_block(&lines)
+        } else {
+            evidence_quote.clone()
+        };
         self.store.write(|db| {
             let anomaly = Anomaly {
                 id: 0,
@@ -484,7 +495,7 @@ impl Engine {
                 kind,
                 time: now,
                 summary: summary.clone(),
-                evidence: evidence_quote.clone(),
+                evidence: anomaly_evidence.clone(),
             };
             db.insert_anomaly(&anomaly)?;
             events.push(EngineEvent::AnomalyRaised {
