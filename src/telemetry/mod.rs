@@ -5,6 +5,7 @@
 
 pub mod discover;
 pub mod line;
+pub mod node_signals;
 pub mod pipeline;
 pub mod record;
 pub mod straggler_report;
