@@ -178,6 +178,16 @@ pub struct TelemetryConfig {
     pub log_dir: Option<PathBuf>,
     /// File name of a job's log in `log_dir`: `{name}`, `{jobid}`, `{user}`, `{datetime}` placeholders.
     pub log_pattern: String,
+    /// Each node's kernel log (collected dmesg or journal export), `{node}` replaced by the node name.
+    pub node_log_pattern: Option<String>,
+    /// A command printing `nvidia-smi -q` of a node, as argv with `{node}`; empty: none.
+    pub gpu_status_command: Vec<String>,
+    /// A command printing `dcgmi health -c` of a node, as argv with `{node}`; empty: none.
+    pub gpu_health_command: Vec<String>,
+    /// Seconds between two runs of the node commands on the same node.
+    pub node_command_interval_secs: u64,
+    /// A node command that takes longer is killed and counted as failed.
+    pub node_command_timeout_secs: u64,
 }
 
 impl Default for TelemetryConfig {
@@ -187,6 +197,11 @@ impl Default for TelemetryConfig {
             max_read_bytes_per_tick: 64 * 1024 * 1024,
             log_dir: None,
             log_pattern: "{name}_{jobid}_{datetime}.log".to_string(),
+            node_log_pattern: None,
+            gpu_status_command: Vec::new(),
+            gpu_health_command: Vec::new(),
+            node_command_interval_secs: 60,
+            node_command_timeout_secs: 20,
         }
     }
 }
@@ -257,6 +272,14 @@ impl Config {
         }
         if let Err(err) = crate::telemetry::discover::LogPattern::new(&self.telemetry.log_pattern) {
             return Err(format!("telemetry.log_pattern: {}", err.message));
+        }
+        if self.telemetry.node_command_timeout_secs == 0 {
+            return Err("telemetry.node_command_timeout_secs: must be at least 1".into());
+        }
+        if let Some(pattern) = &self.telemetry.node_log_pattern
+            && !pattern.contains("{node}")
+        {
+            return Err("telemetry.node_log_pattern: must contain {node}".into());
         }
         let detect = &self.detect;
         if detect.progress_timeout_secs == 0 {

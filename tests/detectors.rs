@@ -493,3 +493,80 @@ async fn a_log_the_scheduler_does_not_name_is_found_by_the_configured_pattern() 
     assert_eq!(attempt.log_path.as_deref(), Some(rig.log.as_path()));
     assert_eq!(attempt.last_iteration, Some(10));
 }
+
+#[tokio::test]
+async fn a_hot_gpu_reported_by_nvidia_smi_makes_its_node_a_straggler() {
+    let mut rig = Rig::new(JobState::Running);
+    let report = rig.dir.path().join("node-02-smi.txt");
+    std::fs::copy("tests/fixtures/node/nvidia_smi_q_8gpu.txt", &report).unwrap();
+    rig.config.telemetry.gpu_status_command = vec![
+        "cat".into(),
+        rig.dir.path().join("{node}-smi.txt").display().to_string(),
+    ];
+    let mut engine = rig.engine();
+    rig.iteration(10, 400.0);
+    rig.tick(&mut engine, 30).await;
+    let status = rig.status();
+    let view = &status.workflows[0];
+    let straggler = view
+        .anomalies
+        .iter()
+        .find(|a| a.kind == AnomalyKind::Straggler)
+        .expect("a straggler");
+    assert!(
+        straggler.summary.starts_with("node-02 GPU 5"),
+        "{}",
+        straggler.summary
+    );
+    assert!(straggler.summary.contains("93"), "{}", straggler.summary);
+    // node-01 has no report: the command fails there, counted, and nothing is raised for it.
+    assert!(
+        status
+            .warnings
+            .iter()
+            .any(|(kind, _, message)| kind == "gpu_status_failed" && message.contains("node-01"))
+    );
+    assert_eq!(view.anomalies.len(), 1);
+}
+
+#[tokio::test]
+async fn an_xid_in_a_configured_node_log_names_the_node_and_gpu_of_a_crash() {
+    let mut rig = Rig::new(JobState::Running);
+    let node_dir = rig.dir.path().join("node-02");
+    std::fs::create_dir_all(&node_dir).unwrap();
+    rig.config.telemetry.node_log_pattern =
+        Some(rig.dir.path().join("{node}/kern.log").display().to_string());
+    // The inventory that maps the Xid's bus id to a GPU index.
+    let report = rig.dir.path().join("smi.txt");
+    std::fs::copy("tests/fixtures/node/nvidia_smi_q_8gpu.txt", &report).unwrap();
+    rig.config.telemetry.gpu_status_command = vec!["cat".into(), report.display().to_string()];
+    rig.config.detect.thermal_limit_c = 200.0;
+    let mut engine = rig.engine();
+    rig.iteration(10, 400.0);
+    rig.tick(&mut engine, 30).await;
+    std::fs::write(
+        node_dir.join("kern.log"),
+        "2026-01-05T08:00:40+00:00 node-02 kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=4242, name=python, GPU has fallen off the bus.\n",
+    )
+    .unwrap();
+    {
+        let mut job = rig.backend.job.lock().unwrap();
+        job.state = JobState::Failed;
+        job.state_raw = "FAILED".into();
+        job.exit_code = Some(1);
+    }
+    rig.tick(&mut engine, 30).await;
+    let status = rig.status();
+    let attribution = &status.workflows[0].attributions[0];
+    assert_eq!(attribution.category, "xid_79");
+    assert_eq!(attribution.culprit.node.as_deref(), Some("node-02"));
+    assert!(
+        attribution
+            .evidence
+            .iter()
+            .any(|line| line.contains("[GPU 2]")),
+        "{:?}",
+        attribution.evidence
+    );
+    assert_eq!(rig.backend.requeues.lock().unwrap()[0], vec!["node-02"]);
+}

@@ -177,7 +177,10 @@ async fn an_application_bug_is_not_requeued() {
     assert_eq!(view.attributions[0].category, "application_error");
     // The crash is shown with the traceback, from its first line to the exception.
     let block = &view.anomalies[0].evidence;
-    assert!(block[0].contains("Traceback (most recent call last)"), "{block:?}");
+    assert!(
+        block[0].contains("Traceback (most recent call last)"),
+        "{block:?}"
+    );
     assert!(block.last().unwrap().contains("KeyError"), "{block:?}");
     assert!(
         view.attributions[0]

@@ -6,6 +6,7 @@
 
 mod act;
 mod events;
+mod nodes;
 mod observe;
 
 use std::collections::HashMap;
@@ -76,6 +77,8 @@ pub struct Engine {
     stragglers: HashMap<(WorkflowId, u32), detect::StragglerTracker>,
     /// Wakes the loop early when a followed log changes.
     log_watcher: LogWatcher,
+    /// What the GPU status commands last reported.
+    node_probes: nodes::NodeProbes,
 }
 
 impl Engine {
@@ -105,6 +108,7 @@ impl Engine {
             pending_events: Vec::new(),
             stragglers: HashMap::new(),
             log_watcher,
+            node_probes: nodes::NodeProbes::default(),
         }
     }
 
@@ -198,6 +202,7 @@ impl Engine {
         self.observe_jobs(now).await?;
         self.read_logs(now)?;
         self.read_node_logs(now)?;
+        self.probe_nodes(now).await?;
         self.detect_and_decide(now)?;
         self.execute_approved().await?;
         Ok(())

@@ -1,24 +1,20 @@
 //! Observation: the scheduler's view of each job, and what the logs say since the last tick.
 //! Nothing here acts on the cluster.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashSet;
 
-use chrono::{DateTime, Datelike, TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{Engine, EngineError, EngineEvent, set_status, with_timeout};
 use crate::backend::JobSnapshot;
 use crate::model::{
     Attempt, Checkpoint, JobState, ThroughputSample, Workflow, WorkflowId, WorkflowStatus,
 };
-use crate::store::{Db, EvidenceLine, StoreError};
+use crate::store::{Db, StoreError};
 use crate::telemetry::discover::LogPattern;
-use crate::telemetry::line::frame_with_year;
 use crate::telemetry::pipeline::{Digester, LogDigest};
 use crate::telemetry::straggler_report::StragglerReport;
 use crate::telemetry::tail::{Chunk, TailLimits, read_new_lines};
-
-/// Longest kernel-log evidence line kept.
-const MAX_EVIDENCE_CHARS: usize = 2000;
 
 /// The tag runguard gives a job it submits, so a restarted engine finds it again.
 pub(crate) fn attempt_tag(workflow_id: WorkflowId, attempt_index: u32) -> String {
@@ -409,85 +405,6 @@ impl Engine {
         );
         digester.push_chunk(chunk, &catalog.candidate_lines(chunk));
         digester.finish()
-    }
-
-    /// Reads the kernel logs of the nodes the active attempts run on, keeping lines a signature knows
-    /// (Xid, ECC...) as evidence of every attempt on that node.
-    pub(super) fn read_node_logs(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
-        let limits = TailLimits {
-            max_line_bytes: self.config.telemetry.max_line_bytes,
-            max_read_bytes: self.config.telemetry.max_read_bytes_per_tick,
-        };
-        let mut by_node: HashMap<String, Vec<Attempt>> = HashMap::new();
-        for workflow in self.store.db().workflows()? {
-            if !workflow.status.is_active() {
-                continue;
-            }
-            if let Some(attempt) = self.store.db().attempts(workflow.id)?.pop() {
-                for node in &attempt.nodes {
-                    by_node
-                        .entry(node.clone())
-                        .or_default()
-                        .push(attempt.clone());
-                }
-            }
-        }
-        let nodes: BTreeSet<String> = by_node.keys().cloned().collect();
-        for node in nodes {
-            let Some(path) = self.backend.node_log(&node) else {
-                continue;
-            };
-            let key = path.to_string_lossy().into_owned();
-            let (offset, identity) = self.store.db().file_offset(&key)?;
-            let chunk = match read_new_lines(&path, offset, identity.as_deref(), limits) {
-                Ok(chunk) if chunk.missing => continue,
-                Ok(chunk) => chunk,
-                Err(err) => {
-                    self.warn("node_log_unreadable", format!("{key}: {err}"), now)?;
-                    continue;
-                }
-            };
-            let attempts = by_node.get(&node).cloned().unwrap_or_default();
-            let mut kept = Vec::new();
-            for raw in chunk.lines() {
-                if self.catalog.matching(raw).is_empty() && !raw.contains("NVRM: Xid") {
-                    continue;
-                }
-                let framed = frame_with_year(raw, now.year());
-                let time = framed.timestamp.unwrap_or(now);
-                let text = if raw.contains(" kernel:") {
-                    raw.trim().to_string()
-                } else {
-                    format!("{node} kernel: {}", raw.trim())
-                };
-                kept.push((
-                    time,
-                    text.chars().take(MAX_EVIDENCE_CHARS).collect::<String>(),
-                ));
-            }
-            self.store.write(|db| {
-                for (time, text) in &kept {
-                    for attempt in &attempts {
-                        // An error logged long before the attempt started is not its evidence.
-                        let started = attempt.start_time.unwrap_or(now) - TimeDelta::seconds(60);
-                        if *time >= started {
-                            db.insert_evidence_line(
-                                attempt.workflow_id,
-                                attempt.index,
-                                &EvidenceLine {
-                                    time: *time,
-                                    rank: None,
-                                    text: text.clone(),
-                                },
-                            )?;
-                        }
-                    }
-                }
-                db.set_file_offset(&key, chunk.next_offset, chunk.identity.as_deref())?;
-                Ok(())
-            })?;
-        }
-        Ok(())
     }
 }
 
