@@ -16,7 +16,7 @@ use runguard::config::DetectConfig;
 use runguard::detect::{StragglerTracker, throughput_drop};
 use runguard::model::ThroughputSample;
 use runguard::telemetry::pipeline::Digester;
-use runguard::telemetry::tail::{TailLimits, read_new_lines};
+use runguard::telemetry::tail::{Chunk, TailLimits, read_new_lines_reusing};
 
 /// Time spent in the whole-read signature scan, reported apart.
 static SCAN_SECONDS: std::sync::Mutex<f64> = std::sync::Mutex::new(0.0);
@@ -90,9 +90,10 @@ fn ingest(
     let mut tail: Vec<ThroughputSample> = Vec::new();
     let mut straggler = StragglerTracker::default();
     let (mut last_time, mut last_iteration) = (None, None);
+    let mut spare = Chunk::default();
     loop {
-        let chunk =
-            read_new_lines(path, offset, identity.as_deref(), LIMITS).expect("readable log");
+        let chunk = read_new_lines_reusing(path, offset, identity.as_deref(), LIMITS, spare)
+            .expect("readable log");
         if chunk.spans.is_empty() {
             break;
         }
@@ -135,6 +136,7 @@ fn ingest(
         for report in &digest.straggler_reports {
             findings += usize::from(straggler.observe(report, nodes, 8, config).is_some());
         }
+        spare = chunk;
     }
     (lines, evidence, head.len() + tail.len(), findings)
 }

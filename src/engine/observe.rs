@@ -14,7 +14,7 @@ use crate::store::{Db, StoreError};
 use crate::telemetry::discover::LogPattern;
 use crate::telemetry::pipeline::{Digester, LogDigest};
 use crate::telemetry::straggler_report::StragglerReport;
-use crate::telemetry::tail::{Chunk, TailLimits, read_new_lines};
+use crate::telemetry::tail::{Chunk, TailLimits, read_new_lines_reusing};
 
 /// The tag runguard gives a job it submits, so a restarted engine finds it again.
 pub(crate) fn attempt_tag(workflow_id: WorkflowId, attempt_index: u32) -> String {
@@ -300,6 +300,8 @@ impl Engine {
         };
         let workflows = self.store.db().workflows()?;
         let mut followed = Vec::new();
+        // One read's memory serves the next; it is dropped at the end of the tick.
+        let mut spare = Chunk::default();
         for workflow in workflows.into_iter().filter(|w| w.status.is_active()) {
             if let Some(latest) = self.store.db().attempts(workflow.id)?.pop()
                 && let Some(path) = latest.log_path
@@ -311,7 +313,13 @@ impl Engine {
                     continue;
                 };
                 let (offset, identity) = self.store.db().log_offset(workflow.id, attempt.index)?;
-                let chunk = match read_new_lines(&path, offset, identity.as_deref(), limits) {
+                let chunk = match read_new_lines_reusing(
+                    &path,
+                    offset,
+                    identity.as_deref(),
+                    limits,
+                    std::mem::take(&mut spare),
+                ) {
                     Ok(chunk) => chunk,
                     Err(err) => {
                         self.warn("log_unreadable", format!("{}: {err}", path.display()), now)?;
@@ -361,6 +369,7 @@ impl Engine {
                 self.pending_events.extend(events);
                 self.flush_events();
                 self.watch_stragglers(&workflow, &attempt, &reports, now)?;
+                spare = chunk;
             }
         }
         self.log_watcher

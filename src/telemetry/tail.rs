@@ -89,6 +89,18 @@ pub fn read_new_lines(
     known: Option<&str>,
     limits: TailLimits,
 ) -> std::io::Result<Chunk> {
+    read_new_lines_reusing(path, offset, known, limits, Chunk::default())
+}
+
+/// [`read_new_lines`] that reuses the memory of a chunk the caller is done with, so reading a large
+/// file chunk after chunk does not allocate (and fault in) a fresh buffer each time.
+pub fn read_new_lines_reusing(
+    path: &Path,
+    offset: u64,
+    known: Option<&str>,
+    limits: TailLimits,
+    recycled: Chunk,
+) -> std::io::Result<Chunk> {
     let mut file = match File::open(path) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -104,6 +116,10 @@ pub fn read_new_lines(
     let metadata = file.metadata()?;
     let len = metadata.len();
     let identity = identity_of(&metadata);
+    let mut buffer = recycled.text.into_bytes();
+    buffer.clear();
+    let mut raw_spans = recycled.spans;
+    raw_spans.clear();
     let mut chunk = Chunk::default();
     let mut start = offset;
     if known.is_some_and(|known| !known.is_empty() && known != identity) {
@@ -120,12 +136,12 @@ pub fn read_new_lines(
     }
     file.seek(SeekFrom::Start(start))?;
     let budget = (len - start).min(limits.max_read_bytes.max(1));
-    let mut buffer: Vec<u8> = Vec::with_capacity(budget.min(8 * 1024 * 1024) as usize);
+    // The budget is bounded by the config, so reserving it whole is safe and avoids regrowing.
+    buffer.reserve_exact(budget as usize);
     file.take(budget).read_to_end(&mut buffer)?;
 
     // Find the lines on bytes first; decode once for the whole buffer when it is valid UTF-8.
     let mut consumed = 0usize;
-    let mut raw_spans: Vec<(usize, usize)> = Vec::new();
     while consumed < buffer.len() {
         let rest = &buffer[consumed..];
         let (len, advance) = match memchr_newline(rest) {
