@@ -570,3 +570,16 @@ async fn an_xid_in_a_configured_node_log_names_the_node_and_gpu_of_a_crash() {
     );
     assert_eq!(rig.backend.requeues.lock().unwrap()[0], vec!["node-02"]);
 }
+
+#[tokio::test]
+async fn lines_stamped_far_in_the_future_do_not_hide_a_hang() {
+    let rig = Rig::new(JobState::Running);
+    let mut engine = rig.engine();
+    // A node whose clock jumped a year ahead writes one line, then the job goes silent.
+    rig.write(b" 5: [2027-06-01 00:00:00] iteration       10/   10000 | elapsed time per iteration (ms): 3000.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.0E+00 |\n");
+    rig.tick(&mut engine, 60).await;
+    rig.tick(&mut engine, 60).await;
+    assert_eq!(rig.anomalies(), vec![]);
+    rig.tick(&mut engine, 0).await;
+    assert_eq!(rig.anomalies(), vec![AnomalyKind::Hang]);
+}

@@ -355,7 +355,7 @@ impl Engine {
                 let (truncated, invalid) = (chunk.truncated_lines, chunk.invalid_utf8_lines);
                 let display = path.display().to_string();
                 self.store.write(|db| {
-                    store_digest(db, &workflow, &attempt, digest, &mut events)?;
+                    store_digest(db, &workflow, &attempt, digest, now, &mut events)?;
                     db.set_log_offset(
                         workflow.id,
                         attempt.index,
@@ -467,6 +467,7 @@ fn store_digest(
     workflow: &Workflow,
     attempt: &Attempt,
     digest: LogDigest,
+    now: DateTime<Utc>,
     events: &mut Vec<EngineEvent>,
 ) -> Result<(), StoreError> {
     for line in &digest.evidence {
@@ -532,14 +533,16 @@ fn store_digest(
         .into_iter()
         .find(|a| a.index == attempt.index)
     {
-        if digest.last_time.is_some() {
-            stored.last_log_time = digest.last_time.max(stored.last_log_time);
+        // The heartbeat and progress clocks run on arrival time, not on the lines' own stamps: a node
+        // whose clock jumped ahead (or behind) must not hide a hang or fake one.
+        if digest.lines > 0 {
+            stored.last_log_time = Some(now);
         }
         if let Some(iteration) = digest.last_iteration
             && stored.last_iteration.is_none_or(|last| iteration > last)
         {
             stored.last_iteration = Some(iteration);
-            stored.last_progress_time = digest.progress_time;
+            stored.last_progress_time = Some(now);
         }
         db.save_attempt(&stored)?;
     }
