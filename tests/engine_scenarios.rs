@@ -174,7 +174,7 @@ async fn an_application_bug_is_not_requeued() {
     assert_eq!(view.attempts.len(), 1);
     assert_eq!(view.workflow.requeues_used, 0);
     assert!(view.actions.iter().all(|a| !a.kind.restarts_the_run()));
-    assert_eq!(view.attributions[0].category, "application_error");
+    assert_eq!(view.attributions[0].category, "app_exception");
     // The crash is shown with the traceback, from its first line to the exception.
     let block = &view.anomalies[0].evidence;
     assert!(

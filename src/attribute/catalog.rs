@@ -11,6 +11,70 @@ use crate::telemetry::tail::Chunk;
 /// The catalog shipped with runguard.
 const BUILTIN: &[(&str, &str)] = &[("core.toml", include_str!("../../data/signatures/core.toml"))];
 
+/// The canonical categories every signature maps to.
+const TAXONOMY: &str = include_str!("../../data/taxonomy.toml");
+
+/// Where a signature's evidence comes from.
+pub const SOURCES: &[&str] = &[
+    "app_log",
+    "kernel_log",
+    "scheduler",
+    "kubernetes_event",
+    "gpu_status",
+];
+
+/// What a catalog action may ask for; the policy decides which of them run.
+pub const ACTION_KINDS: &[&str] = &[
+    "requeue",
+    "exclude_culprit",
+    "drain_node",
+    "cordon_node",
+    "config_fix",
+    "recreate_with_patch",
+    "resubmit",
+    "resume_previous_checkpoint",
+    "cancel",
+    "wait",
+    "stop",
+    "escalate",
+];
+
+/// One canonical category.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Category {
+    pub id: String,
+    pub component: Component,
+    /// Whether a plain requeue (possibly excluding the culprit) can help.
+    pub requeue: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaxonomyFile {
+    category: Vec<Category>,
+}
+
+/// The canonical categories.
+pub fn taxonomy() -> Vec<Category> {
+    toml::from_str::<TaxonomyFile>(TAXONOMY)
+        .map(|file| file.category)
+        .unwrap_or_default()
+}
+
+/// A recovery step a signature recommends, with its parameters.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionSpec {
+    /// One of [`ACTION_KINDS`].
+    pub kind: String,
+    /// What to do, for the user (the exact fix for a `config_fix`).
+    pub description: String,
+    /// Parameters (`num_workers = 2`, `env = { NCCL_SOCKET_IFNAME = "ib0" }`...).
+    #[serde(default)]
+    pub params: toml::Table,
+}
+
 /// A catalog file that could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -36,13 +100,31 @@ struct CatalogFile {
 pub struct SignatureSpec {
     pub id: String,
     pub title: String,
+    /// A category id of the taxonomy (`data/taxonomy.toml`).
     pub category: String,
-    pub component: Component,
+    /// Other names of the category that an evaluation accepts.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Defaults to the category's component.
+    #[serde(default)]
+    pub component: Option<Component>,
+    /// Where the evidence comes from: any of [`SOURCES`].
     #[serde(default)]
     pub sources: Vec<String>,
-    pub recoverable: bool,
+    /// Defaults to whether the category can be fixed by a requeue.
+    #[serde(default)]
+    pub recoverable: Option<bool>,
     pub confidence: f64,
+    /// Regular expressions over one evidence line; named captures `node`, `rank`, `gpu`, `xid` and
+    /// `pci` locate the culprit.
     pub patterns: Vec<String>,
+    /// Regular expressions at least one of which some other evidence line of the attempt must match
+    /// for this signature to apply (a CUDA OOM is the DataLoader's only inside a DataLoader frame).
+    #[serde(default)]
+    pub context: Vec<String>,
+    /// Ordered recovery steps.
+    #[serde(default)]
+    pub actions: Vec<ActionSpec>,
     /// Literal strings one of which every matching line contains. Only needed when the patterns start
     /// with something no fast scan can look for (such as `^(?:\w+\.)*`): the whole-read scan then looks
     /// for these instead, and the patterns confirm.
@@ -55,7 +137,12 @@ pub struct SignatureSpec {
 #[derive(Debug, Clone)]
 pub struct Signature {
     pub spec: SignatureSpec,
+    /// The component (the signature's, else its category's).
+    pub component: Component,
+    /// Whether a requeue can help (the signature's, else its category's).
+    pub recoverable: bool,
     patterns: Vec<Regex>,
+    context: Vec<Regex>,
 }
 
 impl Signature {
@@ -64,6 +151,12 @@ impl Signature {
         self.patterns
             .iter()
             .find_map(|pattern| pattern.captures(line))
+    }
+
+    /// Whether the signature's context holds among `lines` (always, when it has none).
+    pub fn context_holds<'l>(&self, mut lines: impl Iterator<Item = &'l str>) -> bool {
+        self.context.is_empty()
+            || lines.any(|line| self.context.iter().any(|pattern| pattern.is_match(line)))
     }
 }
 
@@ -121,10 +214,40 @@ impl Catalog {
             file: origin.to_path_buf(),
             message,
         };
+        let categories = taxonomy();
         let mut signatures = Vec::new();
         let mut all_patterns = Vec::new();
         let mut owner = Vec::new();
+        let mut ids = std::collections::HashSet::new();
         for spec in specs {
+            if !ids.insert(spec.id.clone()) {
+                return Err(invalid(format!("{}: the id is used twice", spec.id)));
+            }
+            let Some(category) = categories.iter().find(|c| c.id == spec.category) else {
+                return Err(invalid(format!(
+                    "{}: unknown category {:?} (see data/taxonomy.toml)",
+                    spec.id, spec.category
+                )));
+            };
+            if let Some(source) = spec.sources.iter().find(|s| !SOURCES.contains(&s.as_str())) {
+                return Err(invalid(format!(
+                    "{}: unknown source {source:?} (known: {})",
+                    spec.id,
+                    SOURCES.join(", ")
+                )));
+            }
+            if let Some(action) = spec
+                .actions
+                .iter()
+                .find(|a| !ACTION_KINDS.contains(&a.kind.as_str()))
+            {
+                return Err(invalid(format!(
+                    "{}: unknown action {:?} (known: {})",
+                    spec.id,
+                    action.kind,
+                    ACTION_KINDS.join(", ")
+                )));
+            }
             if !(0.0..=1.0).contains(&spec.confidence) {
                 return Err(invalid(format!(
                     "{}: confidence must be within 0..1",
@@ -145,7 +268,21 @@ impl Catalog {
                 all_patterns.push(pattern.clone());
                 owner.push(signatures.len());
             }
-            signatures.push(Signature { spec, patterns });
+            let mut context = Vec::new();
+            for pattern in &spec.context {
+                context.push(
+                    Regex::new(pattern).map_err(|err| {
+                        invalid(format!("{}: context {pattern:?}: {err}", spec.id))
+                    })?,
+                );
+            }
+            signatures.push(Signature {
+                component: spec.component.unwrap_or(category.component),
+                recoverable: spec.recoverable.unwrap_or(category.requeue),
+                spec,
+                patterns,
+                context,
+            });
         }
         let prefilter = RegexSet::new(&all_patterns).map_err(|err| invalid(err.to_string()))?;
         let combined = signatures

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 pub use catalog::{Catalog, CatalogError};
 
-use crate::model::{AnomalyKind, Attribution, Component, Culprit, WorkflowId};
+use crate::model::{AnomalyKind, Attribution, Component, Culprit, Remedy, WorkflowId};
 use crate::store::EvidenceLine;
 pub use crate::telemetry::pipeline::blamed_host;
 
@@ -41,6 +41,10 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
             hits.entry(signature).or_default().push(line);
         }
     }
+    // A signature that needs context (a DataLoader frame around an OOM) applies only with it.
+    hits.retain(|index, _| {
+        catalog.signatures()[*index].context_holds(evidence.lines.iter().map(|l| l.text.as_str()))
+    });
     let best = hits.iter().max_by(|(a, a_lines), (b, b_lines)| {
         let (a_spec, b_spec) = (
             &catalog.signatures()[**a].spec,
@@ -83,7 +87,7 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
         culprit.node = culprit.rank.and_then(|rank| node_of_rank(evidence, rank));
     }
     let mut confidence = signature.spec.confidence;
-    if culprit.node.is_none() && signature.spec.recoverable {
+    if culprit.node.is_none() && signature.recoverable {
         // Without a culprit the requeue may land on the same bad node again.
         confidence *= 0.8;
     }
@@ -93,12 +97,22 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
         workflow_id: evidence.workflow_id,
         attempt_index: evidence.attempt_index,
         category: signature.spec.category.clone(),
-        component: signature.spec.component,
+        component: signature.component,
         culprit,
         confidence,
-        recoverable: signature.spec.recoverable,
+        recoverable: signature.recoverable,
         signature: Some(signature.spec.id.clone()),
         explanation: signature.spec.explanation.clone(),
+        remedies: signature
+            .spec
+            .actions
+            .iter()
+            .map(|action| Remedy {
+                kind: action.kind.clone(),
+                description: action.description.clone(),
+                params: serde_json::to_value(&action.params).unwrap_or_default(),
+            })
+            .collect(),
         evidence: quoted,
         time: evidence.now,
     }
@@ -118,7 +132,7 @@ fn unmatched(evidence: &Evidence<'_>) -> Attribution {
              dead peer, a hung file system). It is requeued from its last checkpoint.",
         ),
         _ => (
-            "unknown_crash",
+            "unknown",
             "The job failed without an error line runguard recognises. It is requeued from its last \
              checkpoint once; if it keeps failing without progress the crash-loop rule stops it.",
         ),
@@ -140,7 +154,7 @@ fn unmatched(evidence: &Evidence<'_>) -> Attribution {
         attempt_index: evidence.attempt_index,
         category: category.to_string(),
         component: if evidence.anomaly == AnomalyKind::Hang {
-            Component::Application
+            Component::Infrastructure
         } else {
             Component::None
         },
@@ -149,6 +163,7 @@ fn unmatched(evidence: &Evidence<'_>) -> Attribution {
         recoverable: true,
         signature: None,
         explanation: explanation.to_string(),
+        remedies: Vec::new(),
         evidence: quoted,
         time: evidence.now,
     }
@@ -316,7 +331,7 @@ mod tests {
         ];
         let nodes = nodes();
         let attribution = attribute(&catalog, &evidence(&lines, &nodes));
-        assert_eq!(attribution.category, "application_error");
+        assert_eq!(attribution.category, "app_exception");
         assert!(!attribution.recoverable);
     }
 

@@ -170,8 +170,22 @@ pub struct Attribution {
     pub signature: Option<String>,
     /// One paragraph for the user.
     pub explanation: String,
+    /// The recovery steps the catalog recommends, in order; the policy decides which run.
+    #[serde(default)]
+    pub remedies: Vec<Remedy>,
     pub evidence: Vec<String>,
     pub time: DateTime<Utc>,
+}
+
+/// A recovery step a signature recommends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Remedy {
+    /// `exclude_culprit`, `drain_node`, `config_fix`, ... (see the catalog's action kinds).
+    pub kind: String,
+    pub description: String,
+    /// Parameters, as the catalog gives them.
+    #[serde(default)]
+    pub params: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ pub use action::{Action, ActionKind, ActionParams, ActionState};
 pub use attempt::{Attempt, JobState};
 pub use evidence::{
     Anomaly, AnomalyKind, Attribution, Checkpoint, Component, Culprit, EvidenceLine, JournalEntry,
-    Notification, Severity, ThroughputSample,
+    Notification, Remedy, Severity, ThroughputSample,
 };
 pub use workflow::{JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
 

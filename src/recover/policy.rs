@@ -303,6 +303,7 @@ mod tests {
             explanation: String::new(),
             evidence: vec![],
             time: now(),
+            remedies: vec![],
         }
     }
 
@@ -336,7 +337,7 @@ mod tests {
             &workflow(),
             &attempt(JobState::Failed),
             AnomalyKind::Crash,
-            &attribution("application_error", Component::Application, false),
+            &attribution("app_exception", Component::Application, false),
             &policy(),
         );
         assert_eq!(decision.status, WorkflowStatus::Completed);

@@ -216,6 +216,7 @@ fn attribution_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Attribution, S
     let culprit: String = row.get(5)?;
     let evidence: String = row.get(10)?;
     let time: String = row.get(11)?;
+    let remedies: String = row.get(12)?;
     let (id, workflow_id, attempt_index, category, confidence, recoverable, signature, explanation) = (
         row.get(0)?,
         row.get(1)?,
@@ -241,6 +242,7 @@ fn attribution_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Attribution, S
             explanation,
             evidence: from_json(&evidence)?,
             time: time_from_text(&time)?,
+            remedies: from_json(&remedies)?,
         })
     })())
 }
@@ -733,8 +735,8 @@ impl<'c> Db<'c> {
     pub fn insert_attribution(&self, attribution: &Attribution) -> Result<i64, StoreError> {
         self.conn.execute(
             "INSERT INTO attributions (workflow_id, attempt_index, category, component, culprit, confidence, \
-             recoverable, signature, explanation, evidence, time) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+             recoverable, signature, explanation, evidence, time, remedies) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 attribution.workflow_id,
                 attribution.attempt_index,
@@ -747,6 +749,7 @@ impl<'c> Db<'c> {
                 attribution.explanation,
                 to_json(&attribution.evidence)?,
                 time_to_text(attribution.time),
+                to_json(&attribution.remedies)?,
             ],
         )?;
         Ok(self.conn.last_insert_rowid())
@@ -755,7 +758,7 @@ impl<'c> Db<'c> {
     pub fn attributions(&self, workflow_id: WorkflowId) -> Result<Vec<Attribution>, StoreError> {
         let mut stmt = self.conn.prepare(
             "SELECT id, workflow_id, attempt_index, category, component, culprit, confidence, recoverable, \
-             signature, explanation, evidence, time FROM attributions WHERE workflow_id = ?1 ORDER BY id",
+             signature, explanation, evidence, time, remedies FROM attributions WHERE workflow_id = ?1 ORDER BY id",
         )?;
         collect(stmt.query_map([workflow_id], attribution_from_row)?)
     }

@@ -149,4 +149,8 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE attempts ADD COLUMN log_identity TEXT;
     ALTER TABLE log_offsets ADD COLUMN identity TEXT;
     "#,
+    // 4: the catalog's recommended recovery steps with each attribution.
+    r#"
+    ALTER TABLE attributions ADD COLUMN remedies TEXT NOT NULL DEFAULT '[]';
+    "#,
 ];
