@@ -65,7 +65,7 @@ pub fn sim_dir(config: &Config, store_path: &Path) -> PathBuf {
 }
 
 /// The user's signature files: `signatures/` in the config directory.
-fn catalog() -> Result<Catalog, CatalogError> {
+pub fn catalog() -> Result<Catalog, CatalogError> {
     match crate::paths::default_config_file()
         .and_then(|file| file.parent().map(|d| d.join("signatures")))
     {

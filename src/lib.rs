@@ -10,6 +10,7 @@ pub mod clock;
 pub mod config;
 pub mod detect;
 pub mod engine;
+pub mod explain;
 pub mod headless;
 pub mod model;
 pub mod paths;

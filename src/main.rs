@@ -73,6 +73,32 @@ enum Command {
         /// Action id (see `runguard status`).
         action: i64,
     },
+    /// Post-mortem of any log: timeline, anomalies, attribution with evidence, and what runguard would do.
+    Explain {
+        /// Application logs (a job's unified log).
+        #[arg(required = true)]
+        logs: Vec<PathBuf>,
+        /// A kernel log of one of the job's nodes (repeatable).
+        #[arg(long = "kernel-log", value_name = "FILE")]
+        kernel_logs: Vec<PathBuf>,
+        /// The job's nodes in rank order, comma-separated, to name the node of a failing rank.
+        #[arg(long, value_delimiter = ',')]
+        nodes: Vec<String>,
+        /// Ranks per node.
+        #[arg(long, default_value_t = 8)]
+        ranks_per_node: u32,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Explain every case of a labelled manifest and score the attributions.
+    Eval {
+        /// The manifest (`[[case]]` entries with file, category, component, culprit, recoverable_by_requeue).
+        manifest: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() {
@@ -171,9 +197,49 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Status { workflow, json } => print_status(&config, &store_path, workflow, json),
+        Command::Explain {
+            logs,
+            kernel_logs,
+            nodes,
+            ranks_per_node,
+            json,
+        } => {
+            let catalog = catalog()?;
+            let explanation = runguard::explain::explain(
+                &catalog,
+                &config,
+                &runguard::explain::ExplainInput {
+                    logs,
+                    kernel_logs,
+                    nodes,
+                    ranks_per_node,
+                },
+            )?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&explanation)?);
+            } else {
+                print!("{}", runguard::explain::render(&explanation));
+            }
+            Ok(())
+        }
+        Command::Eval { manifest, json } => {
+            let catalog = catalog()?;
+            let evaluation = runguard::explain::evaluate(&catalog, &config, &manifest)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&evaluation)?);
+            } else {
+                print!("{}", runguard::explain::render_evaluation(&evaluation));
+            }
+            Ok(())
+        }
         Command::Approve { action } => decide_action(&store_path, CommandKind::Approve, action),
         Command::Reject { action } => decide_action(&store_path, CommandKind::Reject, action),
     }
+}
+
+/// The built-in signatures with the user's own (`signatures/` in the config directory).
+fn catalog() -> Result<runguard::attribute::Catalog> {
+    Ok(runguard::headless::catalog()?)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

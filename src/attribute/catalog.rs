@@ -9,7 +9,35 @@ use crate::model::Component;
 use crate::telemetry::tail::Chunk;
 
 /// The catalog shipped with runguard.
-const BUILTIN: &[(&str, &str)] = &[("core.toml", include_str!("../../data/signatures/core.toml"))];
+const BUILTIN: &[(&str, &str)] = &[
+    ("core.toml", include_str!("../../data/signatures/core.toml")),
+    (
+        "hardware.toml",
+        include_str!("../../data/signatures/hardware.toml"),
+    ),
+    (
+        "network.toml",
+        include_str!("../../data/signatures/network.toml"),
+    ),
+    (
+        "memory.toml",
+        include_str!("../../data/signatures/memory.toml"),
+    ),
+    (
+        "storage.toml",
+        include_str!("../../data/signatures/storage.toml"),
+    ),
+    ("data.toml", include_str!("../../data/signatures/data.toml")),
+    (
+        "scheduling.toml",
+        include_str!("../../data/signatures/scheduling.toml"),
+    ),
+    ("ray.toml", include_str!("../../data/signatures/ray.toml")),
+    (
+        "application.toml",
+        include_str!("../../data/signatures/application.toml"),
+    ),
+];
 
 /// The canonical categories every signature maps to.
 const TAXONOMY: &str = include_str!("../../data/taxonomy.toml");

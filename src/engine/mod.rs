@@ -467,7 +467,15 @@ impl Engine {
         summary: String,
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
-        let lines = self.store.db().evidence_lines(workflow.id, attempt.index)?;
+        let mut lines = self.store.db().evidence_lines(workflow.id, attempt.index)?;
+        // The scheduler's own verdict is evidence too (NODE_FAIL, OUT_OF_MEMORY, PREEMPTED...).
+        if attempt.state.is_terminal() {
+            lines.push(crate::model::EvidenceLine {
+                time: attempt.end_time.unwrap_or(now),
+                rank: None,
+                text: scheduler_line(&attempt),
+            });
+        }
         let ranks_per_node = workflow.spec.gpus_per_node.max(1);
         let mut attribution = attribute::attribute(
             &self.catalog,
@@ -653,6 +661,19 @@ impl Engine {
         self.flush_events();
         Ok(())
     }
+}
+
+/// The scheduler's verdict on an attempt as one evidence line, in the form signatures match:
+/// `scheduler: job 4201 NODE_FAIL reason=NodeDown exit_code=1`.
+pub fn scheduler_line(attempt: &Attempt) -> String {
+    let mut line = format!("scheduler: job {} {}", attempt.job_id, attempt.state_raw);
+    if let Some(reason) = &attempt.reason {
+        line.push_str(&format!(" reason={reason}"));
+    }
+    if let Some(code) = attempt.exit_code {
+        line.push_str(&format!(" exit_code={code}"));
+    }
+    line
 }
 
 /// Applies one approve/reject to a stored action; returns the outcome text for the command table.

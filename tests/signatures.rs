@@ -1,0 +1,78 @@
+//! Every signature of the built-in catalog against its own fixture: the fixture must be attributed to
+//! that signature (not merely to its category), so each pattern is known to work on a real-shaped log.
+
+use std::path::PathBuf;
+
+use runguard::attribute::Catalog;
+use runguard::config::Config;
+use runguard::explain::{ExplainInput, explain};
+
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/signatures")
+}
+
+#[test]
+fn every_signature_wins_on_its_own_fixture() {
+    let catalog = Catalog::builtin().unwrap();
+    let config = Config::default();
+    let mut failures = Vec::new();
+    for signature in catalog.signatures() {
+        let id = &signature.spec.id;
+        let log = fixture_dir().join(format!("{id}.log"));
+        let kernel = fixture_dir().join(format!("{id}.kern.log"));
+        if !log.exists() && !kernel.exists() {
+            failures.push(format!("{id}: no fixture {}", log.display()));
+            continue;
+        }
+        let input = ExplainInput {
+            logs: if log.exists() { vec![log] } else { vec![] },
+            kernel_logs: if kernel.exists() {
+                vec![kernel]
+            } else {
+                vec![]
+            },
+            nodes: Vec::new(),
+            ranks_per_node: 8,
+        };
+        match explain(&catalog, &config, &input) {
+            Ok(explanation) => {
+                let got = &explanation.attribution;
+                if got.signature.as_deref() != Some(id.as_str()) {
+                    failures.push(format!(
+                        "{id}: attributed to {:?} ({})",
+                        got.signature, got.category
+                    ));
+                } else if got.category != signature.spec.category {
+                    failures.push(format!("{id}: category {}", got.category));
+                }
+            }
+            Err(err) => failures.push(format!("{id}: {err}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn healthy_logs_match_no_signature() {
+    let catalog = Catalog::builtin().unwrap();
+    let config = Config::default();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs");
+    for healthy in [
+        "healthy_noise.log",
+        "megatron_pretrain.log",
+        "lightning_fit.log",
+        "nemo_train.log",
+    ] {
+        let input = ExplainInput {
+            logs: vec![dir.join(healthy)],
+            ranks_per_node: 8,
+            ..ExplainInput::default()
+        };
+        let explanation = explain(&catalog, &config, &input).unwrap();
+        assert_eq!(
+            explanation.attribution.category, "healthy",
+            "{healthy}: {:?}",
+            explanation.attribution
+        );
+    }
+}
