@@ -1,6 +1,7 @@
 //! Attribution: from an attempt's evidence lines to a category, a component, a culprit and a confidence.
 
 pub mod catalog;
+pub mod correlate;
 
 use std::collections::{HashMap, HashSet};
 

@@ -490,6 +490,9 @@ impl Engine {
                 now,
             },
         );
+        if let Some(folded) = self.correlate(&workflow, &attempt, &attribution, now)? {
+            attribution = folded;
+        }
         let decision = decide(&workflow, &attempt, kind, &attribution, &self.policy);
         let backend = Arc::clone(&self.backend);
         let mut events = Vec::new();
@@ -641,6 +644,57 @@ impl Engine {
         self.pending_events.extend(events);
         self.flush_events();
         Ok(())
+    }
+
+    /// Reads this failure together with the job's earlier failures and other jobs' recent ones.
+    fn correlate(
+        &self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+        attribution: &crate::model::Attribution,
+        now: DateTime<Utc>,
+    ) -> Result<Option<crate::model::Attribution>, EngineError> {
+        use crate::attribute::correlate::{self, OtherFailure, PastFailure};
+        let db = self.store.db();
+        let attempts = db.attempts(workflow.id)?;
+        let earlier_attributions = db.attributions(workflow.id)?;
+        let earlier: Vec<PastFailure<'_>> = earlier_attributions
+            .iter()
+            .filter_map(|past| {
+                attempts
+                    .iter()
+                    .find(|a| a.index == past.attempt_index)
+                    .map(|a| PastFailure {
+                        attempt: a,
+                        attribution: past,
+                    })
+            })
+            .collect();
+        let mut folded = correlate::across_attempts(attempt, attribution, &earlier);
+        let recent = db.attributions_since(now - correlate::NODE_WINDOW)?;
+        let mut other_nodes = Vec::new();
+        for other in recent.iter().filter(|a| a.workflow_id != workflow.id) {
+            if let Some(failed) = db
+                .attempts(other.workflow_id)?
+                .into_iter()
+                .find(|a| a.index == other.attempt_index)
+            {
+                other_nodes.push((other.workflow_id, failed.nodes, other.time));
+            }
+        }
+        let others: Vec<OtherFailure<'_>> = other_nodes
+            .iter()
+            .map(|(workflow_id, nodes, time)| OtherFailure {
+                workflow_id: *workflow_id,
+                nodes,
+                time: *time,
+            })
+            .collect();
+        let base = folded.clone().unwrap_or_else(|| attribution.clone());
+        if let Some(node_fault) = correlate::across_jobs(attempt, &base, &others, now) {
+            folded = Some(node_fault);
+        }
+        Ok(folded)
     }
 
     fn flush_events(&mut self) {

@@ -755,6 +755,15 @@ impl<'c> Db<'c> {
         Ok(self.conn.last_insert_rowid())
     }
 
+    /// Attributions of every workflow made at or after `since`.
+    pub fn attributions_since(&self, since: DateTime<Utc>) -> Result<Vec<Attribution>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, workflow_id, attempt_index, category, component, culprit, confidence, recoverable, \
+             signature, explanation, evidence, time, remedies FROM attributions WHERE time >= ?1 ORDER BY id",
+        )?;
+        collect(stmt.query_map([time_to_text(since)], attribution_from_row)?)
+    }
+
     pub fn attributions(&self, workflow_id: WorkflowId) -> Result<Vec<Attribution>, StoreError> {
         let mut stmt = self.conn.prepare(
             "SELECT id, workflow_id, attempt_index, category, component, culprit, confidence, recoverable, \
