@@ -278,10 +278,68 @@ impl Engine {
             findings.extend(detect::checkpoint_stall(attempt, &checkpoints, now, config));
         }
         findings.extend(detect::stuck_pending(attempt, now, config));
+        findings.extend(self.blocked_upstream(workflow, attempt)?);
         for finding in findings {
             self.raise_warning(workflow, attempt, finding, now)?;
         }
         Ok(())
+    }
+
+    /// A pending job whose upstream dependency failed waits forever: the upstream failure is the cause,
+    /// escalated with the upstream job's own attribution.
+    fn blocked_upstream(
+        &self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+    ) -> Result<Option<detect::Finding>, EngineError> {
+        let waiting_on_dependency = attempt.state == JobState::Pending
+            && attempt
+                .reason
+                .as_deref()
+                .is_some_and(|reason| reason.contains("Dependency"));
+        let Some(upstream_job) = workflow.spec.dependency.as_deref() else {
+            return Ok(None);
+        };
+        if !waiting_on_dependency {
+            return Ok(None);
+        }
+        let db = self.store.db();
+        let Some(upstream) = db.attempt_by_job(&workflow.backend, upstream_job)? else {
+            return Ok(None);
+        };
+        if !upstream.state.is_failure() {
+            return Ok(None);
+        }
+        let cause = db
+            .attributions(upstream.workflow_id)?
+            .into_iter()
+            .rev()
+            .find(|a| a.attempt_index == upstream.index);
+        let what = cause
+            .as_ref()
+            .map(|a| {
+                format!(
+                    "{}{}",
+                    a.category,
+                    a.culprit
+                        .node
+                        .as_deref()
+                        .map(|n| format!(" on {n}"))
+                        .unwrap_or_default()
+                )
+            })
+            .unwrap_or_else(|| upstream.state_raw.clone());
+        Ok(Some(detect::Finding {
+            kind: AnomalyKind::StuckPending,
+            summary: format!(
+                "job {} waits on job {upstream_job}, which failed ({what}); it will not start until that \
+                 is fixed (scheduler reason {})",
+                attempt.job_id,
+                attempt.reason.as_deref().unwrap_or("-")
+            ),
+            evidence: cause.map(|a| a.evidence).unwrap_or_default(),
+            node: None,
+        }))
     }
 
     /// Records a finding that needs the user's attention but no recovery; once per attempt and kind.

@@ -71,6 +71,9 @@ pub struct JobSpec {
     /// Working directory of the run.
     #[serde(default)]
     pub work_dir: Option<String>,
+    /// The job this one waits for (Slurm `--dependency=afterok:4200` → "4200"), if any.
+    #[serde(default)]
+    pub dependency: Option<String>,
 }
 
 /// Per-workflow recovery limits, as the job declared them (e.g. `max_requeue_times` in the Slurm comment).

@@ -616,6 +616,7 @@ pub(super) fn job_spec(spec: &WorkloadSpec) -> JobSpec {
                 .unwrap_or_else(|| format!("{}.sbatch", spec.name)),
         ),
         work_dir: Some("/workspace/Megatron-LM".to_string()),
+        dependency: None,
     }
 }
 
