@@ -568,6 +568,7 @@ async fn an_xid_in_a_configured_node_log_names_the_node_and_gpu_of_a_crash() {
         "{:?}",
         attribution.evidence
     );
+    assert_eq!(attribution.culprit.gpu, Some(2));
     assert_eq!(rig.backend.requeues.lock().unwrap()[0], vec!["node-02"]);
 }
 

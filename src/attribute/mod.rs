@@ -80,6 +80,14 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
         if culprit.rank.is_none() {
             culprit.rank = line.rank;
         }
+        if culprit.gpu.is_none() {
+            // Node signals carry the GPU their bus id maps to as a `[GPU n]` suffix.
+            culprit.gpu = line
+                .text
+                .rsplit_once("[GPU ")
+                .and_then(|(_, rest)| rest.strip_suffix(']'))
+                .and_then(|gpu| gpu.parse().ok());
+        }
     }
     if culprit.node.is_none() {
         culprit.node = most_named_host(evidence.lines);
