@@ -2,6 +2,24 @@
 //! label and a leading timestamp are split off, so recognisers only see the
 //! message and the caller can order lines from many ranks in time.
 //!
+//! Timestamps recognised at the start of the message (after the labels):
+//!
+//! | form | example | year |
+//! | --- | --- | --- |
+//! | bracketed ISO (Megatron, DeepSpeed) | `[2024-07-30 14:21:44]`, `[2024-07-30 14:21:44,250]` | own |
+//! | ISO-8601, `T` or space, any zone | `2024-07-30T14:21:44.123+02:00`, `2024-07-30 14:21:44,123` | own |
+//! | Go / slash dates | `2024/07/30 14:21:44` | own |
+//! | syslog | `Nov 22 14:21:44`, `Nov  2 04:05:06.123` | supplied |
+//! | `dmesg -T` | `[Sun Nov 22 14:21:44 2026]` | own |
+//! | glog / torch c10 | `I1122 06:24:44.903881 123 f.cc:1]`, `[E626 06:24:44.903881913 F.cpp:616]` | supplied |
+//! | NeMo | `[NeMo I 2024-07-30 14:21:44 exp_manager:396]` | own |
+//! | after a level | `[INFO] 2024-07-30 14:21:44 ...`, `WARNING 2024-07-30T14:21:44Z ...` | own |
+//!
+//! A stamp that leads the message is cut from it. A stamp inside a level header
+//! (glog, NeMo, after a level) is read but the message is left whole, because
+//! the severity and source location in that header are what recognisers match.
+//! Stamps without a zone are taken as UTC.
+//!
 //! This runs on every line of every log, so it is a hand-written byte parser
 //! that looks at the first few bytes only and never allocates.
 
@@ -18,29 +36,36 @@ pub struct FramedLine<'a> {
     pub message: &'a str,
 }
 
-/// Frames a line; year-less syslog stamps get the current UTC year.
+/// Frames a line; year-less stamps (syslog, glog) get the current UTC year.
 pub fn frame(line: &str) -> FramedLine<'_> {
     // The clock is only read when a year-less stamp is actually found.
     frame_impl(line, || Utc::now().year())
 }
 
-/// Frames a line; year-less syslog stamps get `default_year`, so replaying an
+/// Frames a line; year-less stamps (syslog, glog) get `default_year`, so replaying an
 /// old log does not date its lines to today's year.
 pub fn frame_with_year(line: &str, default_year: i32) -> FramedLine<'_> {
     frame_impl(line, || default_year)
 }
 
-fn frame_impl(line: &str, year: impl FnOnce() -> i32) -> FramedLine<'_> {
+fn frame_impl(line: &str, year: impl Fn() -> i32 + Copy) -> FramedLine<'_> {
     let line = line.trim_end_matches(['\n', '\r']);
     let (srun_rank, rest) = split_srun_label(line);
     let (torch_rank, rest) = split_torch_label(rest);
     let rank = srun_rank.or(torch_rank);
     let body = rest.trim_start();
     match leading_timestamp(body.as_bytes(), year) {
-        Some((timestamp, len)) => FramedLine {
+        Some((timestamp, Stamp::Leading(len))) => FramedLine {
             rank,
             timestamp: Some(timestamp),
             message: body.get(len..).unwrap_or_default().trim_start(),
+        },
+        // A stamp inside a level header stays in the message, whose
+        // severity letter and source location the recognisers read.
+        Some((timestamp, Stamp::InHeader)) => FramedLine {
+            rank,
+            timestamp: Some(timestamp),
+            message: rest,
         },
         // Without a timestamp the leading whitespace is kept: it carries
         // the indentation of traceback frames and Megatron's own output.
@@ -50,6 +75,16 @@ fn frame_impl(line: &str, year: impl FnOnce() -> i32) -> FramedLine<'_> {
             message: rest,
         },
     }
+}
+
+/// Where a found timestamp sits, which decides whether it leaves the message.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stamp {
+    /// The stamp (and its brackets) are the first `usize` bytes; they are cut off.
+    Leading(usize),
+    /// The stamp is part of a level header (`[E1122 06:24:44.9 File.cpp:616]`,
+    /// `[NeMo I 2024-...]`, `[INFO] 2024-...`); the message is kept whole.
+    InHeader,
 }
 
 /// Splits `"  12: msg"` into rank 12 and `"msg"`. A label whose number does not
@@ -103,13 +138,25 @@ fn split_torch_label(line: &str) -> (Option<u32>, &str) {
     (rank, rest.strip_prefix(' ').unwrap_or(rest))
 }
 
-/// Finds a timestamp at the very start of `bytes`, returning it and its length.
-fn leading_timestamp(bytes: &[u8], year: impl FnOnce() -> i32) -> Option<(DateTime<Utc>, usize)> {
+/// Finds a timestamp at the start of `bytes`: leading, or inside a level
+/// header. Only the first byte or two pick which forms are tried.
+fn leading_timestamp(
+    bytes: &[u8],
+    year: impl Fn() -> i32 + Copy,
+) -> Option<(DateTime<Utc>, Stamp)> {
+    let leading =
+        |found: Option<(DateTime<Utc>, usize)>| found.map(|(t, n)| (t, Stamp::Leading(n)));
+    let in_header = |found: Option<DateTime<Utc>>| found.map(|t| (t, Stamp::InHeader));
     match (bytes.first()?, bytes.get(1)) {
-        (b'[', Some(b'0'..=b'9')) => bracketed_iso(bytes),
-        (b'[', Some(b'A'..=b'Z')) => dmesg(bytes),
-        (b'0'..=b'9', _) => bare_iso(bytes),
-        (b'A'..=b'Z', _) => syslog(bytes, year),
+        (b'[', Some(b'0'..=b'9')) => leading(bracketed_iso(bytes)),
+        (b'[', Some(b'A'..=b'Z')) => leading(dmesg(bytes))
+            .or_else(|| in_header(glog(bytes, year)))
+            .or_else(|| in_header(nemo(bytes)))
+            .or_else(|| in_header(after_level(bytes))),
+        (b'0'..=b'9', _) => leading(bare_iso(bytes)),
+        (b'A'..=b'Z', _) => leading(syslog(bytes, year))
+            .or_else(|| in_header(glog(bytes, year)))
+            .or_else(|| in_header(after_level(bytes))),
         _ => None,
     }
 }
@@ -123,7 +170,8 @@ fn bracketed_iso(bytes: &[u8]) -> Option<(DateTime<Utc>, usize)> {
     Some((timestamp, cursor.pos))
 }
 
-/// `2024-07-30T14:21:44Z`, `2024-07-30T14:21:44.123456+02:00`, `2024-07-30 14:21:44,123`.
+/// `2024-07-30T14:21:44Z`, `2024-07-30T14:21:44.123456+02:00`, `2024-07-30 14:21:44,123`,
+/// Go's `2024/07/30 14:21:44`.
 fn bare_iso(bytes: &[u8]) -> Option<(DateTime<Utc>, usize)> {
     let mut cursor = Cursor::new(bytes);
     let timestamp = cursor.iso_datetime()?;
@@ -153,20 +201,91 @@ fn dmesg(bytes: &[u8]) -> Option<(DateTime<Utc>, usize)> {
     Some((naive.and_utc(), cursor.pos))
 }
 
-/// Syslog `Nov 22 14:21:44` (also `Nov  2 ...`), which has no year.
-fn syslog(bytes: &[u8], year: impl FnOnce() -> i32) -> Option<(DateTime<Utc>, usize)> {
+/// Syslog `Nov 22 14:21:44` (also `Nov  2 ...` and `Nov 22 14:21:44.123`), which has no year.
+fn syslog(bytes: &[u8], year: impl Fn() -> i32) -> Option<(DateTime<Utc>, usize)> {
     let mut cursor = Cursor::new(bytes);
     let month = cursor.month()?;
     cursor.eat(b' ')?;
     let day = cursor.day_of_month()?;
     cursor.eat(b' ')?;
     let (hour, minute, second) = cursor.clock()?;
+    let nanos = cursor.fraction();
     if cursor.peek().is_some_and(|b| b != b' ') {
         return None;
     }
     let date = NaiveDate::from_ymd_opt(year(), month, day)?;
-    let naive = date.and_hms_opt(hour, minute, second)?;
+    let naive = date.and_hms_nano_opt(hour, minute, second, nanos)?;
     Some((naive.and_utc(), cursor.pos))
+}
+
+/// A glog header, as C++ code (NCCL, c10d, gRPC) writes it: `I1122 06:24:44.903881 12345 file.cc:12]`,
+/// or torch's bracketed `[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616]`, whose month is
+/// not zero-padded. The stamp has no year, so `year` supplies it; the time is taken as UTC.
+fn glog(bytes: &[u8], year: impl Fn() -> i32) -> Option<DateTime<Utc>> {
+    let mut cursor = Cursor::new(bytes);
+    let bracketed = cursor.eat(b'[').is_some();
+    match cursor.peek()? {
+        b'I' | b'W' | b'E' | b'F' => cursor.pos += 1,
+        _ => return None,
+    }
+    let (month, day) = match cursor.digits_ahead() {
+        4 => (cursor.number(2)?, cursor.number(2)?),
+        3 => (cursor.number(1)?, cursor.number(2)?),
+        _ => return None,
+    };
+    cursor.eat(b' ')?;
+    let (hour, minute, second) = cursor.clock()?;
+    // glog always prints the sub-second part; requiring it keeps look-alikes out.
+    if cursor.peek() != Some(b'.') {
+        return None;
+    }
+    let nanos = cursor.fraction();
+    match cursor.peek() {
+        Some(b' ') => {}
+        Some(b']') if bracketed => {}
+        _ => return None,
+    }
+    let date = NaiveDate::from_ymd_opt(year(), month, day)?;
+    Some(
+        date.and_hms_nano_opt(hour, minute, second, nanos)?
+            .and_utc(),
+    )
+}
+
+/// NeMo's header `[NeMo I 2024-07-30 14:21:44 exp_manager:396]`.
+fn nemo(bytes: &[u8]) -> Option<DateTime<Utc>> {
+    let rest = bytes.strip_prefix(b"[NeMo ")?;
+    let mut cursor = Cursor::new(rest);
+    cursor.peek().filter(u8::is_ascii_uppercase)?;
+    cursor.pos += 1;
+    cursor.eat(b' ')?;
+    let timestamp = cursor.iso_datetime()?;
+    cursor.eat(b' ')?;
+    Some(timestamp)
+}
+
+/// A stamp right after a log level: `[INFO] 2024-07-30 14:21:44 ...`,
+/// `INFO 2024-07-30 14:21:44,123 ...`, `WARNING: [2024-07-30T14:21:44Z] ...`.
+fn after_level(bytes: &[u8]) -> Option<DateTime<Utc>> {
+    let mut cursor = Cursor::new(bytes);
+    let bracketed = cursor.eat(b'[').is_some();
+    cursor.level()?;
+    if bracketed {
+        cursor.eat(b']')?;
+    }
+    let _ = cursor.eat(b':');
+    let spaces = cursor.skip_spaces();
+    if spaces == 0 && !bracketed {
+        return None;
+    }
+    let stamp_bracketed = cursor.eat(b'[').is_some();
+    let timestamp = cursor.iso_datetime()?;
+    if stamp_bracketed {
+        cursor.eat(b']')?;
+    } else if cursor.peek().is_some_and(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    Some(timestamp)
 }
 
 /// A bounds-checked reader over the start of a line; every step returns None
@@ -246,12 +365,55 @@ impl<'a> Cursor<'a> {
         WEEKDAYS.contains(&word).then_some(())
     }
 
-    /// `YYYY-MM-DD[T ]HH:MM:SS[.,fraction][Z|±HH[:MM]]`; no zone means UTC.
+    /// How many ASCII digits follow, counting at most five.
+    fn digits_ahead(&self) -> usize {
+        self.bytes
+            .iter()
+            .skip(self.pos)
+            .take(5)
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    }
+
+    fn skip_spaces(&mut self) -> usize {
+        let start = self.pos;
+        while self.peek() == Some(b' ') && self.pos - start < 8 {
+            self.pos += 1;
+        }
+        self.pos - start
+    }
+
+    /// A log level word as Python logging, Go and most loggers print it.
+    fn level(&mut self) -> Option<()> {
+        const LEVELS: [&[u8]; 9] = [
+            b"TRACE",
+            b"DEBUG",
+            b"INFO",
+            b"NOTICE",
+            b"WARN",
+            b"WARNING",
+            b"ERROR",
+            b"CRITICAL",
+            b"FATAL",
+        ];
+        let len = self
+            .bytes
+            .iter()
+            .skip(self.pos)
+            .take(9)
+            .take_while(|b| b.is_ascii_uppercase())
+            .count();
+        let word = self.bytes.get(self.pos..self.pos + len)?;
+        LEVELS.contains(&word).then(|| self.pos += len)
+    }
+
+    /// `YYYY-MM-DD[T ]HH:MM:SS[.,fraction][Z|±HH[:MM]]` (or `YYYY/MM/DD ...`); no zone means UTC.
     fn iso_datetime(&mut self) -> Option<DateTime<Utc>> {
         let year = self.number(4)?;
-        self.eat(b'-')?;
+        let separator = self.peek().filter(|b| matches!(b, b'-' | b'/'))?;
+        self.pos += 1;
         let month = self.number(2)?;
-        self.eat(b'-')?;
+        self.eat(separator)?;
         let day = self.number(2)?;
         match self.peek()? {
             b'T' | b' ' => self.pos += 1,
@@ -470,16 +632,97 @@ mod tests {
     }
 
     #[test]
-    fn torch_rank_label_gives_rank_but_glog_stamp_gives_no_timestamp() {
-        let framed = frame(
+    fn torch_glog_header_gives_rank_and_timestamp_and_keeps_the_header() {
+        let framed = frame_with_year(
             "[rank3]:[E1122 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout",
+            2026,
         );
         assert_eq!(framed.rank, Some(3));
-        assert_eq!(framed.timestamp, None);
+        assert_eq!(
+            framed.timestamp,
+            Some(utc("2026-11-22T06:24:44.903881913Z"))
+        );
         assert_eq!(
             framed.message,
             "[E1122 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout"
         );
+    }
+
+    #[test]
+    fn torch_glog_header_with_unpadded_month_takes_the_supplied_year() {
+        let line = "[rank1]:[E626 06:24:44.906457629 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 1] Exception";
+        let framed = frame_with_year(line, 2024);
+        assert_eq!(
+            framed.timestamp,
+            Some(utc("2024-06-26T06:24:44.906457629Z"))
+        );
+        assert!(framed.message.starts_with("[E626 06:24:44.906457629 "));
+    }
+
+    #[test]
+    fn plain_glog_line_gives_timestamp_and_keeps_severity() {
+        let framed = frame_with_year(
+            "I1122 06:24:44.903881 12345 socket.cpp:420] connected",
+            2025,
+        );
+        assert_eq!(framed.timestamp, Some(utc("2025-11-22T06:24:44.903881Z")));
+        assert_eq!(
+            framed.message,
+            "I1122 06:24:44.903881 12345 socket.cpp:420] connected"
+        );
+        let warning = frame_with_year("  4: W0101 00:00:01.5 77 x.cc:1] slow", 2025);
+        assert_eq!(warning.rank, Some(4));
+        assert_eq!(warning.timestamp, Some(utc("2025-01-01T00:00:01.5Z")));
+        assert_eq!(warning.message, "W0101 00:00:01.5 77 x.cc:1] slow");
+    }
+
+    #[test]
+    fn nemo_header_gives_timestamp_and_keeps_the_header() {
+        let line = "[NeMo I 2024-07-30 14:21:44 exp_manager:396] Experiments will be logged";
+        let framed = frame(line);
+        assert_eq!(framed.timestamp, Some(utc("2024-07-30T14:21:44Z")));
+        assert_eq!(framed.message, line);
+    }
+
+    #[test]
+    fn timestamp_after_a_log_level_is_read_and_the_level_kept() {
+        for (line, stamp) in [
+            ("[INFO] 2024-07-30 14:21:44 step 5", "2024-07-30T14:21:44Z"),
+            (
+                "INFO 2024-07-30 14:21:44,123 train.py:12 step 5",
+                "2024-07-30T14:21:44.123Z",
+            ),
+            (
+                "WARNING: 2024-07-30T14:21:44+02:00 slow rank",
+                "2024-07-30T12:21:44Z",
+            ),
+            ("[ERROR] [2024-07-30 14:21:44] boom", "2024-07-30T14:21:44Z"),
+        ] {
+            let framed = frame(line);
+            assert_eq!(framed.timestamp, Some(utc(stamp)), "{line}");
+            assert_eq!(framed.message, line);
+        }
+    }
+
+    #[test]
+    fn parses_go_style_slash_dates() {
+        let framed = frame("2024/07/30 14:21:44 rendezvous ok");
+        assert_eq!(framed.timestamp, Some(utc("2024-07-30T14:21:44Z")));
+        assert_eq!(framed.message, "rendezvous ok");
+    }
+
+    #[test]
+    fn parses_iso_timestamp_with_space_and_zone() {
+        let framed = frame("2024-07-30 14:21:44.5-05:00 msg");
+        assert_eq!(framed.timestamp, Some(utc("2024-07-30T19:21:44.5Z")));
+        assert_eq!(framed.message, "msg");
+    }
+
+    #[test]
+    fn syslog_timestamp_may_carry_a_fraction() {
+        let framed = frame_with_year("Nov 22 14:21:44.250 node-07 kernel: x", 2025);
+        assert_eq!(framed.timestamp, Some(utc("2025-11-22T14:21:44.250Z")));
+        assert_eq!(framed.message, "node-07 kernel: x");
     }
 
     #[test]
@@ -510,7 +753,19 @@ mod tests {
             "2024-07-30 is the date",
             "2024-07-30T14:21:44Zulu time",
             "[after training is done] datetime: 2024-07-30 18:00:00",
-            "[NeMo I 2024-07-30 14:21:44 exp_manager:396] Experiments",
+            "[NeMo I 2024-07-30 exp_manager:396] Experiments",
+            "2024-07/30 14:21:44 mixed separators",
+            "E1122 06:24:44 no fraction",
+            "E11223 06:24:44.1 five digits",
+            "E1322 06:24:44.1 month thirteen",
+            "X1122 06:24:44.1 unknown severity",
+            "[E1122 06:24:44.1x glued",
+            "INFORMATION 2024-07-30 14:21:44 not a level",
+            "INFO2024-07-30 14:21:44 glued level",
+            "[INFO 2024-07-30 14:21:44 unclosed level",
+            "[INFO] [2024-07-30 14:21:44 unclosed stamp",
+            "INFO 2024-07-30 14:21:44abc",
+            "Iteration 1122 06:24:44.1",
             "Novel 22 14:21:44",
             "Nov 22 14:21",
             "[Sun Nov 22 14:21:44]",
@@ -570,13 +825,88 @@ mod tests {
                 ),
                 (
                     Some(3),
-                    None,
+                    stamp("2026-11-22T06:24:44.903881913+00:00"),
                     "[E1122 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout"
                 ),
                 (Some(4), None, "no timestamp here"),
                 (None, None, "[9999-99-99 99:99:99] corrupted"),
             ]
         );
+    }
+
+    #[test]
+    fn frames_every_line_of_the_header_timestamp_fixture() {
+        let fixture = include_str!("../../tests/fixtures/logs/timestamps_headers.log");
+        let framed: Vec<(Option<u32>, Option<String>)> = fixture
+            .lines()
+            .map(|line| frame_with_year(line, 2026))
+            .map(|f| (f.rank, f.timestamp.map(|t| t.to_rfc3339())))
+            .collect();
+        let stamp = |s: &str| Some(s.to_string());
+        assert_eq!(
+            framed,
+            vec![
+                (Some(0), stamp("2026-06-26T06:24:44.159932949+00:00")),
+                (None, stamp("2026-11-22T06:24:44.903881+00:00")),
+                (Some(1), stamp("2024-07-30T14:21:44+00:00")),
+                (None, stamp("2024-07-30T14:21:45+00:00")),
+                (None, stamp("2024-07-30T14:21:46.123+00:00")),
+                (None, stamp("2024-07-30T14:21:47+00:00")),
+                (None, stamp("2026-11-22T14:21:48.250+00:00")),
+                (Some(2), stamp("2024-07-30T19:21:49.500+00:00")),
+                (None, None),
+                (None, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn never_panics_on_random_bytes_or_single_byte_corruptions_of_stamps() {
+        let valid: Vec<&str> = [
+            include_str!("../../tests/fixtures/logs/timestamps.log"),
+            include_str!("../../tests/fixtures/logs/timestamps_headers.log"),
+        ]
+        .iter()
+        .flat_map(|text| text.lines())
+        .collect();
+        let mut samples: Vec<Vec<u8>> = Vec::new();
+        // Every valid line with each byte replaced by each of a few troublemakers.
+        for line in &valid {
+            for at in 0..line.len().min(48) {
+                for replacement in [b'9', b' ', b'[', b']', b':', b'.', b'\xff', b'\0', b'Z'] {
+                    let mut bytes = line.as_bytes().to_vec();
+                    bytes[at] = replacement;
+                    samples.push(bytes.clone());
+                    bytes.truncate(at + 1);
+                    samples.push(bytes);
+                }
+            }
+        }
+        // Deterministic pseudo-random lines over an alphabet of stamp pieces.
+        let alphabet: &[u8] = b"0123456789:[]-/ TZ+.,NovSunrankIEWFNeMoINFOWARNERROR\xff\xc3\x00\t";
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..5000 {
+            let len = state % 64;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    alphabet[(state % alphabet.len() as u64) as usize]
+                })
+                .collect();
+            samples.push(bytes);
+        }
+        for bytes in &samples {
+            let line = String::from_utf8_lossy(bytes);
+            let framed = frame_with_year(&line, 2026);
+            let trimmed = line.trim_end_matches(['\n', '\r']);
+            assert!(
+                trimmed.ends_with(framed.message),
+                "{line:?} framed as {framed:?}"
+            );
+            let _ = frame(&line);
+        }
     }
 
     #[test]

@@ -9,5 +9,7 @@ pub mod node_signals;
 pub mod pipeline;
 pub mod record;
 pub mod straggler_report;
+pub mod structured;
 pub mod tail;
+pub mod traceback;
 pub mod watch;

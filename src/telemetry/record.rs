@@ -4,11 +4,20 @@
 //! checks that look only at the start of the line, then a few whole-line
 //! byte scans that let the uninteresting lines go, and only then the
 //! per-format parsers and regexes.
+//!
+//! Lines of NVIDIA's training-telemetry library go to [`super::structured`].
+//! A checkpoint save counts only once it has finished: where a framework
+//! announces a save and later confirms it (Megatron, NeMo async, torchtitan),
+//! only the confirmation is a [`Record::CheckpointSaved`]; where the
+//! announcement is all it prints (Lightning, a plain `Saving checkpoint`), the
+//! announcement is. Loads count when they start and when they finish.
 
 use std::sync::LazyLock;
 
 use regex::Regex;
 use serde::{Deserialize, Serialize};
+
+use super::structured;
 
 /// What a recogniser understood from one line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,6 +38,18 @@ pub enum Record {
         loss: Option<f64>,
         /// The loss or grad norm was NaN/Inf, or the framework counted NaN iterations.
         nan_or_inf: bool,
+        /// Samples consumed so far: Megatron's `consumed samples`, NeMo's `consumed_samples`.
+        #[serde(default)]
+        consumed_samples: Option<u64>,
+        /// Mixed-precision loss scale (Megatron's `loss scale`); it falls when steps overflow.
+        #[serde(default)]
+        loss_scale: Option<f64>,
+        /// Megatron's `number of skipped iterations` in the last logging interval.
+        #[serde(default)]
+        skipped_iterations: Option<u64>,
+        /// Megatron's `number of nan iterations` in the last logging interval.
+        #[serde(default)]
+        nan_iterations: Option<u64>,
     },
     /// A checkpoint was written.
     CheckpointSaved {
@@ -84,8 +105,14 @@ const ERROR_MARKERS: &[&str] = &[
     "core dumped",
 ];
 
-/// Substrings that every checkpoint line we recognise contains.
+/// Substrings that every checkpoint line we recognise contains. (`dcp.save`
+/// alone is not one: as a prefilter literal it slowed the whole ingest by ~7%,
+/// and DCP wrappers name the checkpoint anyway.)
 const CHECKPOINT_MARKERS: &[&str] = &["heckpoint", "saving model to"];
+
+/// Megatron's `--log-progress` file line (`progress.txt`), tab-separated:
+/// `Job ID: 1\t# GPUs: 8\tSaved checkpoint\tIteration: 100\tJob throughput: 364.8 TFLOP/s/GPU\t...`.
+const PROGRESS_LOG_MARKER: &str = "Job throughput:";
 
 const DONE_MARKERS: &[&str] = &[
     "[after training is done]",
@@ -102,6 +129,7 @@ static SIGNALS: LazyLock<Regex> = LazyLock::new(|| {
         .iter()
         .chain(CHECKPOINT_MARKERS)
         .chain(DONE_MARKERS)
+        .chain(&[PROGRESS_LOG_MARKER])
         .map(|marker| regex::escape(marker))
         .collect::<Vec<_>>()
         .join("|");
@@ -143,13 +171,20 @@ pub fn recognise(message: &str) -> Option<Record> {
     if message.starts_with(TRACEBACK_START) {
         return Some(Record::TracebackStart);
     }
+    // Structured telemetry: JSON lines start with `{`; key=value records are
+    // `[type=... | ...]`, so a line without `|` cannot be one. A telemetry
+    // record says what it says; its free text is not read for other signals.
+    let has_bar = memchr::memchr(b'|', message.as_bytes()).is_some();
+    if (has_bar || message.starts_with('{'))
+        && let Some(telemetry) = structured::parse(message)
+    {
+        return telemetry.to_record();
+    }
     if let Some(record) = exception_line(message) {
         return Some(record);
     }
     // Iterations come before errors: a step with a NaN loss is progress data.
-    if message.contains('|')
-        && let Some(record) = megatron_iteration(message).or_else(|| progress_bar(message))
-    {
+    if has_bar && let Some(record) = megatron_iteration(message).or_else(|| progress_bar(message)) {
         return Some(record);
     }
     if has_error_prefix(message) {
@@ -161,7 +196,9 @@ pub fn recognise(message: &str) -> Option<Record> {
     if is_error(message) {
         return Some(error(message));
     }
-    checkpoint(message).or_else(|| training_done(message))
+    progress_log(message)
+        .or_else(|| checkpoint(message))
+        .or_else(|| training_done(message))
 }
 
 /// Hostname that an NCCL line names: `node-07:48213:48890 [4] NCCL WARN ...` → "node-07"; also `srun: error: node-07: task 52: Exited with exit code 1` → "node-07". None otherwise.
@@ -247,7 +284,11 @@ fn megatron_iteration(message: &str) -> Option<Record> {
     let mut tflops_per_gpu = None;
     let mut lm_loss = None;
     let mut other_loss = None;
-    let mut nan_or_inf = false;
+    let mut grad_norm_not_finite = false;
+    let mut consumed_samples = None;
+    let mut loss_scale = None;
+    let mut skipped_iterations = None;
+    let mut nan_iterations = None;
     for field in message.split('|') {
         let Some((key, value)) = field.split_once(':') else {
             continue;
@@ -257,8 +298,13 @@ fn megatron_iteration(message: &str) -> Option<Record> {
         match key {
             "elapsed time per iteration (ms)" => elapsed_ms = value.parse().ok(),
             "lm loss" => lm_loss = value.parse::<f64>().ok(),
-            "grad norm" => nan_or_inf |= value.parse::<f64>().is_ok_and(|v| !v.is_finite()),
-            "number of nan iterations" => nan_or_inf |= value.parse::<u64>().is_ok_and(|n| n > 0),
+            "grad norm" => {
+                grad_norm_not_finite = value.parse::<f64>().is_ok_and(|v| !v.is_finite());
+            }
+            "consumed samples" => consumed_samples = whole_number(value),
+            "loss scale" => loss_scale = value.parse().ok(),
+            "number of skipped iterations" => skipped_iterations = value.parse().ok(),
+            "number of nan iterations" => nan_iterations = value.parse::<u64>().ok(),
             // "throughput per GPU (TFLOP/s/GPU)" today, "TFLOPs" in Megatron-DeepSpeed.
             _ if key.contains("TFLOP") => tflops_per_gpu = value.parse().ok(),
             _ if key.ends_with(" loss") || key == "loss" => {
@@ -274,7 +320,13 @@ fn megatron_iteration(message: &str) -> Option<Record> {
         elapsed_ms,
         tflops_per_gpu,
         loss,
-        nan_or_inf: nan_or_inf || loss_not_finite,
+        nan_or_inf: loss_not_finite
+            || grad_norm_not_finite
+            || nan_iterations.is_some_and(|n| n > 0),
+        consumed_samples,
+        loss_scale,
+        skipped_iterations,
+        nan_iterations,
     })
 }
 
@@ -299,6 +351,7 @@ fn progress_bar(message: &str) -> Option<Record> {
     let postfix = postfix.split(']').next().unwrap_or_default();
 
     let mut global_step = None;
+    let mut consumed_samples = None;
     let mut step_seconds = None;
     let mut rate_ms = None;
     let mut losses: [Option<f64>; LOSS_KEYS.len()] = [None; LOSS_KEYS.len()];
@@ -307,6 +360,8 @@ fn progress_bar(message: &str) -> Option<Record> {
             let key = key.trim();
             if key == "global_step" {
                 global_step = whole_number(value);
+            } else if key == "consumed_samples" {
+                consumed_samples = whole_number(value);
             } else if key == "train_step_timing in s" {
                 step_seconds = value.parse::<f64>().ok();
             } else if let Some(slot) = LOSS_KEYS.iter().position(|&k| k == key)
@@ -341,16 +396,21 @@ fn progress_bar(message: &str) -> Option<Record> {
         tflops_per_gpu: None,
         loss,
         nan_or_inf,
+        consumed_samples,
+        loss_scale: None,
+        skipped_iterations: None,
+        nan_iterations: None,
     })
 }
 
 /// Progress-bar loss names, most specific first.
-const LOSS_KEYS: [&str; 5] = [
+const LOSS_KEYS: [&str; 6] = [
     "train_loss",
     "train_loss_step",
     "reduced_train_loss",
     "loss",
     "train/loss",
+    "train_loss_epoch",
 ];
 
 /// Splits a loss into its finite value and whether it was NaN/Inf.
@@ -362,7 +422,7 @@ fn finite(loss: Option<f64>) -> (Option<f64>, bool) {
 }
 
 /// `400` or NeMo's float-formatted `400.0`.
-fn whole_number(text: &str) -> Option<u64> {
+pub(super) fn whole_number(text: &str) -> Option<u64> {
     let text = text.trim();
     if let Ok(n) = text.parse() {
         return Some(n);
@@ -427,6 +487,68 @@ fn capped(text: &str) -> &str {
     text.get(..end).unwrap_or_default()
 }
 
+/// Whether a checkpoint line reports a finished save or a load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum CheckpointEvent {
+    Saved,
+    Loaded,
+}
+
+/// Save announcements from frameworks that print a separate line once the
+/// save has finished; only that later line counts, because a save that dies
+/// halfway leaves nothing to resume from.
+const SAVE_STARTS: &[&str] = &[
+    // Megatron: `successfully saved checkpoint from iteration N to PATH` follows.
+    "saving checkpoint at iteration",
+    // Megatron async save, finished by the same `successfully saved` line.
+    "scheduled an async checkpoint save",
+    "saving async checkpoint",
+    // NeMo: `Async checkpoint save for step N (...) finalized successfully` follows.
+    "scheduled async checkpoint save",
+    // torchtitan / DCP: `Finished saving the checkpoint ...` follows.
+    "saving the checkpoint",
+    // Sharded writes, and HF's `Loading checkpoint shards` bars, are not whole checkpoints.
+    "checkpoint shards",
+];
+
+/// Words that turn a checkpoint line into a report that it did not happen.
+const CHECKPOINT_FAILURES: &[&str] = &[
+    "fail",
+    "unable",
+    "could not",
+    "couldn't",
+    "cannot",
+    "not found",
+    "skipping",
+    "will not",
+    "no checkpoint",
+];
+
+/// Phrases of a finished save, matched on the lower-cased line.
+const SAVED_PHRASES: &[&str] = &[
+    "saved checkpoint", // Megatron `successfully saved checkpoint`, progress log `Saved checkpoint`
+    "checkpoint saved", // NeMo, generic
+    "saving checkpoint", // a plain `Saving checkpoint...`/`Saving checkpoint to PATH` (no later line)
+    "saving model checkpoint to", // Hugging Face Trainer
+    "saving model to",   // Lightning ModelCheckpoint top-k
+    "saving latest checkpoint", // Lightning on exit
+];
+
+/// Phrases of a load (started or finished), matched on the lower-cased line.
+const LOADED_PHRASES: &[&str] = &[
+    "loaded checkpoint", // Megatron `successfully loaded checkpoint from PATH`
+    "checkpoint loaded",
+    "restoring states from the checkpoint", // Lightning
+    "restored all states from the checkpoint",
+    "loaded model weights from the checkpoint",
+    "resuming from checkpoint",
+    "loading the checkpoint at", // torchtitan `Loading the checkpoint at step N.`
+    "finished loading the checkpoint",
+    "finished loading checkpoint",
+];
+
+/// Checkpoint saves and loads in Megatron, NeMo, Lightning, Hugging Face,
+/// DeepSpeed, torchtitan and `torch.distributed.checkpoint` wording.
 fn checkpoint(message: &str) -> Option<Record> {
     if !CHECKPOINT_MARKERS
         .iter()
@@ -434,42 +556,110 @@ fn checkpoint(message: &str) -> Option<Record> {
     {
         return None;
     }
-    let lower = message.to_ascii_lowercase();
-    let has = |phrase: &str| lower.contains(phrase);
-    // Megatron's `saving checkpoint at iteration N to ...` only announces a save,
-    // and NeMo's `Scheduled async checkpoint save` has not finished one.
-    let saved = has("saved checkpoint")
-        || has("checkpoint saved")
-        || has("saving checkpoint to")
-        || has("saving model checkpoint to")
-        || has("saving model to")
-        || (has("checkpoint save for")
-            && ["finished", "finalized", "completed", "done"]
-                .iter()
-                .any(|word| has(word)));
-    let loaded = LOADING_CHECKPOINT.is_match(&lower)
-        || has("loaded checkpoint")
-        || has("checkpoint loaded")
-        || has("restoring states from the checkpoint")
-        || has("restored all states from the checkpoint")
-        || has("resuming from checkpoint");
-    if !saved && !loaded {
-        return None;
-    }
+    let event = checkpoint_event(&message.to_ascii_lowercase())?;
     let iteration = STEP_NUMBER
         .captures(message)
         .and_then(|c| c.get(1))
         .and_then(|m| m.as_str().parse().ok());
     let path = checkpoint_path(message).map(str::to_string);
-    Some(if saved {
-        Record::CheckpointSaved { iteration, path }
-    } else {
-        Record::CheckpointLoaded { iteration, path }
+    Some(match event {
+        CheckpointEvent::Saved => Record::CheckpointSaved { iteration, path },
+        CheckpointEvent::Loaded => Record::CheckpointLoaded { iteration, path },
+    })
+}
+
+fn checkpoint_event(lower: &str) -> Option<CheckpointEvent> {
+    let has = |phrase: &&str| lower.contains(phrase);
+    if CHECKPOINT_FAILURES.iter().any(has) {
+        return None;
+    }
+    // torchtitan's `Finished saving the checkpoint` repeats its start line's words.
+    if lower.contains("finished saving") {
+        return Some(CheckpointEvent::Saved);
+    }
+    if SAVE_STARTS.iter().any(has) {
+        return None;
+    }
+    let finished = [
+        "finished",
+        "finalized",
+        "completed",
+        "done",
+        "succeeded",
+        "success",
+    ]
+    .iter()
+    .any(has);
+    // NeMo's `Checkpoint save for step=2000 finished`; `dcp.save(...) completed`.
+    let saved = SAVED_PHRASES.iter().any(|phrase| has_phrase(lower, phrase))
+        || ((lower.contains("checkpoint save for") || lower.contains("dcp.save")) && finished);
+    if saved {
+        return Some(CheckpointEvent::Saved);
+    }
+    let loaded = LOADED_PHRASES.iter().any(has)
+        || LOADING_CHECKPOINT.is_match(lower)
+        || (lower.contains("dcp.load") && finished);
+    loaded.then_some(CheckpointEvent::Loaded)
+}
+
+/// `phrase` in `text`, not continued by a letter: `saving checkpoint` but not
+/// `saving checkpoints every 500 steps`.
+fn has_phrase(text: &str, phrase: &str) -> bool {
+    text.match_indices(phrase).any(|(at, _)| {
+        !text
+            .as_bytes()
+            .get(at + phrase.len())
+            .is_some_and(u8::is_ascii_alphabetic)
+    })
+}
+
+/// A line of Megatron's progress log (`--log-progress`): `Saved checkpoint`
+/// with its iteration becomes a save; any other line with an iteration and a
+/// `Job throughput` becomes progress, so an async save that is only being
+/// written still reports throughput.
+fn progress_log(message: &str) -> Option<Record> {
+    if !message.contains(PROGRESS_LOG_MARKER) {
+        return None;
+    }
+    let mut iteration = None;
+    let mut tflops_per_gpu = None;
+    let mut saved = false;
+    for field in message.split('\t').map(str::trim) {
+        if let Some(value) = field.strip_prefix("Iteration:") {
+            iteration = value.trim().parse::<u64>().ok();
+        } else if let Some(value) = field.strip_prefix(PROGRESS_LOG_MARKER) {
+            tflops_per_gpu = value
+                .trim()
+                .strip_suffix("TFLOP/s/GPU")
+                .and_then(|v| v.trim().parse::<f64>().ok());
+        } else if field.eq_ignore_ascii_case("Saved checkpoint") {
+            saved = true;
+        }
+    }
+    let iteration = iteration?;
+    if saved {
+        return Some(Record::CheckpointSaved {
+            iteration: Some(iteration),
+            path: None,
+        });
+    }
+    Some(Record::Iteration {
+        iteration,
+        total: None,
+        elapsed_ms: None,
+        tflops_per_gpu: Some(tflops_per_gpu?),
+        loss: None,
+        nan_or_inf: false,
+        consumed_samples: None,
+        loss_scale: None,
+        skipped_iterations: None,
+        nan_iterations: None,
     })
 }
 
 /// First word that looks like a file path: has a `/` and a letter (so the
-/// `1/1` of Megatron's `[ t 1/1, p 1/1 ]` is not one), or a checkpoint extension.
+/// `1/1` of Megatron's `[ t 1/1, p 1/1 ]` is not one) and is not a unit such
+/// as `TFLOP/s/GPU` or `it/s`, or ends in a checkpoint extension.
 fn checkpoint_path(message: &str) -> Option<&str> {
     const EXTENSIONS: [&str; 7] = [
         ".ckpt",
@@ -487,8 +677,9 @@ fn checkpoint_path(message: &str) -> Option<&str> {
                 .trim_end_matches(['.', ':'])
         })
         .find(|word| {
+            let is_unit = word.contains("FLOP") || word.ends_with("/s") || word.ends_with("/it");
             let slashed = word.contains('/') && word.bytes().any(|b| b.is_ascii_alphabetic());
-            slashed
+            (slashed && !is_unit)
                 || EXTENSIONS
                     .iter()
                     .any(|ext| word.len() > ext.len() && word.ends_with(ext))
@@ -529,7 +720,67 @@ mod tests {
             tflops_per_gpu,
             loss,
             nan_or_inf,
+            consumed_samples: None,
+            loss_scale: None,
+            skipped_iterations: None,
+            nan_iterations: None,
         })
+    }
+
+    /// An iteration of the `megatron_pretrain.log` fixture.
+    fn pretrain_step(
+        iteration: u64,
+        elapsed_ms: f64,
+        tflops: f64,
+        loss: Option<f64>,
+        consumed: u64,
+        nans: u64,
+    ) -> Option<Record> {
+        Step {
+            iteration,
+            total: Some(81_380_208),
+            elapsed_ms: Some(elapsed_ms),
+            tflops: Some(tflops),
+            loss,
+            nan: loss.is_none(),
+            consumed: Some(consumed),
+            scale: Some(1.0),
+            skipped: Some(0),
+            nans: Some(nans),
+        }
+        .record()
+    }
+
+    /// A Megatron iteration with every field spelled out.
+    #[derive(Default)]
+    struct Step {
+        iteration: u64,
+        total: Option<u64>,
+        elapsed_ms: Option<f64>,
+        tflops: Option<f64>,
+        loss: Option<f64>,
+        nan: bool,
+        consumed: Option<u64>,
+        scale: Option<f64>,
+        skipped: Option<u64>,
+        nans: Option<u64>,
+    }
+
+    impl Step {
+        fn record(self) -> Option<Record> {
+            Some(Record::Iteration {
+                iteration: self.iteration,
+                total: self.total,
+                elapsed_ms: self.elapsed_ms,
+                tflops_per_gpu: self.tflops,
+                loss: self.loss,
+                nan_or_inf: self.nan,
+                consumed_samples: self.consumed,
+                loss_scale: self.scale,
+                skipped_iterations: self.skipped,
+                nan_iterations: self.nans,
+            })
+        }
     }
 
     fn saved(iteration: Option<u64>, path: Option<&str>) -> Option<Record> {
@@ -566,14 +817,19 @@ mod tests {
         );
         assert_eq!(
             record,
-            iteration(
-                30,
-                Some(81_380_208),
-                Some(2986.9),
-                Some(386.7),
-                Some(10.23436),
-                false
-            )
+            Step {
+                iteration: 30,
+                total: Some(81_380_208),
+                elapsed_ms: Some(2986.9),
+                tflops: Some(386.7),
+                loss: Some(10.23436),
+                consumed: Some(720),
+                scale: Some(1.0),
+                skipped: Some(0),
+                nans: Some(0),
+                ..Step::default()
+            }
+            .record()
         );
     }
 
@@ -584,7 +840,16 @@ mod tests {
         );
         assert_eq!(
             record,
-            iteration(230, Some(81_380_208), Some(2991.0), None, None, true)
+            Step {
+                iteration: 230,
+                total: Some(81_380_208),
+                elapsed_ms: Some(2991.0),
+                nan: true,
+                scale: Some(1.0),
+                nans: Some(0),
+                ..Step::default()
+            }
+            .record()
         );
     }
 
@@ -595,7 +860,15 @@ mod tests {
         );
         assert_eq!(
             record,
-            iteration(231, Some(500), None, None, Some(2.5), true)
+            Step {
+                iteration: 231,
+                total: Some(500),
+                loss: Some(2.5),
+                nan: true,
+                nans: Some(3),
+                ..Step::default()
+            }
+            .record()
         );
     }
 
@@ -612,7 +885,16 @@ mod tests {
         );
         assert_eq!(
             record,
-            iteration(100, Some(500), Some(350.2), Some(150.23), Some(7.5), false)
+            Step {
+                iteration: 100,
+                total: Some(500),
+                elapsed_ms: Some(350.2),
+                tflops: Some(150.23),
+                loss: Some(7.5),
+                consumed: Some(800),
+                ..Step::default()
+            }
+            .record()
         );
     }
 
@@ -641,23 +923,9 @@ mod tests {
                 loaded(Some(200), Some("/ckpt/llama")),
                 None,
                 None,
-                iteration(
-                    210,
-                    Some(81_380_208),
-                    Some(2986.9),
-                    Some(386.7),
-                    Some(10.23436),
-                    false
-                ),
-                iteration(
-                    220,
-                    Some(81_380_208),
-                    Some(2990.2),
-                    Some(386.3),
-                    Some(9.871203),
-                    false
-                ),
-                iteration(230, Some(81_380_208), Some(2991.0), Some(386.2), None, true),
+                pretrain_step(210, 2986.9, 386.7, Some(10.23436), 5040, 0),
+                pretrain_step(220, 2990.2, 386.3, Some(9.871203), 5280, 0),
+                pretrain_step(230, 2991.0, 386.2, None, 5520, 3),
                 None,
                 saved(Some(240), Some("/ckpt/llama")),
                 None,
@@ -675,12 +943,33 @@ mod tests {
         assert_eq!(
             records,
             vec![
-                iteration(100, Some(500), Some(350.2), None, Some(7.512345), false),
+                Step {
+                    iteration: 100,
+                    total: Some(500),
+                    elapsed_ms: Some(350.2),
+                    loss: Some(7.512345),
+                    consumed: Some(800),
+                    scale: Some(65536.0),
+                    skipped: Some(0),
+                    nans: Some(0),
+                    ..Step::default()
+                }
+                .record(),
                 None,
                 None,
                 None,
                 None,
-                iteration(110, Some(500), Some(349.8), None, None, false),
+                Step {
+                    iteration: 110,
+                    total: Some(500),
+                    elapsed_ms: Some(349.8),
+                    consumed: Some(880),
+                    scale: Some(32768.0),
+                    skipped: Some(1),
+                    nans: Some(0),
+                    ..Step::default()
+                }
+                .record(),
             ]
         );
     }
@@ -735,7 +1024,14 @@ mod tests {
                 None,
                 None,
                 None,
-                iteration(400, None, Some(1230.0), None, Some(3.12), false),
+                Step {
+                    iteration: 400,
+                    elapsed_ms: Some(1230.0),
+                    loss: Some(3.12),
+                    consumed: Some(102_400),
+                    ..Step::default()
+                }
+                .record(),
                 None,
                 saved(Some(2000), None),
                 saved(
@@ -774,6 +1070,176 @@ mod tests {
                 Some(300),
                 Some("/ckpt/global_step300/zero_pp_rank_0_mp_rank_00_optim_states.pt")
             )
+        );
+    }
+
+    #[test]
+    fn recognises_every_checkpoint_form_in_the_fixture() {
+        let records = recognise_log(include_str!(
+            "../../tests/fixtures/logs/checkpoint_forms.log"
+        ));
+        let ckpt = Some("/ckpt/epoch=3-step=1500.ckpt");
+        assert_eq!(
+            records,
+            vec![
+                // Megatron: the announcement is not a save; the success line is.
+                None,
+                saved(Some(200), Some("/ckpt/llama")),
+                loaded(Some(200), Some("/ckpt/llama")),
+                loaded(Some(200), Some("/ckpt/llama")),
+                None,
+                // Lightning.
+                saved(Some(1500), ckpt),
+                saved(None, None),
+                loaded(Some(1500), ckpt),
+                loaded(Some(1500), ckpt),
+                // NeMo: the step comes from the file name.
+                saved(
+                    Some(1500),
+                    Some(
+                        "/results/ckpt/megatron_gpt--val_loss=2.10-step=1500-consumed_samples=384000.0.ckpt"
+                    )
+                ),
+                saved(
+                    Some(1500),
+                    Some(
+                        "/results/ckpt/megatron_gpt--val_loss=2.10-step=1500-consumed_samples=384000.0-last.ckpt"
+                    )
+                ),
+                // torchtitan / torch.distributed.checkpoint.
+                None,
+                saved(None, None),
+                saved(Some(300), Some("/ckpt/step-300")),
+                saved(Some(400), Some("/ckpt/step-400")),
+                // A plain save without a step.
+                saved(None, None),
+                saved(None, None),
+                loaded(Some(300), None),
+                loaded(None, None),
+                // Look-alikes: plans, failures and weight shards.
+                None,
+                None,
+                None,
+                None,
+                None,
+            ]
+        );
+    }
+
+    #[test]
+    fn recognises_megatron_deepspeed_corpus_line_with_all_counters() {
+        let records = recognise_log(include_str!(
+            "../../tests/fixtures/logs/megatron_deepspeed_tflops.log"
+        ));
+        assert_eq!(
+            records,
+            vec![
+                Step {
+                    iteration: 9,
+                    total: Some(10),
+                    elapsed_ms: Some(1979.2),
+                    tflops: Some(127.0),
+                    consumed: Some(108),
+                    scale: Some(1.0),
+                    skipped: Some(0),
+                    nans: Some(0),
+                    ..Step::default()
+                }
+                .record()
+            ]
+        );
+    }
+
+    #[test]
+    fn megatron_progress_log_gives_throughput_and_finished_saves() {
+        let records = recognise_log(include_str!(
+            "../../tests/fixtures/logs/megatron_progress_log.log"
+        ));
+        assert_eq!(
+            records,
+            vec![
+                None,
+                // An async save being written is progress, not yet a checkpoint.
+                Step {
+                    iteration: 100,
+                    tflops: Some(364.8),
+                    ..Step::default()
+                }
+                .record(),
+                saved(Some(200), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn nan_and_inf_losses_are_flagged_in_every_framework() {
+        let flags: Vec<(u64, Option<f64>, bool)> =
+            recognise_log(include_str!("../../tests/fixtures/logs/nan_losses.log"))
+                .into_iter()
+                .map(|record| match record {
+                    Some(Record::Iteration {
+                        iteration,
+                        loss,
+                        nan_or_inf,
+                        ..
+                    }) => (iteration, loss, nan_or_inf),
+                    other => panic!("expected an iteration, got {other:?}"),
+                })
+                .collect();
+        assert_eq!(
+            flags,
+            vec![
+                (230, None, true),
+                (240, None, true),
+                (250, Some(2.5), true),
+                (50, None, true),
+                (410, None, true),
+                (500, None, true),
+                (500, Some(2.31), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn structured_telemetry_lines_are_recognised_through_recognise() {
+        assert_eq!(
+            recognise(
+                "[type=event | name=training_loop | event.name=training_iterations | event.metrics.current_iteration=7 | event.metrics.tflops=99.0 | count=1]"
+            ),
+            Step {
+                iteration: 7,
+                tflops: Some(99.0),
+                ..Step::default()
+            }
+            .record()
+        );
+        assert_eq!(
+            recognise(
+                r#"{"type":"complete","name":"checkpoint_save_sync","stop_event":{"metrics":{"current_iteration":8}},"count":2}"#
+            ),
+            saved(Some(8), None)
+        );
+    }
+
+    #[test]
+    fn telemetry_records_that_stand_for_nothing_are_not_read_for_other_signals() {
+        assert_eq!(
+            recognise(
+                "[type=start | pid=1 | name=main_function | event.name=span_start | event.metrics.node_name=\"ERROR-node\" | count=1]"
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn unit_words_are_not_checkpoint_paths() {
+        assert_eq!(
+            checkpoint_path("Saved checkpoint 364.8 TFLOP/s/GPU 3.1 it/s"),
+            None
+        );
+        assert_eq!(
+            checkpoint_path("Saved checkpoint 3.1 it/s to gs://bucket/run/step_5"),
+            Some("gs://bucket/run/step_5")
         );
     }
 
@@ -1012,6 +1478,11 @@ mod tests {
     #[test]
     fn never_panics_on_truncated_fixture_lines_or_garbage() {
         let fixtures = [
+            include_str!("../../tests/fixtures/logs/checkpoint_forms.log"),
+            include_str!("../../tests/fixtures/logs/nan_losses.log"),
+            include_str!("../../tests/fixtures/logs/megatron_progress_log.log"),
+            include_str!("../../tests/fixtures/logs/training_telemetry_logger.log"),
+            include_str!("../../tests/fixtures/logs/training_telemetry_file.jsonl"),
             include_str!("../../tests/fixtures/logs/megatron_pretrain.log"),
             include_str!("../../tests/fixtures/logs/megatron_legacy.log"),
             include_str!("../../tests/fixtures/logs/lightning_fit.log"),
