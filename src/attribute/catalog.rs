@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use regex::{Regex, RegexSet};
+use aho_corasick::AhoCorasick;
+use regex::Regex;
 use serde::Deserialize;
 
 use crate::model::Component;
@@ -192,12 +193,22 @@ impl Signature {
 #[derive(Debug, Clone)]
 pub struct Catalog {
     signatures: Vec<Signature>,
-    prefilter: RegexSet,
-    /// For each pattern of the prefilter, the signature it belongs to.
+    /// Every pattern of every signature, flat.
+    patterns: Vec<Regex>,
+    /// For each pattern, the signature it belongs to.
     owner: Vec<usize>,
+    /// The literals the patterns require, searched all at once in a line...
+    literals: AhoCorasick,
+    /// ...and, for each literal, the patterns that need it.
+    literal_patterns: Vec<Vec<usize>>,
+    /// Patterns without usable literals: always tried.
+    unguarded: Vec<usize>,
     /// Every pattern in one regex, line anchors dropped, run over a whole read at once: it finds the
     /// candidate lines, which the prefilter then confirms on their message.
-    candidates: Regex,
+    /// Every required literal and the recognisers' markers, for the whole-read scan...
+    scan_literals: AhoCorasick,
+    /// ...plus the patterns that have no usable literal, as one regex.
+    candidates: Option<Regex>,
 }
 
 impl Catalog {
@@ -312,38 +323,96 @@ impl Catalog {
                 context,
             });
         }
-        let prefilter = RegexSet::new(&all_patterns).map_err(|err| invalid(err.to_string()))?;
-        let combined = signatures
+        // The whole-read scan looks for literals every match must contain (found by the regex
+        // parser, or given as `prefilter`), which a literal searcher finds far faster than the
+        // patterns themselves; a pattern without such literals is scanned for as it is. The same scan
+        // serves the recognisers' own markers.
+        let mut scan: Vec<String> = Vec::new();
+        let mut literal_list: Vec<String> = Vec::new();
+        let mut literal_patterns: Vec<Vec<usize>> = Vec::new();
+        let mut unguarded = Vec::new();
+        let mut guard = |literal: &str, pattern: usize| match literal_list
             .iter()
-            .flat_map(|signature: &Signature| -> Vec<String> {
-                if signature.spec.prefilter.is_empty() {
-                    signature
-                        .spec
-                        .patterns
-                        .iter()
-                        .map(|pattern| {
-                            format!("(?:{})", pattern.strip_prefix('^').unwrap_or(pattern))
-                        })
-                        .collect()
-                } else {
-                    signature
-                        .spec
-                        .prefilter
-                        .iter()
-                        .map(|literal| regex::escape(literal))
-                        .collect()
+            .position(|known| known == literal)
+        {
+            Some(at) => literal_patterns[at].push(pattern),
+            None => {
+                literal_list.push(literal.to_string());
+                literal_patterns.push(vec![pattern]);
+            }
+        };
+        let mut flat = 0usize;
+        for signature in &signatures {
+            if !signature.spec.prefilter.is_empty() {
+                for offset in 0..signature.spec.patterns.len() {
+                    for literal in &signature.spec.prefilter {
+                        guard(literal, flat + offset);
+                    }
                 }
-            })
-            .collect::<Vec<_>>()
-            .join("|");
-        let candidates = regex::RegexBuilder::new(&combined)
-            .size_limit(64 << 20)
-            .build()
+                flat += signature.spec.patterns.len();
+                continue;
+            }
+            for pattern in &signature.spec.patterns {
+                let index = flat;
+                flat += 1;
+                match required_literals(pattern) {
+                    Some(literals) => {
+                        for literal in &literals {
+                            guard(literal, index);
+                        }
+                    }
+                    // Word boundaries are dropped: that only widens the scan, and a Unicode `\b`
+                    // would force the slow engine onto the whole read.
+                    None => {
+                        unguarded.push(index);
+                        scan.push(format!(
+                            "(?:{})",
+                            unnamed(pattern.strip_prefix('^').unwrap_or(pattern))
+                                .replace("\\b", "")
+                                .replace("\\B", "")
+                        ));
+                    }
+                }
+            }
+        }
+        scan.sort();
+        scan.dedup();
+        // Multi-line, so a pattern's `$` still means the end of its line inside a whole read.
+        let candidates = if scan.is_empty() {
+            None
+        } else {
+            Some(
+                regex::RegexBuilder::new(&scan.join("|"))
+                    .multi_line(true)
+                    .size_limit(64 << 20)
+                    .build()
+                    .map_err(|err| invalid(err.to_string()))?,
+            )
+        };
+        let literals = AhoCorasick::new(&literal_list).map_err(|err| invalid(err.to_string()))?;
+        let mut scan_list = literal_list.clone();
+        scan_list.extend(
+            crate::telemetry::record::signal_marker_literals()
+                .into_iter()
+                .map(str::to_string),
+        );
+        // A full DFA: it is built once, and scanning every byte of every log is the hot path.
+        let scan_literals = aho_corasick::AhoCorasickBuilder::new()
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .build(&scan_list)
             .map_err(|err| invalid(err.to_string()))?;
+        let patterns = signatures
+            .iter()
+            .flat_map(|signature| signature.patterns.iter().cloned())
+            .collect();
         Ok(Self {
             signatures,
-            prefilter,
+            patterns,
             owner,
+            literals,
+            literal_patterns,
+            unguarded,
+            scan_literals,
             candidates,
         })
     }
@@ -352,26 +421,36 @@ impl Catalog {
         &self.signatures
     }
 
-    /// Which lines of a read might match a signature: one search over the whole text instead of one per
-    /// line. A line marked here is confirmed with [`Catalog::is_notable`] on its message.
+    /// Which lines of a read might match a signature or hold a recogniser's marker: one search over the
+    /// whole text instead of one per line. A marked line is confirmed on its message.
+    /// The whole-read scan's pattern, for inspection.
+    pub fn scan_pattern(&self) -> &str {
+        self.candidates.as_ref().map_or("", |regex| regex.as_str())
+    }
+
     pub fn candidate_lines(&self, chunk: &Chunk) -> Vec<bool> {
+        let text = chunk.text.as_str();
         let mut marks = vec![false; chunk.line_count()];
         let mut at = 0;
-        while let Some(found) = self.candidates.find_at(&chunk.text, at) {
+        while at < text.len() {
+            let input = aho_corasick::Input::new(text).span(at..text.len());
+            let Some(found) = self.scan_literals.find(input) else {
+                break;
+            };
             let Some(line) = chunk.line_at(found.start()) else {
                 break;
             };
             marks[line] = true;
-            // One mark per line is enough: go on after this line.
+            // One mark per line: go on at the next line.
             at = chunk
                 .spans
                 .get(line + 1)
-                .map_or(chunk.text.len(), |&(start, _)| start);
-            if at <= found.start() {
-                at = found.end().max(found.start() + 1);
-            }
-            if at > chunk.text.len() {
-                break;
+                .map_or(text.len(), |&(start, _)| start)
+                .max(found.start() + 1);
+        }
+        if let Some(regex) = &self.candidates {
+            for (mark, found) in marks.iter_mut().zip(chunk.mark_lines(regex)) {
+                *mark |= found;
             }
         }
         marks
@@ -379,24 +458,96 @@ impl Catalog {
 
     /// Whether any signature matches `line`.
     pub fn is_notable(&self, line: &str) -> bool {
-        self.prefilter.is_match(line)
+        self.matching_patterns(line).next().is_some()
+    }
+
+    /// The patterns that match `line`: only those whose literal occurs in it are run.
+    fn matching_patterns<'l>(&'l self, line: &'l str) -> impl Iterator<Item = usize> + 'l {
+        let mut tried = vec![false; self.patterns.len()];
+        let guarded: Vec<usize> = self
+            .literals
+            .find_overlapping_iter(line)
+            .flat_map(|found| {
+                self.literal_patterns[found.pattern().as_usize()]
+                    .iter()
+                    .copied()
+            })
+            .collect();
+        guarded
+            .into_iter()
+            .chain(self.unguarded.iter().copied())
+            .filter(move |&pattern| !std::mem::replace(&mut tried[pattern], true))
+            .filter(move |&pattern| self.patterns[pattern].is_match(line))
     }
 
     /// Indexes of the signatures that match `line`.
     pub fn matching(&self, line: &str) -> Vec<usize> {
-        // Nearly every line matches nothing; `is_match` can stop early where `matches` cannot.
-        if !self.prefilter.is_match(line) {
-            return Vec::new();
-        }
         let mut hits: Vec<usize> = self
-            .prefilter
-            .matches(line)
-            .into_iter()
+            .matching_patterns(line)
             .map(|pattern| self.owner[pattern])
             .collect();
+        hits.sort_unstable();
         hits.dedup();
         hits
     }
+}
+
+/// Shortest literal worth scanning for; shorter ones match too many lines to save anything.
+const MIN_LITERAL: usize = 6;
+/// Most literals one pattern may expand to (an alternation of many words is still fine).
+const MAX_LITERALS: usize = 64;
+
+/// Literals one of which every match of `pattern` contains, when the regex parser can tell.
+fn required_literals(pattern: &str) -> Option<Vec<String>> {
+    use regex_syntax::hir::literal::{ExtractKind, Extractor};
+    let hir = regex_syntax::Parser::new().parse(pattern).ok()?;
+    // Of the prefix and the suffix literals, the set whose shortest literal is longest is the most
+    // selective; generic short words ("Rank ") would mark most lines of a log.
+    [ExtractKind::Prefix, ExtractKind::Suffix]
+        .into_iter()
+        .filter_map(|kind| {
+            let mut extractor = Extractor::new();
+            extractor.kind(kind);
+            let seq = extractor.extract(&hir);
+            let literals = seq.literals()?;
+            let shortest = literals.iter().map(|l| l.as_bytes().len()).min()?;
+            (literals.len() <= MAX_LITERALS && shortest >= MIN_LITERAL).then(|| {
+                let texts = literals
+                    .iter()
+                    .map(|l| String::from_utf8(l.as_bytes().to_vec()).ok())
+                    .collect::<Option<Vec<String>>>();
+                texts.map(|texts| (shortest, texts))
+            })?
+        })
+        .max_by_key(|(shortest, _)| *shortest)
+        .map(|(_, texts)| texts)
+}
+
+/// A pattern with its named groups made plain, so patterns can share one regex.
+fn unnamed(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut rest = pattern;
+    while let Some(at) = rest.find("(?") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let named = after.strip_prefix("P<").or_else(|| {
+            after
+                .strip_prefix('<')
+                .filter(|a| !a.starts_with('=') && !a.starts_with('!'))
+        });
+        match named.and_then(|n| n.find('>').map(|end| &n[end + 1..])) {
+            Some(tail) => {
+                out.push_str("(?:");
+                rest = tail;
+            }
+            None => {
+                out.push_str("(?");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn parse_file(text: &str, file: &Path) -> Result<Vec<SignatureSpec>, CatalogError> {

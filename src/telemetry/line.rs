@@ -48,6 +48,49 @@ pub fn frame_with_year(line: &str, default_year: i32) -> FramedLine<'_> {
     frame_impl(line, || default_year)
 }
 
+/// The last bracketed stamp seen and its value: consecutive lines of a log mostly share their stamp
+/// (`[2024-07-30 14:21:44]`), and reusing it saves parsing the same date again on every line.
+#[derive(Debug, Clone, Default)]
+pub struct StampCache {
+    raw: String,
+    time: Option<DateTime<Utc>>,
+}
+
+/// [`frame_with_year`] that reuses the previous line's bracketed stamp when this line has the same one.
+pub fn frame_cached<'l>(
+    line: &'l str,
+    default_year: i32,
+    cache: &mut StampCache,
+) -> FramedLine<'l> {
+    let trimmed = line.trim_end_matches(['\n', '\r']);
+    let (srun_rank, rest) = split_srun_label(trimmed);
+    let (torch_rank, rest) = split_torch_label(rest);
+    let body = rest.trim_start();
+    if let Some(time) = cache.time
+        && !cache.raw.is_empty()
+        && body.starts_with(cache.raw.as_str())
+    {
+        return FramedLine {
+            rank: srun_rank.or(torch_rank),
+            timestamp: Some(time),
+            message: body.get(cache.raw.len()..).unwrap_or_default().trim_start(),
+        };
+    }
+    let framed = frame_impl(line, || default_year);
+    // Only a closed bracketed stamp is cached: its `]` proves the next line's prefix is the whole stamp.
+    if let Some(time) = framed.timestamp
+        && body.starts_with('[')
+        && let Some(cut) = body.find(']')
+        && framed.message.len() < body.len()
+        && body[cut + 1..].trim_start() == framed.message
+    {
+        cache.raw.clear();
+        cache.raw.push_str(&body[..=cut]);
+        cache.time = Some(time);
+    }
+    framed
+}
+
 fn frame_impl(line: &str, year: impl Fn() -> i32 + Copy) -> FramedLine<'_> {
     let line = line.trim_end_matches(['\n', '\r']);
     let (srun_rank, rest) = split_srun_label(line);
@@ -473,6 +516,35 @@ impl<'a> Cursor<'a> {
         };
         let seconds = i32::try_from(hours * 3600 + minutes * 60).ok()?;
         FixedOffset::east_opt(sign * seconds)
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    #[test]
+    fn the_cached_stamp_gives_the_same_frames_as_parsing_each_line() {
+        let text = std::fs::read_to_string("tests/fixtures/logs/timestamps.log").unwrap()
+            + &std::fs::read_to_string("tests/fixtures/logs/megatron_pretrain.log").unwrap()
+            + &std::fs::read_to_string("tests/fixtures/logs/timestamps_headers.log").unwrap();
+        let mut cache = StampCache::default();
+        for line in text.lines() {
+            assert_eq!(
+                frame_cached(line, 2026, &mut cache),
+                frame_with_year(line, 2026),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_longer_stamp_sharing_the_prefix_is_parsed_not_reused() {
+        let mut cache = StampCache::default();
+        let first = frame_cached("[2024-07-30 14:21:44] a", 2026, &mut cache);
+        let second = frame_cached("[2024-07-30 14:21:44.500] b", 2026, &mut cache);
+        assert_eq!(first.message, "a");
+        assert_eq!(second, frame_with_year("[2024-07-30 14:21:44.500] b", 2026));
     }
 }
 

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Datelike, Utc};
 
 use crate::model::EvidenceLine;
-use crate::telemetry::line::frame_with_year;
-use crate::telemetry::record::{Record, named_host, recognise};
+use crate::telemetry::line::{StampCache, frame_cached};
+use crate::telemetry::record::{Record, named_host, recognise_hinted};
 use crate::telemetry::straggler_report::{self, StragglerReport};
 use crate::telemetry::tail::Chunk;
 
@@ -53,6 +53,8 @@ pub struct Digester<F: Fn(&str) -> bool> {
     year: i32,
     /// The iteration a save without a step number belongs to, when the log did not say in this read.
     known_iteration: Option<u64>,
+    /// The previous line's stamp, reused while lines share it.
+    stamps: StampCache,
     /// Ranks inside a Python traceback, with the lines kept of it so far.
     tracebacks: HashMap<Option<u32>, usize>,
     digest: LogDigest,
@@ -71,6 +73,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             now,
             year: now.year(),
             known_iteration: last_iteration,
+            stamps: StampCache::default(),
             tracebacks: HashMap::new(),
             digest: LogDigest {
                 last_time,
@@ -86,16 +89,25 @@ impl<F: Fn(&str) -> bool> Digester<F> {
 
     /// Feeds every line of a read; `candidates` (see `Catalog::candidate_lines`) says which lines may
     /// be notable, so the others skip the per-line check.
+    /// `candidates` must also cover the recognisers' markers (`record::signal_markers`), as the
+    /// catalog's scan does.
     pub fn push_chunk(&mut self, chunk: &Chunk, candidates: &[bool]) {
         for (index, line) in chunk.lines().enumerate() {
-            self.push_line(line, candidates.get(index).copied().unwrap_or(true));
+            let marked = candidates.get(index).copied().unwrap_or(true);
+            self.push_hinted(line, marked, marked);
         }
     }
 
     /// Feeds one line; `candidate` false means the notable check cannot match it.
     pub fn push_line(&mut self, raw: &str, candidate: bool) {
+        self.push_hinted(raw, candidate, true);
+    }
+
+    /// Feeds one line with both whole-read hints: `candidate` (a signature may match) and `markers`
+    /// (the recognisers' markers occur in it).
+    fn push_hinted(&mut self, raw: &str, candidate: bool, markers: bool) {
         self.digest.lines += 1;
-        let framed = frame_with_year(raw, self.year);
+        let framed = frame_cached(raw, self.year, &mut self.stamps);
         let time = framed
             .timestamp
             .or(self.digest.last_time)
@@ -105,7 +117,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             self.digest.straggler_reports.push(report);
             return;
         }
-        let record = recognise(framed.message);
+        let record = recognise_hinted(framed.message, markers);
         let notable = match &record {
             Some(Record::TracebackStart) => {
                 self.tracebacks.insert(framed.rank, 0);

@@ -124,6 +124,17 @@ const DONE_MARKERS: &[&str] = &[
 /// All markers above as one literal alternation. The regex crate runs a pure
 /// literal set as a single SIMD multi-substring scan, one pass over the line
 /// instead of one `contains` per marker, which is what keeps quiet lines cheap.
+/// The literal markers behind [`signal_markers`], for callers that search them with their own automaton.
+pub fn signal_marker_literals() -> Vec<&'static str> {
+    ERROR_MARKERS
+        .iter()
+        .chain(CHECKPOINT_MARKERS)
+        .chain(DONE_MARKERS)
+        .chain(&[PROGRESS_LOG_MARKER])
+        .copied()
+        .collect()
+}
+
 static SIGNALS: LazyLock<Regex> = LazyLock::new(|| {
     let alternation = ERROR_MARKERS
         .iter()
@@ -164,6 +175,19 @@ static GLOG_ERROR_HEADER: LazyLock<Regex> = LazyLock::new(|| {
 /// Turns a framed message into a record, or None for the many lines that say
 /// nothing the watcher cares about.
 pub fn recognise(message: &str) -> Option<Record> {
+    recognise_hinted(message, true)
+}
+
+/// The markers one of which a line must hold to be an error, a checkpoint, a progress or a done line
+/// (beyond the shapes `recognise` checks first). Searching a whole read for them at once tells which
+/// lines need the per-line check at all.
+pub fn signal_markers() -> &'static Regex {
+    &SIGNALS
+}
+
+/// [`recognise`] with the result of a whole-read [`signal_markers`] search: `markers_possible` false
+/// says the line holds none of them, so that per-line search is skipped.
+pub fn recognise_hinted(message: &str, markers_possible: bool) -> Option<Record> {
     let message = latest_progress_update(message).trim();
     if message.is_empty() {
         return None;
@@ -190,7 +214,7 @@ pub fn recognise(message: &str) -> Option<Record> {
     if has_error_prefix(message) {
         return Some(error(message));
     }
-    if !SIGNALS.is_match(message) {
+    if !markers_possible || !SIGNALS.is_match(message) {
         return None;
     }
     if is_error(message) {

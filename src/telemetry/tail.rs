@@ -43,6 +43,28 @@ impl Chunk {
         self.spans.len()
     }
 
+    /// Marks the lines in which `pattern` matches, with one search over the whole text (a line is
+    /// searched no further after its first match).
+    pub fn mark_lines(&self, pattern: &regex::Regex) -> Vec<bool> {
+        let mut marks = vec![false; self.line_count()];
+        let mut at = 0;
+        while at <= self.text.len() {
+            let Some(found) = pattern.find_at(&self.text, at) else {
+                break;
+            };
+            let Some(line) = self.line_at(found.start()) else {
+                break;
+            };
+            marks[line] = true;
+            let next = self
+                .spans
+                .get(line + 1)
+                .map_or(self.text.len() + 1, |&(start, _)| start);
+            at = next.max(found.end()).max(found.start() + 1);
+        }
+        marks
+    }
+
     /// The index of the line holding byte `offset` of `text`.
     pub fn line_at(&self, offset: usize) -> Option<usize> {
         let index = self.spans.partition_point(|&(start, _)| start <= offset);
