@@ -142,6 +142,13 @@ pub fn explain(
                         rank: None,
                         text: signal.text,
                     });
+                } else if catalog.is_notable(line) {
+                    // Kernel lines a signature knows beyond GPU signals: OOM killer, mlx5, panics.
+                    evidence.push(EvidenceLine {
+                        time: now,
+                        rank: None,
+                        text: line.trim().to_string(),
+                    });
                 }
             }
         })?;

@@ -71,6 +71,9 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
             if culprit.gpu.is_none() {
                 culprit.gpu = captures.name("gpu").and_then(|m| m.as_str().parse().ok());
             }
+            if culprit.rank.is_none() {
+                culprit.rank = captures.name("rank").and_then(|m| m.as_str().parse().ok());
+            }
         }
         if culprit.node.is_none() {
             culprit.node = kernel_log_host(&line.text)

@@ -83,7 +83,21 @@ impl Engine {
             };
             let mut signals = Vec::new();
             for raw in chunk.lines() {
-                let Some(mut signal) = parse_kernel_line(raw) else {
+                // A node signal, or any other line a signature knows (OOM killer, mlx5, panics).
+                let Some(mut signal) = parse_kernel_line(raw).or_else(|| {
+                    self.catalog.is_notable(raw).then(|| NodeSignal {
+                        kind: SignalKind::Health {
+                            system: "kernel".to_string(),
+                            status: "Error".to_string(),
+                        },
+                        pci: None,
+                        gpu: None,
+                        host: None,
+                        time: None,
+                        fatal: false,
+                        text: raw.trim().chars().take(1024).collect(),
+                    })
+                }) else {
                     continue;
                 };
                 if signal.time.is_none() {

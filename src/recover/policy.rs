@@ -148,7 +148,9 @@ pub fn decide(
         }
     } else {
         let mut exclude = attempt.excluded_nodes.clone();
+        // A preempted or timed-out job's node is a victim of the scheduler, not a culprit.
         if let Some(node) = &culprit
+            && attribution.component != Component::Scheduler
             && !exclude.contains(node)
         {
             exclude.push(node.clone());
@@ -329,6 +331,19 @@ mod tests {
         let drain = &decision.intents[1];
         assert_eq!(drain.kind, ActionKind::DrainNode);
         assert!(!drain.permitted, "drain is not in the default whitelist");
+    }
+
+    #[test]
+    fn a_preempted_job_is_requeued_without_excluding_its_node() {
+        let decision = decide(
+            &workflow(),
+            &attempt(JobState::Preempted),
+            AnomalyKind::Crash,
+            &attribution("preemption", Component::Scheduler, true),
+            &policy(),
+        );
+        assert_eq!(decision.intents[0].kind, ActionKind::Requeue);
+        assert_eq!(decision.intents[0].params.exclude_nodes, vec!["node-02"]);
     }
 
     #[test]

@@ -240,6 +240,11 @@ pub fn named_host(message: &str) -> Option<&str> {
     let numbers_fit = [pid, tid, device]
         .iter()
         .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    // Newer NCCL puts the source location first: `[3] transport/net_ib.cc:1696 NCCL WARN`.
+    let rest = match rest.split_once(' ') {
+        Some((location, after)) if !rest.starts_with("NCCL ") && location.contains(".cc:") => after,
+        _ => rest,
+    };
     (numbers_fit && rest.starts_with("NCCL ") && is_hostname(host)).then_some(host)
 }
 
@@ -716,6 +721,25 @@ fn training_done(message: &str) -> Option<Record> {
         .iter()
         .any(|marker| message.contains(marker))
         .then_some(Record::TrainingDone)
+}
+
+#[cfg(test)]
+mod named_host_tests {
+    use super::*;
+
+    #[test]
+    fn an_nccl_line_with_a_source_location_still_names_its_host() {
+        assert_eq!(
+            named_host(
+                "node-07:48213:48890 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion"
+            ),
+            Some("node-07")
+        );
+        assert_eq!(
+            named_host("node-07:48213:48890 [3] some text NCCL WARN x"),
+            None
+        );
+    }
 }
 
 #[cfg(test)]
