@@ -233,9 +233,13 @@ fn ensure_log(path: &Path, size: u64) -> u64 {
 fn ripgrep_reference(path: &Path, catalog: &Catalog) -> Option<f64> {
     let mut command = Command::new("rg");
     command.args(["-c", "-j1", "--no-mmap"]);
+    // rg joins the patterns into one regex, where capture names must not repeat.
+    let named = regex::Regex::new(r"\(\?P?<[A-Za-z_][A-Za-z0-9_]*>").expect("constant pattern");
     for signature in catalog.signatures() {
         for pattern in &signature.spec.patterns {
-            command.arg("-e").arg(pattern);
+            command
+                .arg("-e")
+                .arg(named.replace_all(pattern, "(?:").as_ref());
         }
     }
     command.arg(path);

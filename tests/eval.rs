@@ -40,7 +40,7 @@ fn eval_scores_the_public_corpus_and_ends_with_the_tally() {
     );
     assert!(text.contains("accuracy: category"), "{text}");
     // The score only goes up: raise this floor when signatures improve.
-    assert!(passed >= 7, "{text}");
+    assert!(passed >= 12, "{text}");
 }
 
 #[test]
