@@ -584,3 +584,41 @@ async fn lines_stamped_far_in_the_future_do_not_hide_a_hang() {
     rig.tick(&mut engine, 0).await;
     assert_eq!(rig.anomalies(), vec![AnomalyKind::Hang]);
 }
+
+#[tokio::test]
+async fn a_chained_traceback_written_across_two_reads_is_one_block_with_its_root_cause() {
+    let rig = Rig::new(JobState::Running);
+    let mut engine = rig.engine();
+    rig.iteration(10, 400.0);
+    rig.write(
+        b" 4: Traceback (most recent call last):\n 4:   File \"/workspace/data.py\", line 12, in load\n 4:     shard = open(path)\n 4: FileNotFoundError: [Errno 2] No such file or directory: '/data/shard-7'\n",
+    );
+    rig.tick(&mut engine, 10).await;
+    rig.write(
+        b" 4: \n 4: During handling of the above exception, another exception occurred:\n 4: \n 4: Traceback (most recent call last):\n 4:   File \"/workspace/train.py\", line 88, in <module>\n 4:     batch = next(loader)\n 4: RuntimeError: dataset shard missing\n",
+    );
+    {
+        let mut job = rig.backend.job.lock().unwrap();
+        job.state = JobState::Failed;
+        job.state_raw = "FAILED".into();
+        job.exit_code = Some(1);
+    }
+    rig.tick(&mut engine, 10).await;
+    let status = rig.status();
+    let block = &status.workflows[0].anomalies[0].evidence;
+    assert!(
+        block[0].contains("caused by FileNotFoundError"),
+        "{block:#?}"
+    );
+    assert!(
+        block.iter().any(|l| l.contains("During handling")),
+        "{block:#?}"
+    );
+    assert!(
+        block
+            .last()
+            .unwrap()
+            .contains("RuntimeError: dataset shard missing"),
+        "{block:#?}"
+    );
+}

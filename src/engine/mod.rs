@@ -79,6 +79,8 @@ pub struct Engine {
     log_watcher: LogWatcher,
     /// What the GPU status commands last reported.
     node_probes: nodes::NodeProbes,
+    /// Tracebacks still open at the end of a read, per (workflow, attempt).
+    tracebacks: HashMap<(WorkflowId, u32), crate::telemetry::traceback::TracebackAssembler>,
 }
 
 impl Engine {
@@ -109,6 +111,7 @@ impl Engine {
             stragglers: HashMap::new(),
             log_watcher,
             node_probes: nodes::NodeProbes::default(),
+            tracebacks: HashMap::new(),
         }
     }
 
@@ -556,10 +559,12 @@ impl Engine {
         let mut events = Vec::new();
         let evidence_quote = attribution.evidence.clone();
         // A crash is shown with the last error block of its log; a hang with what attribution found.
-        let anomaly_evidence = if kind == AnomalyKind::Crash && !lines.is_empty() {
-            detect::last_error_block(&lines)
-        } else {
-            evidence_quote.clone()
+        let anomaly_evidence = match self.store.db().last_traceback(workflow.id, attempt.index)? {
+            Some(block) if kind == AnomalyKind::Crash => block,
+            _ if kind == AnomalyKind::Crash && !lines.is_empty() => {
+                detect::last_error_block(&lines)
+            }
+            _ => evidence_quote.clone(),
         };
         self.store.write(|db| {
             let anomaly = Anomaly {

@@ -347,6 +347,8 @@ impl Engine {
                     && chunk.next_offset == offset
                     && chunk.identity == identity
                 {
+                    // The log went quiet: a traceback whose exception line came is complete.
+                    self.settle_tracebacks(&workflow, &attempt)?;
                     continue;
                 }
                 let mut digest = self.digest(&attempt, &chunk, now);
@@ -377,6 +379,28 @@ impl Engine {
         Ok(())
     }
 
+    fn settle_tracebacks(
+        &mut self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+    ) -> Result<(), EngineError> {
+        let Some(assembler) = self.tracebacks.get_mut(&(workflow.id, attempt.index)) else {
+            return Ok(());
+        };
+        let blocks = assembler.settle();
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let digest = LogDigest {
+            tracebacks: blocks,
+            ..LogDigest::default()
+        };
+        let now = self.clock.now();
+        self.store
+            .write(|db| store_digest(db, workflow, attempt, digest, now, &mut Vec::new()))?;
+        Ok(())
+    }
+
     fn watch_stragglers(
         &mut self,
         workflow: &Workflow,
@@ -404,16 +428,26 @@ impl Engine {
         Ok(())
     }
 
-    fn digest(&self, attempt: &Attempt, chunk: &Chunk, now: DateTime<Utc>) -> LogDigest {
+    fn digest(&mut self, attempt: &Attempt, chunk: &Chunk, now: DateTime<Utc>) -> LogDigest {
+        let key = (attempt.workflow_id, attempt.index);
+        let assembler = self.tracebacks.remove(&key).unwrap_or_default();
         let catalog = &self.catalog;
         let mut digester = Digester::new(
             |line: &str| catalog.is_notable(line),
             now,
             attempt.last_log_time,
             attempt.last_iteration,
-        );
+        )
+        .resume_tracebacks(assembler);
         digester.push_chunk(chunk, &catalog.candidate_lines(chunk));
-        digester.finish()
+        if attempt.state.is_terminal() {
+            // The attempt writes no more: every traceback it began is as complete as it will be.
+            digester.finish()
+        } else {
+            let (digest, assembler) = digester.finish_keeping();
+            self.tracebacks.insert(key, assembler);
+            digest
+        }
     }
 }
 
@@ -472,6 +506,23 @@ fn store_digest(
 ) -> Result<(), StoreError> {
     for line in &digest.evidence {
         db.insert_evidence_line(workflow.id, attempt.index, line)?;
+    }
+    for block in &digest.tracebacks {
+        // The root cause of a chain comes first, then what it led to.
+        let mut lines: Vec<String> = block
+            .earlier
+            .iter()
+            .map(|raised| format!("caused by {}: {}", raised.exception, raised.message))
+            .collect();
+        lines.extend(block.lines.iter().cloned());
+        db.insert_traceback(
+            workflow.id,
+            attempt.index,
+            block.rank,
+            &block.exception,
+            &block.message,
+            &lines,
+        )?;
     }
     let ranks_per_node = workflow.spec.gpus_per_node.max(1);
     for (time, iteration, tflops, rank) in &digest.samples {

@@ -153,4 +153,17 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE attributions ADD COLUMN remedies TEXT NOT NULL DEFAULT '[]';
     "#,
+    // 5: Python tracebacks, each kept whole as one block of evidence.
+    r#"
+    CREATE TABLE tracebacks (
+        id INTEGER PRIMARY KEY,
+        workflow_id INTEGER NOT NULL REFERENCES workflows(id) ON DELETE CASCADE,
+        attempt_index INTEGER NOT NULL,
+        rank INTEGER,
+        exception TEXT NOT NULL,
+        message TEXT NOT NULL,
+        lines TEXT NOT NULL
+    );
+    CREATE INDEX tracebacks_by_attempt ON tracebacks(workflow_id, attempt_index);
+    "#,
 ];

@@ -12,6 +12,7 @@ use crate::telemetry::line::{StampCache, frame_cached};
 use crate::telemetry::record::{Record, named_host, recognise_hinted};
 use crate::telemetry::straggler_report::{self, StragglerReport};
 use crate::telemetry::tail::Chunk;
+use crate::telemetry::traceback::{TracebackAssembler, TracebackBlock};
 
 /// Longest evidence line kept.
 const MAX_EVIDENCE_CHARS: usize = 2000;
@@ -28,6 +29,8 @@ pub struct LogDigest {
     /// (time, iteration, TFLOP/s/GPU, rank) of each iteration line that reports throughput.
     pub samples: Vec<(DateTime<Utc>, u64, f64, Option<u32>)>,
     pub straggler_reports: Vec<StragglerReport>,
+    /// Python tracebacks completed in this read, each one block (chained exceptions included).
+    pub tracebacks: Vec<TracebackBlock>,
     /// Time of the last line (its own stamp, else the previous line's, else arrival).
     pub last_time: Option<DateTime<Utc>>,
     /// Highest iteration seen.
@@ -55,6 +58,8 @@ pub struct Digester<F: Fn(&str) -> bool> {
     known_iteration: Option<u64>,
     /// The previous line's stamp, reused while lines share it.
     stamps: StampCache,
+    /// Assembles multi-line tracebacks; it outlives one read when the caller hands it back in.
+    assembler: TracebackAssembler,
     /// Ranks inside a Python traceback, with the lines kept of it so far.
     tracebacks: HashMap<Option<u32>, usize>,
     digest: LogDigest,
@@ -74,6 +79,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             year: now.year(),
             known_iteration: last_iteration,
             stamps: StampCache::default(),
+            assembler: TracebackAssembler::new(),
             tracebacks: HashMap::new(),
             digest: LogDigest {
                 last_time,
@@ -113,6 +119,15 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             .or(self.digest.last_time)
             .unwrap_or(self.now);
         self.digest.last_time = Some(time);
+        // Only a traceback start, or a line while one is open, concerns the assembler.
+        if self.assembler.open_blocks() > 0 || framed.message.contains("Traceback (most recent") {
+            if let Some(block) = self.assembler.push_framed(&framed) {
+                self.digest.tracebacks.push(block);
+            }
+            while let Some(block) = self.assembler.pop_ready() {
+                self.digest.tracebacks.push(block);
+            }
+        }
         if let Some(report) = straggler_report::parse(framed.message) {
             self.digest.straggler_reports.push(report);
             return;
@@ -184,9 +199,22 @@ impl<F: Fn(&str) -> bool> Digester<F> {
         }
     }
 
-    /// What the lines taught.
-    pub fn finish(self) -> LogDigest {
+    /// Continues the tracebacks a previous read of the same log left open.
+    pub fn resume_tracebacks(mut self, assembler: TracebackAssembler) -> Self {
+        self.assembler = assembler;
+        self
+    }
+
+    /// What the lines taught, every open traceback closed (the log is read to its end).
+    pub fn finish(mut self) -> LogDigest {
+        self.digest.tracebacks.extend(self.assembler.flush());
         self.digest
+    }
+
+    /// What the lines taught, with the tracebacks still open handed back for the next read (a chained
+    /// traceback may continue there). Settle them once a read comes up empty.
+    pub fn finish_keeping(self) -> (LogDigest, TracebackAssembler) {
+        (self.digest, self.assembler)
     }
 }
 
