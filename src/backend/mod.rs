@@ -1,6 +1,7 @@
 //! The schedulers runguard talks to, behind one trait: the engine never knows which one it drives.
 
 pub mod sim;
+pub mod slurm;
 
 use std::path::PathBuf;
 
