@@ -33,6 +33,29 @@ pub struct Config {
     pub recovery: RecoveryConfig,
     pub telemetry: TelemetryConfig,
     pub sim: SimConfig,
+    pub slurm: SlurmConfig,
+}
+
+/// The Slurm backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlurmConfig {
+    /// Watch every job of these partitions (besides jobs enrolled by their `--comment`).
+    pub partitions: Vec<String>,
+    /// Watch these job ids too.
+    pub watch: Vec<String>,
+    /// A Slurm command that takes longer counts as the scheduler being down.
+    pub command_timeout_secs: u64,
+}
+
+impl Default for SlurmConfig {
+    fn default() -> Self {
+        Self {
+            partitions: Vec::new(),
+            watch: Vec::new(),
+            command_timeout_secs: 30,
+        }
+    }
 }
 
 /// How often the engine looks and what counts as a hang.
@@ -116,6 +139,8 @@ pub enum BackendKind {
     /// The embedded simulated cluster.
     #[default]
     Sim,
+    /// Slurm through its command-line tools.
+    Slurm,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

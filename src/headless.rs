@@ -9,6 +9,7 @@ use tokio::sync::broadcast;
 use crate::attribute::{Catalog, CatalogError};
 use crate::backend::Backend;
 use crate::backend::sim::{Scenario, SimCluster, SimError, SimOptions, timeline};
+use crate::backend::slurm::backend::{SlurmBackend, SlurmOptions};
 use crate::clock::Clock;
 use crate::config::{BackendKind, Config};
 use crate::engine::{Engine, EngineError, EngineEvent, EngineOptions, RunOutcome};
@@ -103,6 +104,15 @@ pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome,
                 Arc::clone(&clock),
             )?;
             (Arc::new(sim), clock)
+        }
+        BackendKind::Slurm => {
+            let backend = SlurmBackend::new(SlurmOptions {
+                partitions: config.slurm.partitions.clone(),
+                watched: config.slurm.watch.clone(),
+                command_timeout: std::time::Duration::from_secs(config.slurm.command_timeout_secs),
+            });
+            let clock: Arc<dyn Clock> = Arc::new(crate::clock::RealClock);
+            (Arc::new(backend), clock)
         }
     };
     let mut engine = Engine::new(

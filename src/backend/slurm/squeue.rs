@@ -90,6 +90,37 @@ fn upstream(dependency: &str) -> Option<String> {
     (!id.is_empty()).then_some(id)
 }
 
+/// The tag runguard put in the comment of a job it submitted: `{"APS": {...}, "runguard": "TAG"}`.
+fn runguard_tag(comment: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(comment.trim()).ok()?;
+    value.get("runguard")?.as_str().map(str::to_string)
+}
+
+/// Slurm gives the output path as the user wrote it (`%x_%j.log`); the file on disk has the fields
+/// filled in: `%j` job id, `%x` job name, `%u` user, `%%` a percent sign.
+pub fn expand_output(pattern: &str, job_id: &str, name: &str, user: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('j') | Some('A') => out.push_str(job_id),
+            Some('x') => out.push_str(name),
+            Some('u') => out.push_str(user),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
 fn job(value: &serde_json::Value) -> Result<SlurmJob, String> {
     let job_id = number(value, "job_id")
         .ok_or("a job without a job_id")?
@@ -121,6 +152,7 @@ fn job(value: &serde_json::Value) -> Result<SlurmJob, String> {
         .filter(|reason| *reason != "None")
         .map(str::to_string);
     let state = JobState::from_slurm(&state_raw);
+    let (name_for_path, user_for_path) = (name.clone(), user.clone());
     let snapshot = JobSnapshot {
         job_id: job_id.clone(),
         name: name.clone(),
@@ -138,7 +170,14 @@ fn job(value: &serde_json::Value) -> Result<SlurmJob, String> {
             .flatten(),
         restart_count: number(value, "restart_cnt").unwrap_or(0).max(0) as u32,
         excluded_nodes,
-        log_path: text(value, "standard_output").map(PathBuf::from),
+        log_path: text(value, "standard_output").map(|pattern| {
+            PathBuf::from(expand_output(
+                pattern,
+                &job_id,
+                &name_for_path,
+                &user_for_path,
+            ))
+        }),
         spec: JobSpec {
             name,
             user,
@@ -150,7 +189,7 @@ fn job(value: &serde_json::Value) -> Result<SlurmJob, String> {
             dependency: text(value, "dependency").and_then(upstream),
         },
         limits,
-        tag: None,
+        tag: text(value, "comment").and_then(runguard_tag),
     };
     Ok(SlurmJob {
         snapshot,
@@ -200,6 +239,18 @@ mod tests {
     fn a_broken_enrolment_comment_is_reported_on_its_job() {
         let (jobs, _) = parse(&fixture()).unwrap();
         assert!(matches!(jobs[2].enrolment, Enrolment::Invalid(_)));
+    }
+
+    #[test]
+    fn the_output_pattern_is_filled_in() {
+        assert_eq!(
+            expand_output("/logs/%x_%j.log", "7", "train", "alice"),
+            "/logs/train_7.log"
+        );
+        assert_eq!(
+            expand_output("/logs/%u/100%%-%j", "7", "t", "alice"),
+            "/logs/alice/100%-7"
+        );
     }
 
     #[test]
