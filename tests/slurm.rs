@@ -10,6 +10,8 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runguard");
 
+static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn slurm_available() -> bool {
     let found = Command::new("sh")
         .args([
@@ -97,25 +99,25 @@ fn status(sandbox: &Path, conf: &Path) -> Option<Value> {
     serde_json::from_slice(&output.stdout).ok()
 }
 
-#[test]
-fn a_failed_slurm_job_is_requeued_without_its_culprit_node_and_completes() {
-    if !slurm_available() {
-        return;
-    }
+/// Runs the headless engine against the cluster with `script` submitted, until the workflow completes.
+fn run_job(script_text: &str, whitelist: &str) -> Value {
+    // One cluster at a time: they share the controller's ports.
+    let _one_at_a_time = CLUSTER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cluster = Cluster::start(&dir.path().join("slurm"));
     std::fs::write(
         dir.path().join("config.toml"),
-        "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n\n[recovery]\nwhitelist = [\"requeue\", \"cancel\"]\n",
+        format!(
+            "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n\n[recovery]\nwhitelist = {whitelist}\n"
+        ),
     )
     .unwrap();
     let script = dir.path().join("train.sbatch");
     std::fs::write(
         &script,
-        JOB.replace("LOGDIR", &dir.path().display().to_string()),
+        script_text.replace("LOGDIR", &dir.path().display().to_string()),
     )
     .unwrap();
-
     let mut engine: Child = Command::new(BIN)
         .arg("--config")
         .arg(dir.path().join("config.toml"))
@@ -139,7 +141,6 @@ fn a_failed_slurm_job_is_requeued_without_its_culprit_node_and_completes() {
         "{}",
         String::from_utf8_lossy(&submitted.stderr)
     );
-
     let start = Instant::now();
     let mut last = None;
     while start.elapsed() < Duration::from_secs(120) {
@@ -153,8 +154,15 @@ fn a_failed_slurm_job_is_requeued_without_its_culprit_node_and_completes() {
     }
     let _ = engine.kill();
     let _ = engine.wait();
-    let status = last
-        .unwrap_or_else(|| panic!("did not complete: {:#?}", status(dir.path(), &cluster.conf)));
+    last.unwrap_or_else(|| panic!("did not complete: {:#?}", status(dir.path(), &cluster.conf)))
+}
+
+#[test]
+fn a_failed_slurm_job_is_requeued_without_its_culprit_node_and_completes() {
+    if !slurm_available() {
+        return;
+    }
+    let status = run_job(JOB, r#"["requeue", "cancel"]"#);
     let workflow = &status["workflows"][0];
     assert_eq!(workflow["succeeded"], true, "{workflow:#}");
     let attempts = workflow["attempts"].as_array().unwrap();
@@ -184,4 +192,61 @@ fn a_failed_slurm_job_is_requeued_without_its_culprit_node_and_completes() {
             .contains(&Value::from(culprit))
     );
     assert_eq!(workflow["requeues_used"], 1);
+}
+
+/// A job whose code raises on every run.
+const APP_BUG: &str = r#"#!/bin/bash
+#SBATCH --comment='{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 3}}'
+#SBATCH -N 1
+#SBATCH -o LOGDIR/%x_%j.log
+srun -l bash -c 'printf "Traceback (most recent call last):\n  File \"/workspace/pretrain_gpt.py\", line 245, in <module>\n    mask = batch[\"attention_mask\"]\nKeyError: '"'"'attention_mask'"'"'\n"; exit 1'
+"#;
+
+#[test]
+fn a_python_exception_on_slurm_is_not_requeued() {
+    if !slurm_available() {
+        return;
+    }
+    let status = run_job(APP_BUG, r#"["requeue", "cancel"]"#);
+    let workflow = &status["workflows"][0];
+    assert_eq!(workflow["succeeded"], false, "{workflow:#}");
+    assert_eq!(workflow["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!(workflow["requeues_used"], 0);
+    assert_eq!(workflow["attributions"][0]["category"], "app_exception");
+    assert!(
+        workflow["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("not recoverable")
+    );
+}
+
+/// A job that fails with an NCCL timeout on every run, allowed one requeue.
+const ALWAYS_FAILS: &str = r#"#!/bin/bash
+#SBATCH --comment='{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 1}}'
+#SBATCH -N 1
+#SBATCH -o LOGDIR/%x_%j.log
+srun -l bash -c 'echo "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600050 milliseconds before timing out."; exit 1'
+"#;
+
+#[test]
+fn max_requeue_times_from_the_comment_stops_the_recovery() {
+    if !slurm_available() {
+        return;
+    }
+    let status = run_job(ALWAYS_FAILS, r#"["requeue", "cancel"]"#);
+    let workflow = &status["workflows"][0];
+    assert_eq!(
+        workflow["attempts"].as_array().unwrap().len(),
+        2,
+        "{workflow:#}"
+    );
+    assert_eq!(workflow["requeues_used"], 1);
+    assert!(
+        workflow["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("requeue limit reached: 1 of 1"),
+        "{workflow:#}"
+    );
 }
