@@ -102,7 +102,9 @@ fn status(sandbox: &Path, conf: &Path) -> Option<Value> {
 /// Runs the headless engine against the cluster with `script` submitted, until the workflow completes.
 fn run_job(script_text: &str, whitelist: &str) -> Value {
     // One cluster at a time: they share the controller's ports.
-    let _one_at_a_time = CLUSTER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one_at_a_time = CLUSTER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let cluster = Cluster::start(&dir.path().join("slurm"));
     std::fs::write(
