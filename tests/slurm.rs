@@ -101,7 +101,12 @@ fn status(sandbox: &Path, conf: &Path) -> Option<Value> {
 
 /// Runs the headless engine against the cluster with `script` submitted, until the workflow completes.
 fn run_job(script_text: &str, whitelist: &str) -> Value {
-    // One cluster at a time: they share the controller's ports.
+    run_job_with(script_text, whitelist, "")
+}
+
+/// [`run_job`] with extra config lines for the `[engine]` section.
+fn run_job_with(script_text: &str, whitelist: &str, engine_extra: &str) -> Value {
+    // One cluster at a time: jobs and nodes are heavy enough for a 2-core machine.
     let _one_at_a_time = CLUSTER
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -110,7 +115,7 @@ fn run_job(script_text: &str, whitelist: &str) -> Value {
     std::fs::write(
         dir.path().join("config.toml"),
         format!(
-            "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n\n[recovery]\nwhitelist = {whitelist}\n"
+            "[engine]\npoll_interval_secs = 0.5\n{engine_extra}\n[backend]\nkind = \"slurm\"\n\n[recovery]\nwhitelist = {whitelist}\n"
         ),
     )
     .unwrap();
@@ -251,4 +256,33 @@ fn max_requeue_times_from_the_comment_stops_the_recovery() {
             .contains("requeue limit reached: 1 of 1"),
         "{workflow:#}"
     );
+}
+
+/// A job that goes silent on its first run, and trains on a restart.
+const GOES_SILENT: &str = r#"#!/bin/bash
+#SBATCH --comment='{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 3}}'
+#SBATCH -N 1
+#SBATCH -o LOGDIR/%x_%j.log
+if [ "${SLURM_RESTART_COUNT:-0}" = "0" ]; then
+  srun -l bash -c 'echo " iteration       10/      30 | elapsed time per iteration (ms): 100.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.000000E+00 |"; sleep 600'
+  exit 0
+fi
+srun -l bash -c 'echo " iteration       30/      30 | elapsed time per iteration (ms): 100.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.000000E+00 |"'
+"#;
+
+#[test]
+fn a_silent_slurm_job_is_detected_as_hung_and_requeued() {
+    if !slurm_available() {
+        return;
+    }
+    let status = run_job_with(
+        GOES_SILENT,
+        r#"["requeue", "cancel"]"#,
+        "heartbeat_timeout_secs = 3",
+    );
+    let workflow = &status["workflows"][0];
+    assert_eq!(workflow["succeeded"], true, "{workflow:#}");
+    assert_eq!(workflow["anomalies"][0]["kind"], "hang");
+    assert_eq!(workflow["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(workflow["attempts"][0]["state"], "requeued");
 }

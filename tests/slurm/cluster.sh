@@ -25,11 +25,12 @@ start() {
     done
     mkdir -p "$dir/state" "$dir/log" "$dir/spool"
     cpus=$(nproc)
+    # Ports of their own, so clusters of concurrent test runs do not answer each other.
+    base=${RUNGUARD_SLURM_PORT_BASE:-$((20000 + ($$ % 2000) * 8))}
     cat > "$conf" <<CONF
 ClusterName=lab
 SlurmctldHost=localhost
-SlurmctldPort=16817
-SlurmdPort=16818
+SlurmctldPort=$base
 AuthType=auth/none
 CredType=cred/none
 SlurmUser=root
@@ -54,7 +55,7 @@ JobRequeue=1
 MinJobAge=600
 KillWait=5
 SlurmdTimeout=30
-NodeName=n[1-4] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[17001-17004] CPUs=$cpus State=UNKNOWN
+NodeName=n[1-4] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((base + 1))-$((base + 4))] CPUs=$cpus State=UNKNOWN
 PartitionName=gpu Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
 CONF
     slurmctld -f "$conf" -i >"$dir/log/slurmctld.out" 2>&1 &

@@ -209,9 +209,24 @@ impl Backend for SlurmBackend {
         job_id: &str,
         exclude: &[String],
     ) -> Result<ActionOutcome, BackendError> {
-        for step in requeue_steps(job_id, exclude) {
-            self.run(&step).await?;
+        let steps = requeue_steps(job_id, exclude);
+        let Some((start_now, steps)) = steps.split_last() else {
+            return Err(BackendError::Invalid("no requeue steps".into()));
+        };
+        for step in steps {
+            self.run(step).await?;
         }
+        // A running job (a hang) is requeued only once its processes are gone, and Slurm sets its
+        // BeginTime then, after any StartTime given earlier: wait until it is pending to start it now.
+        for _ in 0..50 {
+            if let Some(job) = self.job(job_id).await?
+                && job.state == crate::model::JobState::Pending
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.run(start_now).await?;
         Ok(ActionOutcome {
             detail: format!(
                 "requeued job {job_id}{}",
