@@ -463,26 +463,7 @@ impl Engine {
             attempt.job_id, attempt.index
         );
         workflow.succeeded = true;
-        self.store.write(|db| {
-            db.mark_attempt_handled(workflow.id, attempt.index)?;
-            set_status(
-                db,
-                &mut workflow,
-                WorkflowStatus::Completed,
-                Some(reason.clone()),
-                now,
-            )?;
-            db.journal(Some(workflow.id), now, &reason, &[])?;
-            Ok(())
-        })?;
-        self.pending_events
-            .push(EngineEvent::WorkflowStatusChanged {
-                workflow_id: workflow.id,
-                status: WorkflowStatus::Completed,
-                reason: Some(reason),
-            });
-        self.flush_events();
-        Ok(())
+        self.end_workflow(workflow, attempt, reason, now)
     }
 
     fn stop_cancelled(
@@ -495,7 +476,17 @@ impl Engine {
             "job {} was cancelled outside runguard ({}); not recovering",
             attempt.job_id, attempt.state_raw
         );
-        let mut workflow = workflow.clone();
+        self.end_workflow(workflow.clone(), attempt, reason, now)
+    }
+
+    /// Completes a workflow for `reason` (its run finished, or recovery ends), journaled once.
+    fn end_workflow(
+        &mut self,
+        mut workflow: Workflow,
+        attempt: &Attempt,
+        reason: String,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
         self.store.write(|db| {
             db.mark_attempt_handled(workflow.id, attempt.index)?;
             set_status(
