@@ -255,7 +255,6 @@ impl Catalog {
         };
         let categories = taxonomy();
         let mut signatures = Vec::new();
-        let mut all_patterns = Vec::new();
         let mut owner = Vec::new();
         let mut ids = std::collections::HashSet::new();
         for spec in specs {
@@ -304,7 +303,6 @@ impl Catalog {
                 let regex = Regex::new(pattern)
                     .map_err(|err| invalid(format!("{}: pattern {pattern:?}: {err}", spec.id)))?;
                 patterns.push(regex);
-                all_patterns.push(pattern.clone());
                 owner.push(signatures.len());
             }
             let mut context = Vec::new();

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::observe::attempt_tag;
-use super::{Engine, EngineError, EngineEvent, set_status, with_timeout};
+use super::{Engine, EngineError, EngineEvent, complete_workflow, with_timeout};
 use crate::backend::BackendError;
 use crate::model::{Action, ActionKind, ActionState, Notification, Severity, WorkflowStatus};
 
@@ -196,18 +196,7 @@ impl Engine {
                     }
                     ActionState::Failed if workflow.status == WorkflowStatus::Recovering => {
                         let reason = format!("recovery failed: {result}");
-                        set_status(
-                            db,
-                            &mut workflow,
-                            WorkflowStatus::Completed,
-                            Some(reason.clone()),
-                            now,
-                        )?;
-                        events.push(EngineEvent::WorkflowStatusChanged {
-                            workflow_id: workflow.id,
-                            status: WorkflowStatus::Completed,
-                            reason: Some(reason),
-                        });
+                        complete_workflow(db, &mut workflow, reason, now, &mut events)?;
                     }
                     _ => {}
                 }

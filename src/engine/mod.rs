@@ -487,24 +487,13 @@ impl Engine {
         reason: String,
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
+        let mut events = Vec::new();
         self.store.write(|db| {
             db.mark_attempt_handled(workflow.id, attempt.index)?;
-            set_status(
-                db,
-                &mut workflow,
-                WorkflowStatus::Completed,
-                Some(reason.clone()),
-                now,
-            )?;
             db.journal(Some(workflow.id), now, &reason, &[])?;
-            Ok(())
+            complete_workflow(db, &mut workflow, reason, now, &mut events)
         })?;
-        self.pending_events
-            .push(EngineEvent::WorkflowStatusChanged {
-                workflow_id: workflow.id,
-                status: WorkflowStatus::Completed,
-                reason: Some(reason),
-            });
+        self.pending_events.extend(events);
         self.flush_events();
         Ok(())
     }
@@ -833,18 +822,7 @@ pub fn apply_command(
         && workflow.status == WorkflowStatus::Recovering
     {
         let reason = format!("recovery rejected by the user (action {action_id})");
-        set_status(
-            db,
-            &mut workflow,
-            WorkflowStatus::Completed,
-            Some(reason.clone()),
-            now,
-        )?;
-        events.push(EngineEvent::WorkflowStatusChanged {
-            workflow_id: workflow.id,
-            status: WorkflowStatus::Completed,
-            reason: Some(reason),
-        });
+        complete_workflow(db, &mut workflow, reason, now, events)?;
     }
     Ok(outcome)
 }
@@ -892,6 +870,29 @@ pub(crate) fn set_status(
             body: workflow.status_reason.clone().unwrap_or_default(),
         })?;
     }
+    Ok(())
+}
+
+/// Ends a workflow's recovery (or its run) with a reason, and says so on the event channel.
+pub(crate) fn complete_workflow(
+    db: &crate::store::Db<'_>,
+    workflow: &mut Workflow,
+    reason: String,
+    now: DateTime<Utc>,
+    events: &mut Vec<EngineEvent>,
+) -> Result<(), StoreError> {
+    set_status(
+        db,
+        workflow,
+        WorkflowStatus::Completed,
+        Some(reason.clone()),
+        now,
+    )?;
+    events.push(EngineEvent::WorkflowStatusChanged {
+        workflow_id: workflow.id,
+        status: WorkflowStatus::Completed,
+        reason: Some(reason),
+    });
     Ok(())
 }
 

@@ -303,12 +303,11 @@ impl Engine {
         // One read's memory serves the next; it is dropped at the end of the tick.
         let mut spare = Chunk::default();
         for workflow in workflows.into_iter().filter(|w| w.status.is_active()) {
-            if let Some(latest) = self.store.db().attempts(workflow.id)?.pop()
-                && let Some(path) = latest.log_path
-            {
+            let attempts = self.store.db().attempts(workflow.id)?;
+            if let Some(path) = attempts.last().and_then(|latest| latest.log_path.clone()) {
                 followed.push(path);
             }
-            for attempt in self.store.db().attempts(workflow.id)? {
+            for attempt in attempts {
                 let Some(path) = attempt.log_path.clone() else {
                     continue;
                 };

@@ -173,6 +173,28 @@ fn attempt_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Attempt, StoreErro
     })())
 }
 
+/// A row of `SELECT workflow_id, attempt_index, time, iteration, tflops_per_gpu, rank, node`.
+fn throughput_from_row(row: &Row<'_>) -> rusqlite::Result<Result<ThroughputSample, StoreError>> {
+    let time: String = row.get(2)?;
+    let iteration: i64 = row.get(3)?;
+    let (workflow_id, attempt_index, tflops_per_gpu, rank, node) = (
+        row.get(0)?,
+        row.get(1)?,
+        row.get(4)?,
+        row.get(5)?,
+        row.get(6)?,
+    );
+    Ok(time_from_text(&time).map(|time| ThroughputSample {
+        workflow_id,
+        attempt_index,
+        time,
+        iteration: iteration.max(0) as u64,
+        tflops_per_gpu,
+        rank,
+        node,
+    }))
+}
+
 const ACTION_COLUMNS: &str = "id, workflow_id, attempt_index, kind, params, state, permitted, why, \
      command, result, created_at, updated_at";
 
@@ -601,28 +623,10 @@ impl<'c> Db<'c> {
                 "SELECT workflow_id, attempt_index, time, iteration, tflops_per_gpu, rank, node \
                  FROM throughput WHERE workflow_id = ?1 AND attempt_index = ?2 ORDER BY id {order} LIMIT ?3"
             ))?;
-            collect(
-                stmt.query_map(params![workflow_id, attempt_index, limit as i64], |row| {
-                    let time: String = row.get(2)?;
-                    let iteration: i64 = row.get(3)?;
-                    let (workflow_id, attempt_index, tflops_per_gpu, rank, node) = (
-                        row.get(0)?,
-                        row.get(1)?,
-                        row.get(4)?,
-                        row.get(5)?,
-                        row.get(6)?,
-                    );
-                    Ok(time_from_text(&time).map(|time| ThroughputSample {
-                        workflow_id,
-                        attempt_index,
-                        time,
-                        iteration: iteration.max(0) as u64,
-                        tflops_per_gpu,
-                        rank,
-                        node,
-                    }))
-                })?,
-            )
+            collect(stmt.query_map(
+                params![workflow_id, attempt_index, limit as i64],
+                throughput_from_row,
+            )?)
         };
         let first = select("ASC", head)?;
         let mut last = select("DESC", tail)?;
@@ -635,26 +639,7 @@ impl<'c> Db<'c> {
             "SELECT workflow_id, attempt_index, time, iteration, tflops_per_gpu, rank, node \
              FROM throughput WHERE workflow_id = ?1 ORDER BY id",
         )?;
-        collect(stmt.query_map([workflow_id], |row| {
-            let time: String = row.get(2)?;
-            let iteration: i64 = row.get(3)?;
-            let (workflow_id, attempt_index, tflops_per_gpu, rank, node) = (
-                row.get(0)?,
-                row.get(1)?,
-                row.get(4)?,
-                row.get(5)?,
-                row.get(6)?,
-            );
-            Ok(time_from_text(&time).map(|time| ThroughputSample {
-                workflow_id,
-                attempt_index,
-                time,
-                iteration: iteration.max(0) as u64,
-                tflops_per_gpu,
-                rank,
-                node,
-            }))
-        })?)
+        collect(stmt.query_map([workflow_id], throughput_from_row)?)
     }
 
     // ---- evidence ----
