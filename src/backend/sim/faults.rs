@@ -126,11 +126,7 @@ fn nccl_timeout(
     let exited_ms = fired_ms + draw.random_range(2_000..5_000);
     let first = ctx.rank(fault.node_index, 0);
     let last = ctx.rank(fault.node_index, ctx.gpus_per_node.saturating_sub(1));
-    run.log_at(
-        exited_ms,
-        text::plain(&text::srun_tasks_exited(node, first, last, 1)),
-    );
-    run.log_at(exited_ms, text::plain(text::SRUN_STEP_ABORTED));
+    tasks_exited(run, exited_ms, node, first, last, 1);
     exited_ms
 }
 
@@ -165,11 +161,7 @@ fn xid79(
         );
     }
     let exited_ms = watchdog_ms + draw.random_range(1_000..3_000);
-    run.log_at(
-        exited_ms,
-        text::plain(&text::srun_tasks_exited(node, rank, rank, 1)),
-    );
-    run.log_at(exited_ms, text::plain(text::SRUN_STEP_ABORTED));
+    tasks_exited(run, exited_ms, node, rank, rank, 1);
     exited_ms
 }
 
@@ -188,11 +180,7 @@ fn cuda_oom(
         run.log_at(error_ms, text::ranked(rank, &line));
     }
     let exited_ms = error_ms + draw.random_range(2_000..5_000);
-    run.log_at(
-        exited_ms,
-        text::plain(&text::srun_tasks_exited(node, rank, rank, 1)),
-    );
-    run.log_at(exited_ms, text::plain(text::SRUN_STEP_ABORTED));
+    tasks_exited(run, exited_ms, node, rank, rank, 1);
     exited_ms
 }
 
@@ -204,10 +192,15 @@ fn app_bug(ctx: &Attempt, run: &mut Run, at_ms: i64, draw: &mut impl Rng) -> i64
     }
     let exited_ms = error_ms + draw.random_range(2_000..4_000);
     let head = ctx.alloc.first().map_or("node-01", String::as_str);
-    run.log_at(
-        exited_ms,
-        text::plain(&text::srun_tasks_exited(head, 0, 0, 1)),
-    );
-    run.log_at(exited_ms, text::plain(text::SRUN_STEP_ABORTED));
+    tasks_exited(run, exited_ms, head, 0, 0, 1);
     exited_ms
+}
+
+/// srun reports the tasks of a node that exited, then aborts the step.
+fn tasks_exited(run: &mut Run, at_ms: i64, node: &str, first: u32, last: u32, code: i32) {
+    run.log_at(
+        at_ms,
+        text::plain(&text::srun_tasks_exited(node, first, last, code)),
+    );
+    run.log_at(at_ms, text::plain(text::SRUN_STEP_ABORTED));
 }
