@@ -278,7 +278,7 @@ fn a_silent_slurm_job_is_detected_as_hung_and_requeued() {
     let status = run_job_with(
         GOES_SILENT,
         r#"["requeue", "cancel"]"#,
-        "heartbeat_timeout_secs = 3",
+        "heartbeat_timeout_secs = 10",
     );
     let workflow = &status["workflows"][0];
     assert_eq!(workflow["succeeded"], true, "{workflow:#}");

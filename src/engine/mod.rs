@@ -436,7 +436,11 @@ impl Engine {
             return Some((finding.kind, finding.summary));
         }
         if attempt.state == JobState::Running {
-            let since = attempt.last_log_time.or(attempt.start_time)?;
+            // Before its first line, an attempt is timed from when it was seen running: a requeued
+            // job can still report the start time of its previous run.
+            let since = attempt
+                .last_log_time
+                .or(attempt.start_time.max(Some(attempt.updated_at)))?;
             let silent = (now - since).num_seconds();
             if silent >= self.config.engine.heartbeat_timeout_secs as i64 {
                 return Some((
