@@ -257,32 +257,3 @@ fn max_requeue_times_from_the_comment_stops_the_recovery() {
         "{workflow:#}"
     );
 }
-
-/// A job that goes silent on its first run, and trains on a restart.
-const GOES_SILENT: &str = r#"#!/bin/bash
-#SBATCH --comment='{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 3}}'
-#SBATCH -N 1
-#SBATCH -o LOGDIR/%x_%j.log
-if [ "${SLURM_RESTART_COUNT:-0}" = "0" ]; then
-  srun -l bash -c 'echo " iteration       10/      30 | elapsed time per iteration (ms): 100.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.000000E+00 |"; sleep 600'
-  exit 0
-fi
-srun -l bash -c 'echo " iteration       30/      30 | elapsed time per iteration (ms): 100.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.000000E+00 |"'
-"#;
-
-#[test]
-fn a_silent_slurm_job_is_detected_as_hung_and_requeued() {
-    if !slurm_available() {
-        return;
-    }
-    let status = run_job_with(
-        GOES_SILENT,
-        r#"["requeue", "cancel"]"#,
-        "heartbeat_timeout_secs = 10",
-    );
-    let workflow = &status["workflows"][0];
-    assert_eq!(workflow["succeeded"], true, "{workflow:#}");
-    assert_eq!(workflow["anomalies"][0]["kind"], "hang");
-    assert_eq!(workflow["attempts"].as_array().unwrap().len(), 2);
-    assert_eq!(workflow["attempts"][0]["state"], "requeued");
-}
