@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::slurm::cli::Listing;
 use crate::model::ActionKind;
 
 /// A configuration that could not be used.
@@ -46,6 +47,11 @@ pub struct SlurmConfig {
     pub watch: Vec<String>,
     /// A Slurm command that takes longer counts as the scheduler being down.
     pub command_timeout_secs: u64,
+    /// How jobs are listed: `auto` (`squeue --json`, else `scontrol show job -o`), `squeue-json`, `scontrol`.
+    pub listing: Listing,
+    /// Longest a requeued job may take to leave its nodes (Slurm's KillWait plus the epilog) before its
+    /// release; past it the release is retried on the next tick.
+    pub settle_timeout_secs: u64,
 }
 
 impl Default for SlurmConfig {
@@ -54,6 +60,8 @@ impl Default for SlurmConfig {
             partitions: Vec::new(),
             watch: Vec::new(),
             command_timeout_secs: 30,
+            listing: Listing::Auto,
+            settle_timeout_secs: 30,
         }
     }
 }
@@ -143,6 +151,16 @@ pub enum BackendKind {
     Slurm,
 }
 
+impl BackendKind {
+    /// The name workflows of this backend are stored under (the backend's `Backend::name`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sim => "sim",
+            Self::Slurm => "slurm",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BackendConfig {
@@ -173,6 +191,9 @@ pub struct RecoveryConfig {
     pub whitelist: Vec<ActionKind>,
     /// Also propose draining the culprit node of a hardware failure.
     pub drain_culprit_nodes: bool,
+    /// Do not restart a job when fewer usable nodes than this remain in its partition once the bad ones
+    /// are excluded; 0 means the job's own node count.
+    pub min_nodes: u32,
 }
 
 impl Default for RecoveryConfig {
@@ -187,6 +208,7 @@ impl Default for RecoveryConfig {
                 ActionKind::Cancel,
             ],
             drain_culprit_nodes: true,
+            min_nodes: 0,
         }
     }
 }

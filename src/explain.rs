@@ -343,6 +343,7 @@ fn would_do(
         AnomalyKind::Crash,
         attribution,
         &policy,
+        None,
     );
     let mut steps: Vec<String> = decision
         .intents

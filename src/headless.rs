@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::broadcast;
 
@@ -10,6 +11,7 @@ use crate::attribute::{Catalog, CatalogError};
 use crate::backend::Backend;
 use crate::backend::sim::{Scenario, SimCluster, SimError, SimOptions, timeline};
 use crate::backend::slurm::backend::{SlurmBackend, SlurmOptions};
+use crate::backend::slurm::cli::SlurmCli;
 use crate::clock::Clock;
 use crate::config::{BackendKind, Config};
 use crate::engine::{Engine, EngineError, EngineEvent, EngineOptions, RunOutcome};
@@ -106,11 +108,18 @@ pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome,
             (Arc::new(sim), clock)
         }
         BackendKind::Slurm => {
-            let backend = SlurmBackend::new(SlurmOptions {
-                partitions: config.slurm.partitions.clone(),
-                watched: config.slurm.watch.clone(),
-                command_timeout: std::time::Duration::from_secs(config.slurm.command_timeout_secs),
-            });
+            let api = Arc::new(SlurmCli::new(
+                Duration::from_secs(config.slurm.command_timeout_secs),
+                config.slurm.listing,
+            ));
+            let backend = SlurmBackend::new(
+                SlurmOptions {
+                    partitions: config.slurm.partitions.clone(),
+                    watched: config.slurm.watch.clone(),
+                    settle_timeout: Duration::from_secs(config.slurm.settle_timeout_secs),
+                },
+                api,
+            );
             let clock: Arc<dyn Clock> = Arc::new(crate::clock::RealClock);
             (Arc::new(backend), clock)
         }

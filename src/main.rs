@@ -73,6 +73,19 @@ enum Command {
         /// Action id (see `runguard status`).
         action: i64,
     },
+    /// Watch jobs by id besides those enrolled by their comment or partition; a running engine picks
+    /// them up on its next tick.
+    Watch {
+        /// Job ids (Slurm) to watch.
+        #[arg(required_unless_present = "list")]
+        jobs: Vec<String>,
+        /// Stop watching these jobs instead.
+        #[arg(long)]
+        remove: bool,
+        /// List the watched jobs.
+        #[arg(long, conflicts_with = "remove")]
+        list: bool,
+    },
     /// Post-mortem of any log: timeline, anomalies, attribution with evidence, and what runguard would do.
     Explain {
         /// Application logs (a job's unified log).
@@ -232,6 +245,13 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Watch { jobs, remove, list } => watch_jobs(
+            &store_path,
+            config.backend.kind.as_str(),
+            &jobs,
+            remove,
+            list,
+        ),
         Command::Approve { action } => decide_action(&store_path, CommandKind::Approve, action),
         Command::Reject { action } => decide_action(&store_path, CommandKind::Reject, action),
     }
@@ -308,6 +328,50 @@ fn print_status(
             "{}",
             runguard::status::render_table(&report, chrono::Utc::now())
         );
+    }
+    Ok(())
+}
+
+/// Adds (or removes) jobs watched by id, straight in the store: a running engine reads the list on
+/// every tick, and one started later finds it there.
+fn watch_jobs(
+    store_path: &Path,
+    backend: &str,
+    jobs: &[String],
+    remove: bool,
+    list: bool,
+) -> Result<()> {
+    for job in jobs {
+        if job.is_empty()
+            || !job
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-/".contains(c))
+        {
+            bail!("{job:?} is not a job id");
+        }
+    }
+    let mut store = Store::open(store_path)?;
+    let now = chrono::Utc::now();
+    for job in jobs {
+        let changed = store.write(|db| {
+            if remove {
+                db.remove_watched(backend, job)
+            } else {
+                db.add_watched(backend, job, now)
+            }
+        })?;
+        let verb = match (remove, changed) {
+            (false, true) => "watching",
+            (false, false) => "already watching",
+            (true, true) => "no longer watching",
+            (true, false) => "was not watching",
+        };
+        println!("{verb} {backend} job {job}");
+    }
+    if list {
+        for job in store.db().watched_jobs(backend)? {
+            println!("{job}");
+        }
     }
     Ok(())
 }

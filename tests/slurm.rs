@@ -101,11 +101,11 @@ fn status(sandbox: &Path, conf: &Path) -> Option<Value> {
 
 /// Runs the headless engine against the cluster with `script` submitted, until the workflow completes.
 fn run_job(script_text: &str, whitelist: &str) -> Value {
-    run_job_with(script_text, whitelist, "")
+    run_job_with(script_text, whitelist, "").0
 }
 
-/// [`run_job`] with extra config lines for the `[engine]` section.
-fn run_job_with(script_text: &str, whitelist: &str, engine_extra: &str) -> Value {
+/// [`run_job`] with extra config lines for the `[engine]` section; also returns the job logs.
+fn run_job_with(script_text: &str, whitelist: &str, engine_extra: &str) -> (Value, String) {
     // One cluster at a time: jobs and nodes are heavy enough for a 2-core machine.
     let _one_at_a_time = CLUSTER
         .lock()
@@ -161,7 +161,28 @@ fn run_job_with(script_text: &str, whitelist: &str, engine_extra: &str) -> Value
     }
     let _ = engine.kill();
     let _ = engine.wait();
-    last.unwrap_or_else(|| panic!("did not complete: {:#?}", status(dir.path(), &cluster.conf)))
+    let logs = job_logs(dir.path());
+    let status = last.unwrap_or_else(|| {
+        panic!(
+            "did not complete: {:#?}\n{}",
+            status(dir.path(), &cluster.conf),
+            logs
+        )
+    });
+    (status, logs)
+}
+
+/// Every job log in `dir`, for the message of a failed test.
+fn job_logs(dir: &Path) -> String {
+    let mut out = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|ext| ext == "log") {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            out.push_str(&format!("--- {}\n{text}\n", path.display()));
+        }
+    }
+    out
 }
 
 #[test]
@@ -256,4 +277,37 @@ fn max_requeue_times_from_the_comment_stops_the_recovery() {
             .contains("requeue limit reached: 1 of 1"),
         "{workflow:#}"
     );
+}
+
+/// A job that goes silent on its first run, and trains on a restart.
+const GOES_SILENT: &str = r#"#!/bin/bash
+#SBATCH --comment='{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 3}}'
+#SBATCH -N 1
+#SBATCH -o LOGDIR/%x_%j.log
+if [ "${SLURM_RESTART_COUNT:-0}" = "0" ]; then
+  srun -l bash -c 'echo " iteration       10/      30 | elapsed time per iteration (ms): 100.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.000000E+00 |"; sleep 600'
+  exit 0
+fi
+srun -l bash -c 'echo " iteration       30/      30 | elapsed time per iteration (ms): 100.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.000000E+00 |"'
+"#;
+
+#[test]
+fn a_silent_slurm_job_is_detected_as_hung_and_requeued() {
+    if !slurm_available() {
+        return;
+    }
+    let (status, logs) = run_job_with(
+        GOES_SILENT,
+        r#"["requeue", "cancel"]"#,
+        "heartbeat_timeout_secs = 10",
+    );
+    let workflow = &status["workflows"][0];
+    assert_eq!(workflow["succeeded"], true, "{workflow:#}");
+    assert_eq!(workflow["anomalies"][0]["kind"], "hang");
+    assert_eq!(
+        workflow["attempts"].as_array().unwrap().len(),
+        2,
+        "{workflow:#}\n{logs}"
+    );
+    assert_eq!(workflow["attempts"][0]["state"], "requeued");
 }

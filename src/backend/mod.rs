@@ -113,4 +113,32 @@ pub trait Backend: Send + Sync {
 
     /// A file holding the node's kernel log (Xid, ECC, thermal), when the backend knows one.
     fn node_log(&self, node: &str) -> Option<PathBuf>;
+
+    /// Keeps a pending job from being scheduled.
+    async fn hold(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
+        Err(BackendError::Invalid(format!(
+            "{} cannot hold job {job_id}",
+            self.name()
+        )))
+    }
+
+    /// Lets a held job be scheduled again.
+    async fn release(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
+        Err(BackendError::Invalid(format!(
+            "{} cannot release job {job_id}",
+            self.name()
+        )))
+    }
+
+    /// Jobs the user asked to watch by reference (`runguard watch JOBID`), besides enrolled ones. The
+    /// engine calls this before each listing with the whole current set.
+    fn set_watched(&self, _job_refs: &[String]) {}
+
+    /// Nodes of `partition` that can run jobs now, when the backend can tell (`None` when it cannot).
+    async fn usable_nodes(
+        &self,
+        _partition: Option<&str>,
+    ) -> Result<Option<Vec<String>>, BackendError> {
+        Ok(None)
+    }
 }

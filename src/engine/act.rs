@@ -53,6 +53,20 @@ impl Engine {
                     Err(err) => return retry_or_fail(err),
                 };
                 let planned = params.restart_count.unwrap_or(0);
+                // Requeued and held by an earlier try that did not get as far as the release (the job
+                // was slow to leave its nodes, or the engine stopped): finish the requeue.
+                if job.restart_count > planned
+                    && job.state == crate::model::JobState::Pending
+                    && job.reason.as_deref().is_some_and(held_after_requeue)
+                {
+                    return match with_timeout(self.backend.release(&job_id)).await {
+                        Ok(outcome) => Execution::Ran(format!(
+                            "requeued job {job_id} (held by an earlier try): {}",
+                            outcome.detail
+                        )),
+                        Err(err) => retry_or_fail(err),
+                    };
+                }
                 if job.restart_count > planned {
                     return Execution::AlreadyDone(format!(
                         "job {job_id} was already requeued (restart count {} > {planned})",
@@ -111,6 +125,31 @@ impl Engine {
                 }
                 match with_timeout(self.backend.cancel(&job_id)).await {
                     Ok(outcome) => Execution::Ran(outcome.detail),
+                    Err(err) => retry_or_fail(err),
+                }
+            }
+            ActionKind::Hold | ActionKind::Release => {
+                match with_timeout(self.backend.job(&job_id)).await {
+                    Ok(Some(job)) if job.state != crate::model::JobState::Pending => {
+                        return Execution::Superseded(format!(
+                            "job {job_id} is {} now, not pending",
+                            job.state_raw
+                        ));
+                    }
+                    Ok(None) => return Execution::Superseded(format!("job {job_id} is gone")),
+                    Ok(Some(_)) => {}
+                    Err(err) => return retry_or_fail(err),
+                }
+                let result = if action.kind == ActionKind::Hold {
+                    with_timeout(self.backend.hold(&job_id)).await
+                } else {
+                    with_timeout(self.backend.release(&job_id)).await
+                };
+                match result {
+                    Ok(outcome) => Execution::Ran(outcome.detail),
+                    Err(BackendError::Refused { command, message }) => Execution::Failed(format!(
+                        "would have done `{command}` but the scheduler refused: {message}"
+                    )),
                     Err(err) => retry_or_fail(err),
                 }
             }
@@ -222,6 +261,15 @@ impl Engine {
         self.flush_events();
         Ok(())
     }
+}
+
+/// Slurm's reason for a job requeued in the held state (`scontrol requeuehold`), in the words of
+/// `squeue --json` (`JobHeldUser`) and `scontrol` (`job_requeued_in_held_state`).
+fn held_after_requeue(reason: &str) -> bool {
+    matches!(
+        reason,
+        "JobHeldUser" | "job_requeued_in_held_state" | "job requeued in held state"
+    )
 }
 
 fn retry_or_fail(err: BackendError) -> Execution {

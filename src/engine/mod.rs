@@ -206,7 +206,7 @@ impl Engine {
         self.read_logs(now)?;
         self.read_node_logs(now)?;
         self.probe_nodes(now).await?;
-        self.detect_and_decide(now)?;
+        self.detect_and_decide(now).await?;
         self.execute_approved().await?;
         Ok(())
     }
@@ -229,7 +229,7 @@ impl Engine {
 
     /// Detection on each active workflow's latest attempt: a failed job is a crash, a running job that
     /// has been silent longer than the heartbeat timeout is a hang. Each is attributed and decided once.
-    fn detect_and_decide(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+    async fn detect_and_decide(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
         let workflows = self.store.db().workflows()?;
         for workflow in workflows.into_iter().filter(|w| w.status.is_active()) {
             let Some(attempt) = self.store.db().attempts(workflow.id)?.pop() else {
@@ -251,7 +251,8 @@ impl Engine {
                 continue;
             }
             if let Some((kind, summary)) = self.anomaly_of(&attempt, now) {
-                self.handle_failure(workflow, attempt, kind, summary, now)?;
+                self.handle_failure(workflow, attempt, kind, summary, now)
+                    .await?;
                 continue;
             }
             self.watch_health(&workflow, &attempt, now)?;
@@ -502,9 +503,30 @@ impl Engine {
         Ok(())
     }
 
+    /// The nodes of the workflow's partition that can run jobs now, when the backend can tell; a
+    /// scheduler that cannot answer leaves the decision to the other rules.
+    async fn usable_nodes(
+        &mut self,
+        workflow: &Workflow,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Vec<String>>, EngineError> {
+        let partition = workflow.spec.partition.as_deref();
+        match with_timeout(self.backend.usable_nodes(partition)).await {
+            Ok(nodes) => Ok(nodes),
+            Err(err) => {
+                self.warn(
+                    "backend_unavailable",
+                    format!("listing usable nodes: {err}"),
+                    now,
+                )?;
+                Ok(None)
+            }
+        }
+    }
+
     /// Attributes a failure, decides, and stores the anomaly, the attribution, the intents and the
     /// workflow's new status in one transaction: the intent exists before anything runs.
-    fn handle_failure(
+    async fn handle_failure(
         &mut self,
         mut workflow: Workflow,
         attempt: Attempt,
@@ -538,7 +560,15 @@ impl Engine {
         if let Some(folded) = self.correlate(&workflow, &attempt, &attribution, now)? {
             attribution = folded;
         }
-        let decision = decide(&workflow, &attempt, kind, &attribution, &self.policy);
+        let usable_nodes = self.usable_nodes(&workflow, now).await?;
+        let decision = decide(
+            &workflow,
+            &attempt,
+            kind,
+            &attribution,
+            &self.policy,
+            usable_nodes.as_deref(),
+        );
         let backend = Arc::clone(&self.backend);
         let mut events = Vec::new();
         let evidence_quote = attribution.evidence.clone();

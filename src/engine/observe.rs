@@ -152,6 +152,9 @@ fn discover_log(
 
 impl Engine {
     pub(super) async fn observe_jobs(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        // `runguard watch` adds jobs from another process at any time.
+        let watched = self.store.db().watched_jobs(self.backend.name())?;
+        self.backend.set_watched(&watched);
         let snapshots = match with_timeout(self.backend.list_jobs()).await {
             Ok(snapshots) => snapshots,
             Err(err) => {

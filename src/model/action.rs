@@ -15,10 +15,21 @@ pub enum ActionKind {
     Cancel,
     /// Take a node out of scheduling.
     DrainNode,
+    /// Keep a pending job from being scheduled (it stays in the queue).
+    Hold,
+    /// Let a held job be scheduled again.
+    Release,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 4] = [Self::Requeue, Self::Resubmit, Self::Cancel, Self::DrainNode];
+    pub const ALL: [ActionKind; 6] = [
+        Self::Requeue,
+        Self::Resubmit,
+        Self::Cancel,
+        Self::DrainNode,
+        Self::Hold,
+        Self::Release,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -26,6 +37,8 @@ impl ActionKind {
             Self::Resubmit => "resubmit",
             Self::Cancel => "cancel",
             Self::DrainNode => "drain_node",
+            Self::Hold => "hold",
+            Self::Release => "release",
         }
     }
 

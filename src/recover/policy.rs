@@ -20,6 +20,8 @@ pub struct Policy {
     pub mode: RecoveryMode,
     pub whitelist: Vec<ActionKind>,
     pub drain_culprit_nodes: bool,
+    /// Fewest usable nodes a restart may have (0: the job's node count).
+    pub min_nodes: u32,
     /// Without `--auto` nothing runs on its own: every intent waits for approval.
     pub propose_only: bool,
 }
@@ -32,6 +34,7 @@ impl Policy {
             mode: config.mode,
             whitelist: config.whitelist.clone(),
             drain_culprit_nodes: config.drain_culprit_nodes,
+            min_nodes: config.min_nodes,
             propose_only,
         }
     }
@@ -81,16 +84,33 @@ pub struct Decision {
 }
 
 /// Decides what to do about the failure of `attempt` (the workflow's latest), attributed as `attribution`.
+/// `usable_nodes` are the nodes of the job's partition that can run jobs now, when the backend knows.
 pub fn decide(
     workflow: &Workflow,
     attempt: &Attempt,
     anomaly: AnomalyKind,
     attribution: &Attribution,
     policy: &Policy,
+    usable_nodes: Option<&[String]>,
 ) -> Decision {
     let failures = workflow.failures_since_checkpoint.saturating_add(1);
     let limit = policy.requeue_limit(workflow);
     let culprit = attribution.culprit.node.clone();
+    let mut exclude = attempt.excluded_nodes.clone();
+    // A preempted or timed-out job's node is a victim of the scheduler, not a culprit.
+    if let Some(node) = &culprit
+        && attribution.component != Component::Scheduler
+        && !exclude.contains(node)
+    {
+        exclude.push(node.clone());
+    }
+    let needed = if policy.min_nodes > 0 {
+        policy.min_nodes
+    } else {
+        workflow.spec.nodes.max(1)
+    };
+    let remaining = usable_nodes
+        .map(|usable| usable.iter().filter(|node| !exclude.contains(node)).count() as u32);
     let where_ = culprit
         .as_deref()
         .map(|node| format!(" on {node}"))
@@ -116,6 +136,20 @@ pub fn decide(
                 .limits
                 .max_requeue_times
                 .map_or("unset".to_string(), |n| n.to_string())
+        ))
+    } else if let Some(remaining) = remaining
+        && remaining < needed
+    {
+        Some(format!(
+            "too few usable nodes: {remaining} left in partition {} once {} {} excluded, and the job \
+             needs at least {needed}; it is not restarted on fewer",
+            workflow.spec.partition.as_deref().unwrap_or("(default)"),
+            if exclude.is_empty() {
+                "nothing".to_string()
+            } else {
+                exclude.join(",")
+            },
+            if exclude.len() == 1 { "is" } else { "are" },
         ))
     } else {
         None
@@ -147,14 +181,6 @@ pub fn decide(
             ));
         }
     } else {
-        let mut exclude = attempt.excluded_nodes.clone();
-        // A preempted or timed-out job's node is a victim of the scheduler, not a culprit.
-        if let Some(node) = &culprit
-            && attribution.component != Component::Scheduler
-            && !exclude.contains(node)
-        {
-            exclude.push(node.clone());
-        }
         let kind = match policy.mode {
             RecoveryMode::Requeue => ActionKind::Requeue,
             RecoveryMode::Resubmit => ActionKind::Resubmit,
@@ -314,6 +340,59 @@ mod tests {
     }
 
     #[test]
+    fn does_not_restart_on_fewer_nodes_than_the_job_needs() {
+        let mut workflow = workflow();
+        workflow.spec.nodes = 2;
+        workflow.spec.partition = Some("gpu".into());
+        let failed = attempt(JobState::Failed);
+        let nccl = attribution("nccl_timeout", Component::Network, true);
+        let usable: Vec<String> = ["node-02", "node-07", "node-09", "node-11"]
+            .map(String::from)
+            .to_vec();
+        // node-02 was excluded before and node-07 is the culprit: two usable nodes remain, enough.
+        let decision = decide(
+            &workflow,
+            &failed,
+            AnomalyKind::Crash,
+            &nccl,
+            &policy(),
+            Some(&usable),
+        );
+        assert_eq!(decision.status, WorkflowStatus::Recovering);
+
+        // Only one would remain: the job is not restarted on fewer nodes than it needs.
+        let decision = decide(
+            &workflow,
+            &failed,
+            AnomalyKind::Crash,
+            &nccl,
+            &policy(),
+            Some(&usable[..3]),
+        );
+        assert_eq!(decision.status, WorkflowStatus::Completed);
+        let reason = decision.stop_reason.unwrap();
+        assert!(
+            reason.contains("too few usable nodes: 1 left in partition gpu"),
+            "{reason}"
+        );
+        assert!(reason.contains("needs at least 2"), "{reason}");
+        assert!(!decision.intents.iter().any(|i| i.kind.restarts_the_run()));
+
+        // A configured minimum below the job's size lets it restart on what is left.
+        let mut elastic = policy();
+        elastic.min_nodes = 1;
+        let decision = decide(
+            &workflow,
+            &failed,
+            AnomalyKind::Crash,
+            &nccl,
+            &elastic,
+            Some(&usable[..3]),
+        );
+        assert_eq!(decision.status, WorkflowStatus::Recovering);
+    }
+
+    #[test]
     fn requeues_excluding_the_culprit_and_keeps_earlier_exclusions() {
         let decision = decide(
             &workflow(),
@@ -321,6 +400,7 @@ mod tests {
             AnomalyKind::Crash,
             &attribution("nccl_timeout", Component::Network, true),
             &policy(),
+            None,
         );
         assert_eq!(decision.status, WorkflowStatus::Recovering);
         let requeue = &decision.intents[0];
@@ -341,6 +421,7 @@ mod tests {
             AnomalyKind::Crash,
             &attribution("preemption", Component::Scheduler, true),
             &policy(),
+            None,
         );
         assert_eq!(decision.intents[0].kind, ActionKind::Requeue);
         assert_eq!(decision.intents[0].params.exclude_nodes, vec!["node-02"]);
@@ -354,6 +435,7 @@ mod tests {
             AnomalyKind::Crash,
             &attribution("app_exception", Component::Application, false),
             &policy(),
+            None,
         );
         assert_eq!(decision.status, WorkflowStatus::Completed);
         assert!(decision.intents.is_empty());
@@ -370,6 +452,7 @@ mod tests {
             AnomalyKind::Crash,
             &attribution("nccl_timeout", Component::Network, true),
             &policy(),
+            None,
         );
         assert!(decision.crash_loop);
         assert_eq!(decision.failures_since_checkpoint, 3);
@@ -391,6 +474,7 @@ mod tests {
             AnomalyKind::Crash,
             &attribution("xid_79", Component::Gpu, true),
             &policy(),
+            None,
         );
         assert_eq!(decision.status, WorkflowStatus::Completed);
         assert!(decision.stop_reason.unwrap().contains("5 of 5"));
@@ -416,6 +500,7 @@ mod tests {
             AnomalyKind::Crash,
             &attribution("nccl_timeout", Component::Network, true),
             &Policy::from_config(&config, false),
+            None,
         );
         assert!(!decision.intents[0].permitted && !decision.intents[0].auto_approved);
 
@@ -425,6 +510,7 @@ mod tests {
             AnomalyKind::Crash,
             &attribution("nccl_timeout", Component::Network, true),
             &Policy::from_config(&RecoveryConfig::default(), true),
+            None,
         );
         assert!(decision.intents[0].permitted && !decision.intents[0].auto_approved);
     }
@@ -439,6 +525,7 @@ mod tests {
             AnomalyKind::Hang,
             &attribution("hang", Component::Application, true),
             &policy(),
+            None,
         );
         assert_eq!(decision.intents[0].kind, ActionKind::Cancel);
     }

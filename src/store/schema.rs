@@ -166,4 +166,13 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX tracebacks_by_attempt ON tracebacks(workflow_id, attempt_index);
     "#,
+    // 6: jobs the user asked to watch by reference (`runguard watch JOBID`), per backend.
+    r#"
+    CREATE TABLE watched_jobs (
+        backend TEXT NOT NULL,
+        job_ref TEXT NOT NULL,
+        added_at TEXT NOT NULL,
+        PRIMARY KEY (backend, job_ref)
+    );
+    "#,
 ];

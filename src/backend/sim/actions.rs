@@ -375,6 +375,8 @@ impl World {
                 command
             }
             ActionKind::Cancel => format!("scancel {job_id}"),
+            ActionKind::Hold => format!("scontrol hold {job_id}"),
+            ActionKind::Release => format!("scontrol release {job_id}"),
             ActionKind::DrainNode => {
                 let node = params.node.as_deref().unwrap_or("<node>");
                 let reason = params

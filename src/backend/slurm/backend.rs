@@ -1,92 +1,60 @@
-//! The Slurm backend: `squeue --json` to observe, `scontrol`/`sbatch`/`scancel` to act, each run as
-//! argv (never through a shell) with a timeout.
+//! The Slurm backend: enrolment, the steps of each action and waiting for a job to settle, over
+//! [`SlurmApi`] (the command-line tools or slurmrestd).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, Utc};
 
+use super::api::{Operation, SlurmApi, Submission};
 use super::comment::Enrolment;
-use super::squeue::{self, SlurmJob};
+use super::squeue::SlurmJob;
 use crate::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
-use crate::model::{ActionKind, ActionParams, JobSpec};
+use crate::model::{ActionKind, ActionParams, JobSpec, JobState};
 
-/// How the Slurm backend chooses and reaches jobs.
-#[derive(Debug, Clone, Default)]
+/// How the Slurm backend chooses jobs.
+#[derive(Debug, Clone)]
 pub struct SlurmOptions {
     /// Every job of these partitions is watched (per-partition enrolment).
     pub partitions: Vec<String>,
-    /// Jobs watched by id (`runguard watch JOBID`).
+    /// Jobs watched by id (from the config; `runguard watch JOBID` adds more while running).
     pub watched: Vec<String>,
-    /// Longest a Slurm command may run.
-    pub command_timeout: Duration,
+    /// Longest a requeued job may take to leave its nodes before its release.
+    pub settle_timeout: Duration,
 }
 
-/// Slurm through its command-line tools.
+impl Default for SlurmOptions {
+    fn default() -> Self {
+        Self {
+            partitions: Vec::new(),
+            watched: Vec::new(),
+            settle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Slurm, as the engine sees a scheduler.
 pub struct SlurmBackend {
     options: SlurmOptions,
+    api: Arc<dyn SlurmApi>,
+    /// Job ids watched besides enrolled jobs: the config's and those added with `runguard watch`.
+    watched: Mutex<HashSet<String>>,
     /// Comments already warned about, so a broken one is reported once, not every tick.
     warned: Mutex<HashSet<String>>,
 }
 
 impl SlurmBackend {
-    pub fn new(mut options: SlurmOptions) -> Self {
-        if options.command_timeout.is_zero() {
-            options.command_timeout = Duration::from_secs(30);
-        }
+    pub fn new(options: SlurmOptions, api: Arc<dyn SlurmApi>) -> Self {
+        let watched = options.watched.iter().cloned().collect();
         Self {
             options,
+            api,
+            watched: Mutex::new(watched),
             warned: Mutex::new(HashSet::new()),
         }
-    }
-
-    async fn run(&self, argv: &[String]) -> Result<String, BackendError> {
-        let display = argv.join(" ");
-        let Some((program, args)) = argv.split_first() else {
-            return Err(BackendError::Invalid("empty command".into()));
-        };
-        let mut command = tokio::process::Command::new(program);
-        command
-            .args(args)
-            .kill_on_drop(true)
-            .stdin(std::process::Stdio::null());
-        let output =
-            match tokio::time::timeout(self.options.command_timeout, command.output()).await {
-                Ok(Ok(output)) => output,
-                Ok(Err(err)) => return Err(BackendError::Unavailable(format!("{display}: {err}"))),
-                Err(_) => {
-                    return Err(BackendError::Unavailable(format!(
-                        "{display}: no answer within {} s",
-                        self.options.command_timeout.as_secs()
-                    )));
-                }
-            };
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        if output.status.success() {
-            return Ok(stdout);
-        }
-        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
-        let message: String = stderr.chars().take(500).collect();
-        if message.contains("ermission denied")
-            || message.contains("Access denied")
-            || message.contains("Access/permission")
-        {
-            return Err(BackendError::Refused {
-                command: display,
-                message,
-            });
-        }
-        if message.contains("Invalid job id") {
-            return Err(BackendError::NoSuchJob(display));
-        }
-        if message.contains("Unable to contact slurm controller")
-            || message.contains("Connection refused")
-        {
-            return Err(BackendError::Unavailable(format!("{display}: {message}")));
-        }
-        Err(BackendError::Invalid(format!("{display}: {message}")))
     }
 
     fn watched(&self, job: &SlurmJob) -> bool {
@@ -102,7 +70,7 @@ impl SlurmBackend {
                 false
             }
             Enrolment::NotMentioned => {
-                self.options.watched.contains(&job.snapshot.job_id)
+                lock(&self.watched).contains(&job.snapshot.job_id)
                     || job
                         .partition
                         .as_ref()
@@ -112,67 +80,130 @@ impl SlurmBackend {
     }
 
     fn warn_once(&self, job_id: &str, message: &str) {
-        let mut warned = self
-            .warned
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if warned.insert(format!("{job_id}:{message}")) {
+        if lock(&self.warned).insert(format!("{job_id}:{message}")) {
             tracing::warn!(job_id, %message, "job comment");
         }
     }
 
-    async fn listing(&self, argv: &[String]) -> Result<Vec<SlurmJob>, BackendError> {
-        let text = self.run(argv).await?;
-        let (jobs, warnings) =
-            squeue::parse(&text).map_err(|err| BackendError::Unavailable(err.to_string()))?;
+    async fn listing(&self, job_id: Option<&str>) -> Result<Vec<SlurmJob>, BackendError> {
+        let (jobs, warnings) = self.api.jobs(job_id).await?;
         for warning in warnings {
-            tracing::warn!(%warning, "squeue listing");
+            tracing::warn!(%warning, "job listing");
         }
         Ok(jobs)
     }
+
+    async fn perform(&self, operation: Operation) -> Result<String, BackendError> {
+        self.api.perform(&operation).await
+    }
+
+    /// Polls the job until `done` says it has reached the state wanted, or fails after the settle timeout.
+    async fn wait_for(
+        &self,
+        job_id: &str,
+        what: &str,
+        done: impl Fn(&JobSnapshot) -> bool,
+    ) -> Result<JobSnapshot, BackendError> {
+        let deadline = tokio::time::Instant::now() + self.options.settle_timeout;
+        loop {
+            match self.job(job_id).await? {
+                Some(job) if done(&job) => return Ok(job),
+                Some(_) => {}
+                None => return Err(BackendError::NoSuchJob(job_id.to_string())),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(BackendError::Unavailable(format!(
+                    "job {job_id} {what} within {} s",
+                    self.options.settle_timeout.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until a requeued job has left its nodes: pending, no longer completing.
+    async fn wait_until_settled(&self, job_id: &str) -> Result<(), BackendError> {
+        self.wait_for(
+            job_id,
+            &format!(
+                "was requeued but did not leave its nodes; it stays held (release it with \
+                 `scontrol release {job_id}` once its nodes are free)"
+            ),
+            |job| job.state == JobState::Pending && job.nodes.is_empty(),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The operations of a requeue, in order: held first, so that the exclusion is in place before it
+    /// can be scheduled; released once it has left its nodes (see [`Self::release_now`]).
+    fn requeue_operations(job_id: &str, exclude: &[String]) -> Vec<Operation> {
+        let job_id = job_id.to_string();
+        let mut operations = vec![Operation::RequeueHold {
+            job_id: job_id.clone(),
+        }];
+        if !exclude.is_empty() {
+            operations.push(Operation::ExcludeNodes {
+                job_id: job_id.clone(),
+                nodes: exclude.to_vec(),
+            });
+        }
+        operations.extend(Self::release_operations(&job_id));
+        operations
+    }
+
+    fn release_operations(job_id: &str) -> [Operation; 2] {
+        [
+            Operation::Release {
+                job_id: job_id.to_string(),
+            },
+            // Slurm holds a requeued batch job on BeginTime for about two minutes; start it now instead.
+            Operation::StartNow {
+                job_id: job_id.to_string(),
+            },
+        ]
+    }
+
+    /// Releases a held job once it has left its nodes, and lets it start at once — but not before two
+    /// seconds after its previous run `ended_at`: slurmd revokes a job's credential when the job ends,
+    /// with a one-second resolution, and refuses to launch the same job id in that second ("already
+    /// killed, do not launch batch job"), which fails the new run at once.
+    async fn release_now(
+        &self,
+        job_id: &str,
+        ended_at: Option<DateTime<Utc>>,
+    ) -> Result<(), BackendError> {
+        self.wait_until_settled(job_id).await?;
+        if let Some(ended_at) = ended_at {
+            let not_before = ended_at + TimeDelta::seconds(2);
+            if let Ok(wait) = (not_before - Utc::now()).to_std() {
+                tokio::time::sleep(wait).await;
+            }
+        }
+        for operation in Self::release_operations(job_id) {
+            self.perform(operation).await?;
+        }
+        Ok(())
+    }
 }
 
-fn argv(parts: &[&str]) -> Vec<String> {
-    parts.iter().map(|part| part.to_string()).collect()
-}
-
-/// The argv of each action, shared by execution and display.
-fn requeue_steps(job_id: &str, exclude: &[String]) -> Vec<Vec<String>> {
-    let mut steps = vec![argv(&["scontrol", "requeuehold", job_id])];
-    steps.push(vec![
-        "scontrol".into(),
-        "update".into(),
-        format!("JobId={job_id}"),
-        format!("ExcNodeList={}", exclude.join(",")),
-    ]);
-    steps.push(argv(&["scontrol", "release", job_id]));
-    // Slurm holds a requeued batch job on BeginTime for about two minutes; start it now instead.
-    steps.push(vec![
-        "scontrol".into(),
-        "update".into(),
-        format!("JobId={job_id}"),
-        "StartTime=now".into(),
-    ]);
-    steps
-}
-
-fn drain_argv(node: &str, reason: &str) -> Vec<String> {
-    vec![
-        "scontrol".into(),
-        "update".into(),
-        format!("NodeName={node}"),
-        "State=DRAIN".into(),
-        format!("Reason={reason}"),
-    ]
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The comment of a resubmitted job: its enrolment plus the tag that links it to its workflow.
-fn resubmit_comment(spec_limits: Option<u32>, tag: &str) -> String {
-    let mut aps = serde_json::json!({ "auto_resume_mode": "requeue" });
-    if let Some(max) = spec_limits {
-        aps["max_requeue_times"] = max.into();
+fn resubmit_comment(tag: &str) -> String {
+    serde_json::json!({ "APS": { "auto_resume_mode": "requeue" }, "runguard": tag }).to_string()
+}
+
+fn with_exclusion(detail: String, exclude: &[String]) -> String {
+    if exclude.is_empty() {
+        detail
+    } else {
+        format!("{detail}, excluding {}", exclude.join(","))
     }
-    serde_json::json!({ "APS": aps, "runguard": tag }).to_string()
 }
 
 #[async_trait]
@@ -182,7 +213,7 @@ impl Backend for SlurmBackend {
     }
 
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
-        let jobs = self.listing(&argv(&["squeue", "--all", "--json"])).await?;
+        let jobs = self.listing(None).await?;
         Ok(jobs
             .into_iter()
             .filter(|job| self.watched(job))
@@ -191,10 +222,8 @@ impl Backend for SlurmBackend {
     }
 
     async fn job(&self, job_id: &str) -> Result<Option<JobSnapshot>, BackendError> {
-        match self
-            .listing(&argv(&["squeue", "--all", "--json", "--jobs", job_id]))
-            .await
-        {
+        match self.listing(Some(job_id)).await {
+            // Some Slurm versions list every job whatever `--jobs` says.
             Ok(jobs) => Ok(jobs
                 .into_iter()
                 .map(|job| job.snapshot)
@@ -209,33 +238,56 @@ impl Backend for SlurmBackend {
         job_id: &str,
         exclude: &[String],
     ) -> Result<ActionOutcome, BackendError> {
-        let steps = requeue_steps(job_id, exclude);
-        let Some((start_now, steps)) = steps.split_last() else {
-            return Err(BackendError::Invalid("no requeue steps".into()));
+        let Some(job) = self.job(job_id).await? else {
+            return Err(BackendError::NoSuchJob(job_id.to_string()));
         };
-        for step in steps {
-            self.run(step).await?;
-        }
-        // A running job (a hang) is requeued only once its processes are gone, and Slurm sets its
-        // BeginTime then, after any StartTime given earlier: wait until it is pending to start it now.
-        for _ in 0..50 {
-            if let Some(job) = self.job(job_id).await?
-                && job.state == crate::model::JobState::Pending
-            {
-                break;
+        let exclude_step = Operation::ExcludeNodes {
+            job_id: job_id.to_string(),
+            nodes: exclude.to_vec(),
+        };
+        if job.state == JobState::Pending {
+            // Queued again already (by Slurm itself, or by an earlier try): set the exclusion, and
+            // release it if it is held.
+            if !exclude.is_empty() {
+                self.perform(exclude_step).await?;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            self.release_now(job_id, None).await?;
+            return Ok(ActionOutcome {
+                detail: with_exclusion(
+                    format!("job {job_id} was queued again already; started it now"),
+                    exclude,
+                ),
+                new_job_id: None,
+            });
         }
-        self.run(start_now).await?;
+        let mut detail = format!("requeued job {job_id}");
+        let mut ended_at = job.end_time;
+        if !job.state.is_terminal() {
+            // A job still running (a hang) is ended first and requeued once its processes are gone.
+            // Requeued while running, it could start again on a node still killing its previous run,
+            // and that kill, addressed to the same job id, would end the new run too.
+            self.perform(Operation::Cancel {
+                job_id: job_id.to_string(),
+            })
+            .await?;
+            let ended = self
+                .wait_for(job_id, "did not end after scancel", |job| {
+                    job.state.is_terminal() && job.state != JobState::Completing
+                })
+                .await?;
+            ended_at = ended.end_time.or_else(|| Some(Utc::now()));
+            detail = format!("ended the running job {job_id} and requeued it");
+        }
+        self.perform(Operation::RequeueHold {
+            job_id: job_id.to_string(),
+        })
+        .await?;
+        if !exclude.is_empty() {
+            self.perform(exclude_step).await?;
+        }
+        self.release_now(job_id, ended_at).await?;
         Ok(ActionOutcome {
-            detail: format!(
-                "requeued job {job_id}{}",
-                if exclude.is_empty() {
-                    String::new()
-                } else {
-                    format!(", excluding {}", exclude.join(","))
-                }
-            ),
+            detail: with_exclusion(detail, exclude),
             new_job_id: None,
         })
     }
@@ -252,37 +304,62 @@ impl Backend for SlurmBackend {
                 spec.name
             )));
         };
-        let mut command = vec![
-            "sbatch".to_string(),
-            "--parsable".to_string(),
-            format!("--job-name={}", spec.name),
-            format!("--comment={}", resubmit_comment(None, tag)),
-        ];
-        if !exclude.is_empty() {
-            command.push(format!("--exclude={}", exclude.join(",")));
+        let id = self
+            .perform(Operation::Submit(Submission {
+                script: PathBuf::from(script),
+                name: spec.name.clone(),
+                comment: resubmit_comment(tag),
+                exclude: exclude.to_vec(),
+                work_dir: spec.work_dir.clone(),
+            }))
+            .await?;
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit()) {
+            return Err(BackendError::Unavailable(format!(
+                "the submission answered {id:?} instead of a job id"
+            )));
         }
-        if let Some(dir) = &spec.work_dir {
-            command.push(format!("--chdir={dir}"));
-        }
-        command.push(script);
-        let out = self.run(&command).await?;
-        let id = out.trim().split(';').next().unwrap_or("").to_string();
         Ok(ActionOutcome {
-            detail: format!("resubmitted {} as job {id}", spec.name),
+            detail: with_exclusion(format!("resubmitted {} as job {id}", spec.name), exclude),
             new_job_id: Some(id),
         })
     }
 
     async fn cancel(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
-        self.run(&argv(&["scancel", job_id])).await?;
+        self.perform(Operation::Cancel {
+            job_id: job_id.to_string(),
+        })
+        .await?;
         Ok(ActionOutcome {
             detail: format!("cancelled job {job_id}"),
             new_job_id: None,
         })
     }
 
+    async fn hold(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
+        self.perform(Operation::Hold {
+            job_id: job_id.to_string(),
+        })
+        .await?;
+        Ok(ActionOutcome {
+            detail: format!("held job {job_id}"),
+            new_job_id: None,
+        })
+    }
+
+    async fn release(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
+        self.release_now(job_id, None).await?;
+        Ok(ActionOutcome {
+            detail: format!("released job {job_id}"),
+            new_job_id: None,
+        })
+    }
+
     async fn drain_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
-        self.run(&drain_argv(node, reason)).await?;
+        self.perform(Operation::Drain {
+            node: node.to_string(),
+            reason: reason.to_string(),
+        })
+        .await?;
         Ok(ActionOutcome {
             detail: format!("drained {node}: {reason}"),
             new_job_id: None,
@@ -290,28 +367,59 @@ impl Backend for SlurmBackend {
     }
 
     fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String {
-        let job = params.job_id.clone().unwrap_or_default();
-        let steps = match kind {
-            ActionKind::Requeue => requeue_steps(&job, &params.exclude_nodes),
-            ActionKind::Resubmit => vec![vec![
-                "sbatch".into(),
-                format!("--exclude={}", params.exclude_nodes.join(",")),
-                "SCRIPT".into(),
-            ]],
-            ActionKind::Cancel => vec![argv(&["scancel", &job])],
-            ActionKind::DrainNode => vec![drain_argv(
-                params.node.as_deref().unwrap_or(""),
-                params.reason.as_deref().unwrap_or("runguard"),
-            )],
+        let job_id = params.job_id.clone().unwrap_or_default();
+        let operations = match kind {
+            ActionKind::Requeue => Self::requeue_operations(&job_id, &params.exclude_nodes),
+            ActionKind::Resubmit => vec![Operation::Submit(Submission {
+                script: PathBuf::from("<batch script of the job>"),
+                name: "<job name>".to_string(),
+                comment: resubmit_comment("<workflow and attempt>"),
+                exclude: params.exclude_nodes.clone(),
+                work_dir: None,
+            })],
+            ActionKind::Cancel => vec![Operation::Cancel {
+                job_id: job_id.clone(),
+            }],
+            ActionKind::Hold => vec![Operation::Hold {
+                job_id: job_id.clone(),
+            }],
+            ActionKind::Release => Self::release_operations(&job_id).to_vec(),
+            ActionKind::DrainNode => vec![Operation::Drain {
+                node: params.node.clone().unwrap_or_default(),
+                reason: params
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "runguard".to_string()),
+            }],
         };
-        steps
+        let steps = operations
             .iter()
-            .map(|step| step.join(" "))
+            .map(|operation| self.api.describe(operation))
             .collect::<Vec<_>>()
-            .join(" ; ")
+            .join(" ; ");
+        if kind == ActionKind::Requeue {
+            let cancel = self.api.describe(&Operation::Cancel { job_id });
+            format!("{steps} (a job still running is ended first with `{cancel}`)")
+        } else {
+            steps
+        }
     }
 
     fn node_log(&self, _node: &str) -> Option<PathBuf> {
         None
+    }
+
+    fn set_watched(&self, job_ids: &[String]) {
+        let mut watched = lock(&self.watched);
+        watched.clear();
+        watched.extend(self.options.watched.iter().cloned());
+        watched.extend(job_ids.iter().cloned());
+    }
+
+    async fn usable_nodes(
+        &self,
+        partition: Option<&str>,
+    ) -> Result<Option<Vec<String>>, BackendError> {
+        self.api.usable_nodes(partition).await.map(Some)
     }
 }

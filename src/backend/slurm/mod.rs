@@ -1,7 +1,13 @@
-//! Slurm: reading what the scheduler says. The parsers here are the first part of the Slurm backend;
-//! the command runner and the `Backend` implementation build on them.
+//! Slurm: the parsers of what the scheduler says, the two ways to reach it (command-line tools and
+//! slurmrestd) behind [`api::SlurmApi`], and the `Backend` built on them.
 
+pub mod api;
 pub mod backend;
+pub mod cli;
 pub mod comment;
 pub mod hostlist;
+pub mod jobcomp;
+pub mod rest;
+pub mod sacct;
+pub mod scontrol;
 pub mod squeue;

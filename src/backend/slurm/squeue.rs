@@ -40,7 +40,7 @@ pub fn parse(text: &str) -> Result<(Vec<SlurmJob>, Vec<String>), ListingError> {
     let mut jobs = Vec::new();
     let mut warnings = Vec::new();
     for value in listing.jobs {
-        match job(&value) {
+        match job_from_value(&value) {
             Ok(job) => jobs.push(job),
             Err(warning) => warnings.push(warning),
         }
@@ -121,7 +121,9 @@ pub fn expand_output(pattern: &str, job_id: &str, name: &str, user: &str) -> Str
     out
 }
 
-fn job(value: &serde_json::Value) -> Result<SlurmJob, String> {
+/// Maps one job in the v0.0.38 shape to a [`SlurmJob`]; `scontrol` builds this shape too, so both
+/// ways of listing jobs share one mapping.
+pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, String> {
     let job_id = number(value, "job_id")
         .ok_or("a job without a job_id")?
         .to_string();

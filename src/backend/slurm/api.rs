@@ -1,0 +1,76 @@
+//! What the Slurm backend needs from Slurm, whichever way it is reached: the command-line tools
+//! ([`super::cli::SlurmCli`]) or slurmrestd ([`super::rest`]). The backend's logic (enrolment, the
+//! order of a requeue's steps, waiting for a job to settle) is written once against this trait.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+
+use super::squeue::SlurmJob;
+use crate::backend::BackendError;
+
+/// One change runguard makes to Slurm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operation {
+    /// Put the job back in the queue, held (`scontrol requeuehold`): it keeps its job id and its
+    /// processes are killed if it still runs.
+    RequeueHold {
+        job_id: String,
+    },
+    /// Replace the job's exclusion list (an empty list clears it).
+    ExcludeNodes {
+        job_id: String,
+        nodes: Vec<String>,
+    },
+    /// Let a held job be scheduled.
+    Release {
+        job_id: String,
+    },
+    /// Keep a pending job from being scheduled.
+    Hold {
+        job_id: String,
+    },
+    /// Start the job as soon as resources allow, instead of the two minutes Slurm waits after a requeue.
+    StartNow {
+        job_id: String,
+    },
+    Cancel {
+        job_id: String,
+    },
+    /// Take a node out of scheduling with a reason.
+    Drain {
+        node: String,
+        reason: String,
+    },
+    /// Submit a batch script as a new job.
+    Submit(Submission),
+}
+
+/// A batch job to submit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submission {
+    pub script: PathBuf,
+    pub name: String,
+    pub comment: String,
+    pub exclude: Vec<String>,
+    pub work_dir: Option<String>,
+}
+
+/// Slurm, reached one way or another.
+#[async_trait]
+pub trait SlurmApi: Send + Sync {
+    /// Every job the controller knows (or only `job_id`), with warnings for entries that could not be read.
+    async fn jobs(
+        &self,
+        job_id: Option<&str>,
+    ) -> Result<(Vec<SlurmJob>, Vec<String>), BackendError>;
+
+    /// Performs one operation; for [`Operation::Submit`] the answer is the new job id.
+    async fn perform(&self, operation: &Operation) -> Result<String, BackendError>;
+
+    /// The exact command or request `operation` runs, for approvals and the journal.
+    fn describe(&self, operation: &Operation) -> String;
+
+    /// Nodes of `partition` (all partitions when `None`) that can run jobs now: not down, drained or failing.
+    async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError>;
+}

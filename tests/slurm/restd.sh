@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# slurmrestd (OpenAPI v0.0.38) for a cluster started by tests/slurm/cluster.sh, for the integration tests.
+#
+#   tests/slurm/restd.sh start DIR             unix socket DIR/rest/rest.sock, rest_auth/local
+#   tests/slurm/restd.sh start DIR --tcp PORT  127.0.0.1:PORT, rest_auth/jwt (X-SLURM-USER-* headers)
+#   tests/slurm/restd.sh stop DIR
+#
+# slurmrestd refuses to run as root, so it runs as nobody: every request acts with nobody's identity
+# (rest_auth/local takes the daemon's own uid; with AuthType=auth/none a JWT is passed on unverified).
+# Only the controller plugin is loaded: the default set dies without slurmdbd.
+# The pid goes to DIR/slurmrestd.pid, so `cluster.sh stop DIR` ends a slurmrestd left running too.
+set -euo pipefail
+
+cmd=${1:-}
+dir=${2:-}
+if [ -z "$cmd" ] || [ -z "$dir" ]; then
+    echo "usage: $0 start DIR [--tcp PORT] | stop DIR" >&2
+    exit 2
+fi
+dir=$(cd "$dir" && pwd)
+conf="$dir/slurm.conf"
+export SLURM_CONF="$conf"
+pidfile="$dir/slurmrestd.pid"
+as_nobody=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+
+start() {
+    local listen auth socket="" port=""
+    if [ "${1:-}" = "--tcp" ]; then
+        port=${2:?"--tcp needs a port"}
+        listen="127.0.0.1:$port"
+        auth=rest_auth/jwt
+    else
+        socket="$dir/rest/rest.sock"
+        listen="unix:$socket"
+        auth=rest_auth/local
+    fi
+    command -v slurmrestd >/dev/null || { echo "slurmrestd is not installed (apt-get install slurmrestd)" >&2; exit 3; }
+    [ -f "$conf" ] || { echo "no $conf: start the cluster first (tests/slurm/cluster.sh start $dir)" >&2; exit 1; }
+    if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+        echo "slurmrestd already runs for $dir (pid $(cat "$pidfile"))" >&2
+        exit 1
+    fi
+    # nobody must read slurm.conf, so every directory above it must let others through.
+    if ! "${as_nobody[@]}" test -r "$conf"; then
+        echo "user nobody cannot read $conf: make $dir and the directories above it world-searchable (chmod o+x)" >&2
+        exit 1
+    fi
+    mkdir -p "$dir/rest" "$dir/log"
+    chown nobody:nogroup "$dir/rest"
+    rm -f "$dir/rest/rest.sock"
+    "${as_nobody[@]}" slurmrestd -f "$conf" -s openapi/v0.0.38 -a "$auth" "$listen" \
+        >"$dir/log/slurmrestd.log" 2>&1 &
+    echo $! > "$pidfile"
+    for _ in $(seq 1 100); do
+        if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+            echo "slurmrestd exited; its log:" >&2
+            cat "$dir/log/slurmrestd.log" >&2
+            rm -f "$pidfile"
+            exit 1
+        fi
+        if answers; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "slurmrestd did not answer /slurm/v0.0.38/ping; log in $dir/log/slurmrestd.log" >&2
+    stop
+    exit 1
+}
+
+# Whether slurmrestd answers a ping (without curl: whether its socket exists).
+answers() {
+    local headers=(-H "X-SLURM-USER-NAME: nobody" -H "X-SLURM-USER-TOKEN: unverified")
+    if ! command -v curl >/dev/null; then
+        if [ -n "$socket" ]; then
+            [ -S "$socket" ]
+        else
+            (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+        fi
+        return
+    fi
+    if [ -n "$socket" ]; then
+        curl -sf --max-time 5 --unix-socket "$socket" http://slurmrestd/slurm/v0.0.38/ping >/dev/null 2>&1
+    else
+        curl -sf --max-time 5 "${headers[@]}" "http://$listen/slurm/v0.0.38/ping" >/dev/null 2>&1
+    fi
+}
+
+stop() {
+    [ -f "$pidfile" ] || return 0
+    local pid
+    pid=$(cat "$pidfile")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 20); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$pidfile" "$dir/rest/rest.sock"
+}
+
+case "$cmd" in
+    start) shift 2; start "$@" ;;
+    stop) stop ;;
+    *) echo "unknown command $cmd" >&2; exit 2 ;;
+esac

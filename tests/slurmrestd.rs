@@ -1,0 +1,478 @@
+//! The slurmrestd client against a real slurmrestd 22.05 (Debian's package, OpenAPI v0.0.38) in front
+//! of the single-host Slurm of tests/slurm/cluster.sh, started by tests/slurm/restd.sh. Skipped with a
+//! message where Slurm or slurmrestd is not installed; RUNGUARD_REQUIRE_SLURM=1 turns a skip into a
+//! failure.
+//!
+//! slurmrestd refuses to run as root, so it runs as nobody and every request acts as nobody: the jobs
+//! it changes here are nobody's, submitted through the client itself or by `sbatch` run as nobody.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use runguard::backend::slurm::comment::Enrolment;
+use runguard::backend::slurm::rest::{
+    JobUpdate, RestEndpoint, RestOptions, SlurmRest, SubmitOptions,
+};
+use runguard::backend::slurm::squeue::{self, SlurmJob};
+use runguard::backend::{BackendError, JobSnapshot};
+use runguard::model::JobState;
+
+/// One cluster at a time: four slurmd, a controller and slurmrestd are a lot for a 2-core machine.
+static CLUSTER: Mutex<()> = Mutex::new(());
+
+const CLUSTER_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
+const RESTD_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/restd.sh");
+const AS_NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=nobody",
+    "--regid=nogroup",
+    "--clear-groups",
+];
+
+fn slurmrestd_available() -> bool {
+    let missing: Vec<&str> = ["slurmctld", "slurmd", "sbatch", "slurmrestd", "setpriv"]
+        .into_iter()
+        .filter(|program| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {program}")])
+                .output()
+                .is_ok_and(|output| output.status.success())
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    if std::env::var("RUNGUARD_REQUIRE_SLURM").as_deref() == Ok("1") {
+        panic!(
+            "Slurm and slurmrestd are required here (RUNGUARD_REQUIRE_SLURM=1) but {missing:?} are missing"
+        );
+    }
+    eprintln!(
+        "SKIPPED: {missing:?} not installed (apt-get install slurmctld slurmd slurm-client slurmrestd)"
+    );
+    false
+}
+
+/// How the test's slurmrestd listens.
+enum Listen {
+    /// DIR/rest/rest.sock with rest_auth/local.
+    Unix,
+    /// 127.0.0.1:PORT with rest_auth/jwt.
+    Tcp(u16),
+}
+
+/// A running Slurm with slurmrestd in front of it, both stopped when dropped.
+struct Lab {
+    /// Holds the cluster's files; world-searchable so that nobody reaches slurm.conf and the socket.
+    _root: tempfile::TempDir,
+    dir: PathBuf,
+    /// Where nobody's jobs run and write their logs.
+    jobs: PathBuf,
+    runtime: tokio::runtime::Runtime,
+    _one_at_a_time: MutexGuard<'static, ()>,
+}
+
+impl Lab {
+    fn start(listen: Listen) -> Self {
+        let guard = CLUSTER
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let root = tempfile::Builder::new()
+            .permissions(std::fs::Permissions::from_mode(0o755))
+            .tempdir()
+            .unwrap();
+        let dir = root.path().join("slurm");
+        let jobs = root.path().join("jobs");
+        std::fs::create_dir(&jobs).unwrap();
+        std::fs::set_permissions(&jobs, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let lab = Self {
+            dir,
+            jobs,
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            _root: root,
+            _one_at_a_time: guard,
+        };
+        run(Command::new("bash")
+            .arg(CLUSTER_SH)
+            .arg("start")
+            .arg(&lab.dir));
+        lab.start_restd(&listen);
+        lab
+    }
+
+    fn start_restd(&self, listen: &Listen) {
+        let mut command = Command::new("bash");
+        command.arg(RESTD_SH).arg("start").arg(&self.dir);
+        if let Listen::Tcp(port) = listen {
+            command.arg("--tcp").arg(port.to_string());
+        }
+        run(&mut command);
+    }
+
+    fn stop_restd(&self) {
+        run(Command::new("bash")
+            .arg(RESTD_SH)
+            .arg("stop")
+            .arg(&self.dir));
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("rest/rest.sock")
+    }
+
+    fn unix_client(&self) -> SlurmRest {
+        SlurmRest::new(RestOptions::new(RestEndpoint::Unix(self.socket()))).unwrap()
+    }
+
+    fn block<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// A Slurm client command with this cluster's configuration.
+    fn slurm(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.env("SLURM_CONF", self.dir.join("slurm.conf"));
+        command
+    }
+
+    /// `sbatch --parsable ARGS` as nobody, in the jobs directory; the new job id.
+    fn sbatch_as_nobody(&self, args: &[&str]) -> String {
+        let mut command = self.slurm(AS_NOBODY[0]);
+        command
+            .args(&AS_NOBODY[1..])
+            .args(["sbatch", "--parsable"])
+            .args(args)
+            .current_dir(&self.jobs);
+        run(&mut command).trim().to_string()
+    }
+
+    /// What the command-line tools say about the job: the check on what the client did.
+    fn squeue(&self, job_id: &str) -> Option<SlurmJob> {
+        let text = run(self.slurm("squeue").args(["--all", "--json"]));
+        let (jobs, _) = squeue::parse(&text).unwrap();
+        jobs.into_iter().find(|job| job.snapshot.job_id == job_id)
+    }
+
+    /// Polls squeue until `done` holds for the job (at most a minute).
+    fn wait_for(
+        &self,
+        job_id: &str,
+        what: &str,
+        done: impl Fn(&JobSnapshot) -> bool,
+    ) -> JobSnapshot {
+        let start = Instant::now();
+        let mut last = None;
+        while start.elapsed() < Duration::from_secs(60) {
+            if let Some(job) = self.squeue(job_id) {
+                if done(&job.snapshot) {
+                    return job.snapshot;
+                }
+                last = Some(job.snapshot);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("job {job_id} never {what}; last seen: {last:#?}");
+    }
+
+    fn submit_options(&self, name: &str) -> SubmitOptions {
+        SubmitOptions {
+            name: name.to_string(),
+            work_dir: self.jobs.clone(),
+            output: Some("%x_%j.log".into()),
+            ..SubmitOptions::default()
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(RESTD_SH)
+            .arg("stop")
+            .arg(&self.dir)
+            .status();
+        let _ = Command::new("bash")
+            .arg(CLUSTER_SH)
+            .arg("stop")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// Runs `command`, which must succeed; its standard output.
+fn run(command: &mut Command) -> String {
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn started(job: &JobSnapshot) -> bool {
+    !matches!(job.state, JobState::Pending)
+}
+
+const ENROLMENT: &str = r#"{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 2}}"#;
+
+#[test]
+fn a_job_submitted_through_slurmrestd_runs_and_lists_with_its_state_nodes_and_comment() {
+    if !slurmrestd_available() {
+        return;
+    }
+    let lab = Lab::start(Listen::Unix);
+    let rest = lab.unix_client();
+    assert_eq!(lab.block(rest.ping()).unwrap(), "22.05.8");
+
+    let root_job =
+        run(lab
+            .slurm("sbatch")
+            .args(["--parsable", "--hold", "-J", "roots", "--wrap", "true"]))
+        .trim()
+        .to_string();
+    let options = SubmitOptions {
+        comment: Some(ENROLMENT.into()),
+        exclude: vec!["n1".into()],
+        nodes: Some(2),
+        partition: Some("gpu".into()),
+        ..lab.submit_options("llama")
+    };
+    // slurmrestd does not read #SBATCH lines: this -N 4 must not count.
+    let script = "#!/bin/bash\n#SBATCH -N 4\nsrun bash -c 'echo \"rank $SLURM_PROCID on $SLURMD_NODENAME\"'\nsleep 2\n";
+    let job_id = lab.block(rest.submit(script, &options)).unwrap();
+
+    lab.wait_for(&job_id, "started", started);
+    let listing = lab.block(rest.jobs()).unwrap();
+    let (jobs, warnings) = squeue::parse(&listing).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    // slurmrestd lists every user's jobs, not only nobody's.
+    assert!(jobs.iter().any(|job| job.snapshot.job_id == root_job));
+    let job = jobs
+        .iter()
+        .find(|job| job.snapshot.job_id == job_id)
+        .unwrap();
+    assert_eq!(job.snapshot.state, JobState::Running, "{job:#?}");
+    assert_eq!(job.snapshot.name, "llama");
+    assert_eq!(job.snapshot.user, "nobody");
+    assert_eq!(job.snapshot.nodes.len(), 2, "{job:#?}");
+    assert!(!job.snapshot.nodes.contains(&"n1".to_string()));
+    assert_eq!(job.snapshot.excluded_nodes, ["n1"]);
+    assert!(
+        matches!(job.enrolment, Enrolment::Enrolled { .. }),
+        "{:?}",
+        job.enrolment
+    );
+    assert_eq!(job.snapshot.limits.max_requeue_times, Some(2));
+
+    let one = lab.block(rest.job(&job_id)).unwrap().unwrap();
+    let (one, _) = squeue::parse(&one).unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].snapshot.job_id, job_id);
+    assert_eq!(lab.block(rest.job("999999")).unwrap(), None);
+
+    let done = lab.wait_for(&job_id, "ended", |job| job.state.is_terminal());
+    assert_eq!(done.state, JobState::Completed, "{done:#?}");
+    let log = std::fs::read_to_string(lab.jobs.join(format!("llama_{job_id}.log"))).unwrap();
+    for node in &done.nodes {
+        assert!(log.contains(&format!("on {node}")), "{log}");
+    }
+}
+
+#[test]
+fn an_exclusion_set_through_slurmrestd_shows_in_squeue_and_the_released_job_runs_elsewhere() {
+    if !slurmrestd_available() {
+        return;
+    }
+    let lab = Lab::start(Listen::Unix);
+    let rest = lab.unix_client();
+    let job_id = lab.sbatch_as_nobody(&["--hold", "-J", "held", "--wrap", "sleep 1"]);
+
+    let exclude = JobUpdate {
+        exclude_nodes: Some(vec!["n1".into(), "n2".into()]),
+        ..JobUpdate::default()
+    };
+    lab.block(rest.update_job(&job_id, &exclude)).unwrap();
+    let held = lab.squeue(&job_id).unwrap().snapshot;
+    assert_eq!(held.excluded_nodes, ["n1", "n2"]);
+    assert_eq!(held.state, JobState::Pending);
+    assert_eq!(held.reason.as_deref(), Some("JobHeldUser"));
+
+    let release = JobUpdate {
+        hold: Some(false),
+        start_now: true,
+        ..JobUpdate::default()
+    };
+    lab.block(rest.update_job(&job_id, &release)).unwrap();
+    let ran = lab.wait_for(&job_id, "ran", |job| !job.nodes.is_empty());
+    assert!(
+        ran.nodes.iter().all(|node| node == "n3" || node == "n4"),
+        "{ran:#?}"
+    );
+}
+
+#[test]
+fn a_pending_job_is_held_and_started_now_through_slurmrestd() {
+    if !slurmrestd_available() {
+        return;
+    }
+    let lab = Lab::start(Listen::Unix);
+    let rest = lab.unix_client();
+    // A job that would wait an hour, like a requeued job waits on BeginTime.
+    let job_id = lab.sbatch_as_nobody(&["--begin=now+1hour", "-J", "later", "--wrap", "sleep 1"]);
+    let waiting = lab.squeue(&job_id).unwrap().snapshot;
+    assert_eq!(waiting.reason.as_deref(), Some("BeginTime"));
+
+    let hold = JobUpdate {
+        hold: Some(true),
+        ..JobUpdate::default()
+    };
+    lab.block(rest.update_job(&job_id, &hold)).unwrap();
+    let held = lab.squeue(&job_id).unwrap().snapshot;
+    assert_eq!(held.state, JobState::Pending);
+    assert_eq!(held.reason.as_deref(), Some("JobHeldUser"));
+
+    let release = JobUpdate {
+        hold: Some(false),
+        start_now: true,
+        ..JobUpdate::default()
+    };
+    lab.block(rest.update_job(&job_id, &release)).unwrap();
+    lab.wait_for(&job_id, "started", started);
+}
+
+#[test]
+fn cancel_through_slurmrestd_ends_the_job_and_a_running_job_keeps_its_exclusions() {
+    if !slurmrestd_available() {
+        return;
+    }
+    let lab = Lab::start(Listen::Unix);
+    let rest = lab.unix_client();
+    let job_id = lab
+        .block(rest.submit("#!/bin/bash\nsleep 60\n", &lab.submit_options("long")))
+        .unwrap();
+    lab.wait_for(&job_id, "started", |job| job.state == JobState::Running);
+
+    // Slurm changes exclusions of pending jobs only.
+    let exclude = JobUpdate {
+        exclude_nodes: Some(vec!["n4".into()]),
+        ..JobUpdate::default()
+    };
+    let err = lab.block(rest.update_job(&job_id, &exclude)).unwrap_err();
+    let BackendError::Invalid(message) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("no longer pending"), "{message}");
+
+    lab.block(rest.cancel(&job_id)).unwrap();
+    let ended = lab.wait_for(&job_id, "ended", |job| job.state.is_terminal());
+    assert_eq!(ended.state, JobState::Cancelled);
+    // Cancelling an ended job again is not an error, so a retried action is harmless.
+    lab.block(rest.cancel(&job_id)).unwrap();
+    let unknown = lab.block(rest.cancel("999999")).unwrap_err();
+    assert!(matches!(unknown, BackendError::NoSuchJob(_)), "{unknown:?}");
+}
+
+#[test]
+fn slurmrestd_running_as_nobody_is_refused_changes_to_roots_jobs() {
+    if !slurmrestd_available() {
+        return;
+    }
+    let lab = Lab::start(Listen::Unix);
+    let rest = lab.unix_client();
+    let job_id = run(lab
+        .slurm("sbatch")
+        .args(["--parsable", "--hold", "--wrap", "true"]))
+    .trim()
+    .to_string();
+
+    let err = lab.block(rest.cancel(&job_id)).unwrap_err();
+    let BackendError::Refused { command, message } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(command, &format!("DELETE /slurm/v0.0.38/job/{job_id}"));
+    assert!(message.contains("Access/permission denied"), "{message}");
+    let release = JobUpdate {
+        hold: Some(false),
+        ..JobUpdate::default()
+    };
+    let err = lab.block(rest.update_job(&job_id, &release)).unwrap_err();
+    assert!(matches!(err, BackendError::Refused { .. }), "{err:?}");
+    let job = lab.squeue(&job_id).unwrap().snapshot;
+    assert_eq!(job.reason.as_deref(), Some("JobHeldUser"));
+}
+
+#[test]
+fn a_stopped_slurmrestd_and_a_lost_controller_are_unavailable() {
+    if !slurmrestd_available() {
+        return;
+    }
+    let lab = Lab::start(Listen::Unix);
+    let rest = lab.unix_client();
+    lab.block(rest.ping()).unwrap();
+
+    lab.stop_restd();
+    for err in [
+        lab.block(rest.ping()).unwrap_err(),
+        lab.block(rest.jobs()).unwrap_err(),
+    ] {
+        let BackendError::Unavailable(message) = &err else {
+            panic!("{err:?}")
+        };
+        assert!(message.contains("rest.sock"), "{message}");
+    }
+
+    lab.start_restd(&Listen::Unix);
+    let job_id = lab
+        .block(rest.submit("#!/bin/bash\nsleep 30\n", &lab.submit_options("orphan")))
+        .unwrap();
+    let controller = std::fs::read_to_string(lab.dir.join("slurmctld.pid")).unwrap();
+    run(Command::new("kill").arg(controller.trim()));
+    std::thread::sleep(Duration::from_millis(500));
+    // slurmrestd still answers (after ~18 s of its own retries), but says it cannot find even a job
+    // that exists: that must not read as a vanished job.
+    let err = lab.block(rest.job(&job_id)).unwrap_err();
+    let BackendError::Unavailable(message) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("cannot reach slurmctld"), "{message}");
+}
+
+#[test]
+fn over_tcp_slurmrestd_turns_away_requests_without_the_jwt_headers() {
+    if !slurmrestd_available() {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port();
+    let lab = Lab::start(Listen::Tcp(port));
+    let url = format!("http://127.0.0.1:{port}");
+
+    let anonymous = SlurmRest::new(RestOptions::new(RestEndpoint::Http(url.clone()))).unwrap();
+    let err = lab.block(anonymous.jobs()).unwrap_err();
+    let BackendError::Refused { command, message } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(command, "GET /slurm/v0.0.38/jobs");
+    assert!(message.contains("401"), "{message}");
+
+    // With AuthType=auth/none Slurm does not check the token itself; the headers must be there.
+    let mut options = RestOptions::new(RestEndpoint::Http(url));
+    options.user_name = Some("nobody".into());
+    options.token = Some("not-verified-under-auth-none".into());
+    let rest = SlurmRest::new(options).unwrap();
+    let job_id = lab
+        .block(rest.submit("#!/bin/bash\ntrue\n", &lab.submit_options("tcp")))
+        .unwrap();
+    let (jobs, _) = squeue::parse(&lab.block(rest.jobs()).unwrap()).unwrap();
+    assert!(jobs.iter().any(|job| job.snapshot.job_id == job_id));
+}
