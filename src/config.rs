@@ -77,6 +77,9 @@ pub struct EngineConfig {
     /// Wake up as soon as a followed log changes (inotify), besides polling. Turn off where file
     /// events never arrive (some NFS, Lustre and GPFS mounts) to save the watches.
     pub file_events: bool,
+    /// When the scheduler does not answer, the next call waits the poll interval doubled after each
+    /// failure, up to this many seconds.
+    pub max_backoff_secs: u64,
 }
 
 impl Default for EngineConfig {
@@ -85,6 +88,7 @@ impl Default for EngineConfig {
             poll_interval_secs: 5.0,
             heartbeat_timeout_secs: 120,
             file_events: true,
+            max_backoff_secs: 300,
         }
     }
 }

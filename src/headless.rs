@@ -240,6 +240,17 @@ pub fn describe(event: &EngineEvent) -> String {
                 "not recoverable"
             }
         ),
+        EngineEvent::SchedulerUnreachable {
+            failures,
+            retry_in_secs,
+            error,
+            ..
+        } => format!(
+            "✖ scheduler unreachable ({failures} failed calls): {error}; next try in {retry_in_secs:.0} s, no action runs meanwhile"
+        ),
+        EngineEvent::SchedulerReachable { down_secs } => {
+            format!("✔ scheduler reachable again after {down_secs} s")
+        }
         EngineEvent::ActionPlanned {
             action_id,
             kind,

@@ -566,6 +566,168 @@ async fn a_scheduler_that_is_down_is_counted_and_waited_out_without_losing_state
     assert!(last.contains("Connection refused"), "{last}");
 }
 
+/// A scheduler that stops answering for a stretch of (simulated) time, recording when it was called.
+struct OutageBackend {
+    inner: Arc<SimCluster>,
+    clock: Arc<ManualClock>,
+    down_from: DateTime<Utc>,
+    down_until: DateTime<Utc>,
+    calls: std::sync::Mutex<Vec<DateTime<Utc>>>,
+}
+
+impl OutageBackend {
+    fn answer(&self) -> Result<(), runguard::backend::BackendError> {
+        let now = self.clock.now();
+        self.calls.lock().unwrap().push(now);
+        if now >= self.down_from && now < self.down_until {
+            return Err(runguard::backend::BackendError::Unavailable(
+                "squeue: error: Unable to contact slurm controller (connect failure)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for OutageBackend {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn list_jobs(
+        &self,
+    ) -> Result<Vec<runguard::backend::JobSnapshot>, runguard::backend::BackendError> {
+        self.answer()?;
+        self.inner.list_jobs().await
+    }
+
+    async fn job(
+        &self,
+        job_id: &str,
+    ) -> Result<Option<runguard::backend::JobSnapshot>, runguard::backend::BackendError> {
+        self.answer()?;
+        self.inner.job(job_id).await
+    }
+
+    async fn requeue(
+        &self,
+        job_id: &str,
+        exclude: &[String],
+    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+        self.answer()?;
+        self.inner.requeue(job_id, exclude).await
+    }
+
+    async fn resubmit(
+        &self,
+        spec: &runguard::model::JobSpec,
+        exclude: &[String],
+        tag: &str,
+    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+        self.answer()?;
+        self.inner.resubmit(spec, exclude, tag).await
+    }
+
+    async fn cancel(
+        &self,
+        job_id: &str,
+    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+        self.answer()?;
+        self.inner.cancel(job_id).await
+    }
+
+    async fn drain_node(
+        &self,
+        node: &str,
+        reason: &str,
+    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+        self.answer()?;
+        self.inner.drain_node(node, reason).await
+    }
+
+    fn command_for(&self, kind: ActionKind, params: &runguard::model::ActionParams) -> String {
+        self.inner.command_for(kind, params)
+    }
+
+    fn node_log(&self, node: &str) -> Option<std::path::PathBuf> {
+        self.inner.node_log(node)
+    }
+}
+
+#[tokio::test]
+async fn a_scheduler_outage_backs_off_marks_the_workflow_and_runs_no_action_until_it_answers() {
+    let harness = Harness::new("nccl-timeout", Config::default());
+    // Down from before the job fails (about 1290 s in) until well after.
+    let down_from = start() + chrono::TimeDelta::seconds(1000);
+    let down_until = start() + chrono::TimeDelta::seconds(2500);
+    let backend = Arc::new(OutageBackend {
+        inner: Arc::clone(&harness.sim),
+        clock: Arc::clone(&harness.clock),
+        down_from,
+        down_until,
+        calls: std::sync::Mutex::new(Vec::new()),
+    });
+    let mut engine = Engine::new(
+        Store::open(&harness.db_path).unwrap(),
+        Arc::clone(&backend) as Arc<dyn Backend>,
+        Arc::clone(&harness.clock) as Arc<dyn Clock>,
+        Config::default(),
+        Catalog::builtin().unwrap(),
+        EngineOptions { auto: true },
+    );
+    let during = harness
+        .run(&mut engine, |status| {
+            let now = harness.clock.now();
+            now > start() + chrono::TimeDelta::seconds(2000) && now < down_until
+                || status.workflows.iter().any(|w| w.workflow.succeeded)
+        })
+        .await;
+    // Mid-outage: the workflow is marked, the failure was seen in the log, and nothing ran.
+    let view = only_workflow(&during);
+    let reason = view.workflow.status_reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with("scheduler unreachable since") && reason.contains("Unable to contact"),
+        "{reason}"
+    );
+    assert!(!view.anomalies.is_empty(), "{view:#?}");
+    assert!(
+        view.actions
+            .iter()
+            .all(|a| a.state == ActionState::Approved),
+        "{:#?}",
+        view.actions
+    );
+
+    let status = harness.run(&mut engine, |_| false).await;
+    let view = only_workflow(&status);
+    assert!(view.workflow.succeeded, "{view:#?}");
+    assert_eq!(view.attempts.len(), 2);
+    let requeue = &view.actions[0];
+    assert_eq!(requeue.state, ActionState::Done);
+    assert!(requeue.updated_at >= down_until, "{requeue:#?}");
+    assert!(
+        view.journal.iter().any(|entry| entry
+            .decision
+            .starts_with("scheduler reachable again after")),
+        "{:#?}",
+        view.journal
+    );
+    // The calls during the outage spread out: each wait at least as long as the one before, the
+    // longest reaching the maximum backoff, and far fewer calls than one per poll interval.
+    let calls = backend.calls.lock().unwrap().clone();
+    let outage: Vec<_> = calls
+        .iter()
+        .filter(|t| **t >= down_from && **t < down_until)
+        .collect();
+    let gaps: Vec<i64> = outage
+        .windows(2)
+        .map(|pair| (*pair[1] - *pair[0]).num_seconds())
+        .collect();
+    assert!(gaps.windows(2).all(|g| g[1] >= g[0]), "{gaps:?}");
+    assert_eq!(gaps.last().copied(), Some(300), "{gaps:?}");
+    assert!(outage.len() < 15, "{} calls in 1500 s", outage.len());
+}
+
 #[tokio::test]
 async fn a_job_that_ends_between_two_ticks_still_has_its_last_lines_read() {
     let harness = Harness::new("nccl-timeout", Config::default());

@@ -26,6 +26,10 @@ impl Engine {
     pub(super) async fn execute_approved(&mut self) -> Result<(), EngineError> {
         let approved = self.store.db().actions_in_state(ActionState::Approved)?;
         for mut action in approved {
+            // The scheduler stopped answering during this pass: the rest waits for it.
+            if self.outage.is_some() {
+                break;
+            }
             let now = self.clock.now();
             action.state = ActionState::Executing;
             action.updated_at = now;
@@ -190,6 +194,10 @@ impl Engine {
             action.state = state;
             action.updated_at = now;
             self.store.write(|db| db.update_action(&action))?;
+            self.scheduler_failed(
+                format!("action {} ({}): {result}", action.id, action.kind.as_str()),
+                now,
+            )?;
             return self.warn(
                 "action_retry",
                 format!(

@@ -72,6 +72,16 @@ pub enum EngineEvent {
         status: WorkflowStatus,
         reason: Option<String>,
     },
+    /// The scheduler did not answer; the engine waits `retry_in_secs` before calling it again and runs
+    /// no action meanwhile.
+    SchedulerUnreachable {
+        since: chrono::DateTime<chrono::Utc>,
+        failures: u32,
+        retry_in_secs: f64,
+        error: String,
+    },
+    /// The scheduler answers again after an outage.
+    SchedulerReachable { down_secs: i64 },
     /// Input that was skipped or a backend call that failed; the engine carries on.
     Warning { kind: String, message: String },
 }
@@ -89,6 +99,8 @@ impl EngineEvent {
             Self::ActionPlanned { .. } => "action_planned",
             Self::ActionFinished { .. } => "action_finished",
             Self::WorkflowStatusChanged { .. } => "workflow_status_changed",
+            Self::SchedulerUnreachable { .. } => "scheduler_unreachable",
+            Self::SchedulerReachable { .. } => "scheduler_reachable",
             Self::Warning { .. } => "warning",
         }
     }

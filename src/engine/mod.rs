@@ -8,6 +8,7 @@ mod act;
 mod events;
 mod nodes;
 mod observe;
+mod outage;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -81,6 +82,8 @@ pub struct Engine {
     node_probes: nodes::NodeProbes,
     /// Tracebacks still open at the end of a read, per (workflow, attempt).
     tracebacks: HashMap<(WorkflowId, u32), crate::telemetry::traceback::TracebackAssembler>,
+    /// The scheduler is not answering: since when, and when to call it again.
+    outage: Option<outage::Outage>,
 }
 
 impl Engine {
@@ -112,6 +115,7 @@ impl Engine {
             log_watcher,
             node_probes: nodes::NodeProbes::default(),
             tracebacks: HashMap::new(),
+            outage: None,
         }
     }
 
@@ -202,12 +206,18 @@ impl Engine {
     pub async fn tick(&mut self) -> Result<(), EngineError> {
         let now = self.clock.now();
         self.apply_commands(now)?;
-        self.observe_jobs(now).await?;
+        // While the scheduler is down the logs are still read and failures still decided, but the
+        // scheduler is called again only after the backoff, and no action runs until it answers.
+        if !self.backing_off(now) {
+            self.observe_jobs(now).await?;
+        }
         self.read_logs(now)?;
         self.read_node_logs(now)?;
         self.probe_nodes(now).await?;
         self.detect_and_decide(now).await?;
-        self.execute_approved().await?;
+        if self.outage.is_none() {
+            self.execute_approved().await?;
+        }
         Ok(())
     }
 
@@ -510,6 +520,9 @@ impl Engine {
         workflow: &Workflow,
         now: DateTime<Utc>,
     ) -> Result<Option<Vec<String>>, EngineError> {
+        if self.outage.is_some() {
+            return Ok(None);
+        }
         let partition = workflow.spec.partition.as_deref();
         match with_timeout(self.backend.usable_nodes(partition)).await {
             Ok(nodes) => Ok(nodes),

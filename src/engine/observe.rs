@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{Engine, EngineError, EngineEvent, set_status, with_timeout};
-use crate::backend::JobSnapshot;
+use crate::backend::{BackendError, JobSnapshot};
 use crate::model::{
     Attempt, Checkpoint, JobState, ThroughputSample, Workflow, WorkflowId, WorkflowStatus,
 };
@@ -156,7 +156,13 @@ impl Engine {
         let watched = self.store.db().watched_jobs(self.backend.name())?;
         self.backend.set_watched(&watched);
         let snapshots = match with_timeout(self.backend.list_jobs()).await {
-            Ok(snapshots) => snapshots,
+            Ok(snapshots) => {
+                self.scheduler_answered(now)?;
+                snapshots
+            }
+            Err(err @ (BackendError::Unavailable(_) | BackendError::Io(_))) => {
+                return self.scheduler_failed(format!("listing jobs: {err}"), now);
+            }
             Err(err) => {
                 return self.warn("backend_unavailable", format!("listing jobs: {err}"), now);
             }
