@@ -52,6 +52,25 @@ pub struct SlurmConfig {
     /// Longest a requeued job may take to leave its nodes (Slurm's KillWait plus the epilog) before its
     /// release; past it the release is retried on the next tick.
     pub settle_timeout_secs: u64,
+    /// How Slurm is reached: `cli` (squeue, scontrol, sbatch) or `rest` (slurmrestd, with the tools for
+    /// what its API cannot do: requeue, drain, submit).
+    pub api: SlurmApiKind,
+    /// slurmrestd's address: `unix:/path/to/socket` (rest_auth/local) or `http://host:port` (JWT).
+    pub rest_endpoint: Option<String>,
+    /// User name sent with the JWT (default: the user runguard runs as).
+    pub rest_user: Option<String>,
+    /// Environment variable holding the JWT (`scontrol token` prints `SLURM_JWT=...`); never the token
+    /// itself in the config.
+    pub rest_token_env: String,
+}
+
+/// How the Slurm backend reaches Slurm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlurmApiKind {
+    #[default]
+    Cli,
+    Rest,
 }
 
 impl Default for SlurmConfig {
@@ -62,6 +81,10 @@ impl Default for SlurmConfig {
             command_timeout_secs: 30,
             listing: Listing::Auto,
             settle_timeout_secs: 30,
+            api: SlurmApiKind::Cli,
+            rest_endpoint: None,
+            rest_user: None,
+            rest_token_env: "SLURM_JWT".to_string(),
         }
     }
 }

@@ -10,10 +10,13 @@ use tokio::sync::broadcast;
 use crate::attribute::{Catalog, CatalogError};
 use crate::backend::Backend;
 use crate::backend::sim::{Scenario, SimCluster, SimError, SimOptions, timeline};
+use crate::backend::slurm::api::SlurmApi;
 use crate::backend::slurm::backend::{SlurmBackend, SlurmOptions};
 use crate::backend::slurm::cli::SlurmCli;
+use crate::backend::slurm::rest::{RestEndpoint, RestOptions, SlurmRest};
+use crate::backend::slurm::via_rest::SlurmViaRest;
 use crate::clock::Clock;
-use crate::config::{BackendKind, Config};
+use crate::config::{BackendKind, Config, SlurmApiKind, SlurmConfig};
 use crate::engine::{Engine, EngineError, EngineEvent, EngineOptions, RunOutcome};
 use crate::store::lock::{EngineLock, LockError};
 use crate::store::{Store, StoreError};
@@ -33,6 +36,43 @@ pub enum HeadlessError {
     Catalog(#[from] CatalogError),
     #[error("cannot listen for signals: {0}")]
     Signals(std::io::Error),
+    #[error("slurm: {0}")]
+    Slurm(String),
+}
+
+/// The way to Slurm the config asks for.
+fn slurm_api(config: &SlurmConfig) -> Result<Arc<dyn SlurmApi>, HeadlessError> {
+    let cli = SlurmCli::new(
+        Duration::from_secs(config.command_timeout_secs),
+        config.listing,
+    );
+    match config.api {
+        SlurmApiKind::Cli => Ok(Arc::new(cli)),
+        SlurmApiKind::Rest => {
+            let Some(endpoint) = config.rest_endpoint.as_deref() else {
+                return Err(HeadlessError::Slurm(
+                    "slurm.api = \"rest\" needs slurm.rest_endpoint (unix:/path or http://host:port)"
+                        .into(),
+                ));
+            };
+            let endpoint = match endpoint.strip_prefix("unix:") {
+                Some(path) => RestEndpoint::Unix(path.into()),
+                None => RestEndpoint::Http(endpoint.to_string()),
+            };
+            let mut options = RestOptions::new(endpoint);
+            options.timeout = Duration::from_secs(config.command_timeout_secs);
+            if matches!(options.endpoint, RestEndpoint::Http(_)) {
+                options.token = std::env::var(&config.rest_token_env).ok();
+                options.user_name = config
+                    .rest_user
+                    .clone()
+                    .or_else(|| std::env::var("USER").ok());
+            }
+            let rest =
+                SlurmRest::new(options).map_err(|err| HeadlessError::Slurm(err.to_string()))?;
+            Ok(Arc::new(SlurmViaRest::new(rest, cli)))
+        }
+    }
 }
 
 /// How the events are written.
@@ -108,10 +148,7 @@ pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome,
             (Arc::new(sim), clock)
         }
         BackendKind::Slurm => {
-            let api = Arc::new(SlurmCli::new(
-                Duration::from_secs(config.slurm.command_timeout_secs),
-                config.slurm.listing,
-            ));
+            let api = slurm_api(&config.slurm)?;
             let backend = SlurmBackend::new(
                 SlurmOptions {
                     partitions: config.slurm.partitions.clone(),

@@ -67,7 +67,7 @@ enum Listen {
 /// A running Slurm with slurmrestd in front of it, both stopped when dropped.
 struct Lab {
     /// Holds the cluster's files; world-searchable so that nobody reaches slurm.conf and the socket.
-    _root: tempfile::TempDir,
+    root: tempfile::TempDir,
     dir: PathBuf,
     /// Where nobody's jobs run and write their logs.
     jobs: PathBuf,
@@ -95,7 +95,7 @@ impl Lab {
                 .enable_all()
                 .build()
                 .unwrap(),
-            _root: root,
+            root: root,
             _one_at_a_time: guard,
         };
         run(Command::new("bash")
@@ -475,4 +475,99 @@ fn over_tcp_slurmrestd_turns_away_requests_without_the_jwt_headers() {
         .unwrap();
     let (jobs, _) = squeue::parse(&lab.block(rest.jobs()).unwrap()).unwrap();
     assert!(jobs.iter().any(|job| job.snapshot.job_id == job_id));
+}
+
+/// A nobody's job that fails on its first run with NCCL errors from the node of rank 1, and trains on
+/// a restart.
+const NCCL_JOB: &str = r#"#!/bin/bash
+#SBATCH --comment='{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 2}}'
+#SBATCH -N 2
+#SBATCH -o %x_%j.log
+if [ "${SLURM_RESTART_COUNT:-0}" = "0" ]; then
+  srun -l bash -c 'if [ "$SLURM_PROCID" = 1 ]; then echo "$SLURMD_NODENAME:4242:4243 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1234> with status=12 opcode=0 len=0 vendor err 129 (Recv)"; fi; sleep 1; echo "[Rank $SLURM_PROCID] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600050 milliseconds before timing out."; exit 1'
+  exit 1
+fi
+srun -l bash -c '[ "$SLURM_PROCID" = 1 ] && echo " iteration       30/      30 | elapsed time per iteration (ms): 100.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.000000E+00 |"; true'
+"#;
+
+#[test]
+fn the_engine_over_slurmrestd_requeues_a_failed_job_without_its_culprit_node() {
+    if !slurmrestd_available() {
+        return;
+    }
+    let lab = Lab::start(Listen::Unix);
+    let state = lab.root.path().join("runguard");
+    std::fs::create_dir(&state).unwrap();
+    let config = state.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n\n[slurm]\napi = \"rest\"\nrest_endpoint = \"unix:{}\"\n\n[recovery]\nwhitelist = [\"requeue\", \"cancel\"]\n",
+            lab.socket().display()
+        ),
+    )
+    .unwrap();
+    let runguard = |args: &[&str]| {
+        let mut command = lab.slurm(env!("CARGO_BIN_EXE_runguard"));
+        command
+            .arg("--config")
+            .arg(&config)
+            .arg("--db")
+            .arg(state.join("runguard.sqlite"))
+            .args(args)
+            .env("XDG_CONFIG_HOME", state.join("xdg"));
+        command
+    };
+    let mut engine = runguard(&["run", "--auto"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::fs::write(lab.jobs.join("train.sbatch"), NCCL_JOB).unwrap();
+    let job_id = lab.sbatch_as_nobody(&["-J", "llama-rest", "train.sbatch"]);
+
+    let start = Instant::now();
+    let mut workflow = serde_json::Value::Null;
+    while start.elapsed() < Duration::from_secs(120) {
+        let output = runguard(&["status", "--json"]).output().unwrap();
+        if let Ok(status) = serde_json::from_slice::<serde_json::Value>(&output.stdout) {
+            workflow = status["workflows"][0].clone();
+            if workflow["status"] == "completed" {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let _ = engine.kill();
+    let _ = engine.wait();
+    assert_eq!(workflow["succeeded"], true, "{workflow:#}");
+    let attempts = workflow["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{workflow:#}");
+    assert_eq!(attempts[1]["job_id"], job_id.as_str());
+    let culprit = workflow["attributions"][0]["culprit"]["node"].clone();
+    assert!(culprit.is_string(), "{workflow:#}");
+    assert!(
+        attempts[1]["excluded_nodes"]
+            .as_array()
+            .unwrap()
+            .contains(&culprit)
+    );
+    assert!(!attempts[1]["nodes"].as_array().unwrap().contains(&culprit));
+    // The job's changes went through slurmrestd; the requeue itself, which its API lacks, through scontrol.
+    let planned = workflow["journal"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|entry| entry["decision"].as_str())
+        .find(|decision| decision.starts_with("action 1 requeue:"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        planned.contains(&format!("scontrol requeuehold {job_id}"))
+            && planned.contains(&format!(
+                "POST /slurm/v0.0.38/job/{job_id} {{\"exclude_nodes\":\"{}\"}}",
+                culprit.as_str().unwrap()
+            )),
+        "{planned}"
+    );
 }

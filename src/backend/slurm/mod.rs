@@ -11,3 +11,4 @@ pub mod rest;
 pub mod sacct;
 pub mod scontrol;
 pub mod squeue;
+pub mod via_rest;
