@@ -95,7 +95,7 @@ impl Lab {
                 .enable_all()
                 .build()
                 .unwrap(),
-            root: root,
+            root,
             _one_at_a_time: guard,
         };
         run(Command::new("bash")
