@@ -59,6 +59,11 @@ pub struct SlurmConfig {
     pub rest_endpoint: Option<String>,
     /// User name sent with the JWT (default: the user runguard runs as).
     pub rest_user: Option<String>,
+    /// `SLURM_CONF` for the Slurm commands runguard runs (default: the environment's, else Slurm's own).
+    pub slurm_conf: Option<PathBuf>,
+    /// The jobcomp file (`JobCompLoc` with `JobCompType=jobcomp/filetxt`) to read ended jobs from once the
+    /// controller forgets them; by default the one `scontrol show config` names. `sacct` is asked first.
+    pub jobcomp_path: Option<PathBuf>,
     /// Environment variable holding the JWT (`scontrol token` prints `SLURM_JWT=...`); never the token
     /// itself in the config.
     pub rest_token_env: String,
@@ -84,6 +89,8 @@ impl Default for SlurmConfig {
             api: SlurmApiKind::Cli,
             rest_endpoint: None,
             rest_user: None,
+            jobcomp_path: None,
+            slurm_conf: None,
             rest_token_env: "SLURM_JWT".to_string(),
         }
     }

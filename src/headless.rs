@@ -45,7 +45,9 @@ fn slurm_api(config: &SlurmConfig) -> Result<Arc<dyn SlurmApi>, HeadlessError> {
     let cli = SlurmCli::new(
         Duration::from_secs(config.command_timeout_secs),
         config.listing,
-    );
+    )
+    .with_jobcomp(config.jobcomp_path.clone())
+    .with_slurm_conf(config.slurm_conf.clone());
     match config.api {
         SlurmApiKind::Cli => Ok(Arc::new(cli)),
         SlurmApiKind::Rest => {

@@ -1,7 +1,10 @@
 //! The Slurm backend against a real single-host Slurm (Debian's slurm-wlm, started by
-//! tests/slurm/cluster.sh). Skipped with a message where Slurm is not installed; CI sets
+//! tests/slurm/cluster.sh), end to end: the real `runguard run --auto` binary watches jobs that run
+//! tests/slurm/train.sh — Megatron-style logs, checkpoint files, resume from the newest — and fail as
+//! each case asks. Skipped with a message where Slurm is not installed; CI sets
 //! RUNGUARD_REQUIRE_SLURM=1 so that a skip fails there instead.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -9,14 +12,24 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runguard");
+const CLUSTER_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
+const TRAIN_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/train.sh");
+/// Runs a command as user nobody: a researcher without operator rights.
+const AS_NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=nobody",
+    "--regid=nogroup",
+    "--clear-groups",
+];
 
+/// One cluster at a time: jobs and nodes are heavy enough for a 2-core machine.
 static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn slurm_available() -> bool {
     let found = Command::new("sh")
         .args([
             "-c",
-            "command -v slurmctld && command -v slurmd && command -v sbatch",
+            "command -v slurmctld && command -v slurmd && command -v sbatch && command -v setpriv",
         ])
         .output()
         .map(|o| o.status.success())
@@ -40,9 +53,8 @@ struct Cluster {
 
 impl Cluster {
     fn start(dir: &Path) -> Self {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
         let output = Command::new("bash")
-            .args([script, "start"])
+            .args([CLUSTER_SH, "start"])
             .arg(dir)
             .output()
             .unwrap();
@@ -66,25 +78,58 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
         let _ = Command::new("bash")
-            .args([script, "stop"])
+            .args([CLUSTER_SH, "stop"])
             .arg(&self.dir)
             .status();
     }
 }
 
-/// A job that fails on its first run with NCCL errors from the node of rank 1, and trains on a restart.
-const JOB: &str = r#"#!/bin/bash
-#SBATCH --comment='{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 3}}'
-#SBATCH -N 2
-#SBATCH -o LOGDIR/%x_%j.log
-if [ "${SLURM_RESTART_COUNT:-0}" = "0" ]; then
-  srun -l bash -c 'if [ "$SLURM_PROCID" = 1 ]; then echo "$SLURMD_NODENAME:4242:4243 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1234> with status=12 opcode=0 len=0 vendor err 129 (Recv)"; fi; sleep 1; echo "[Rank $SLURM_PROCID] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600050 milliseconds before timing out."; exit 1'
-  exit 1
-fi
-srun -l bash -c 'for i in 10 20 30; do [ "$SLURM_PROCID" = 1 ] && echo " iteration       $i/      30 | elapsed time per iteration (ms): 100.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.000000E+00 |"; sleep 0.3; done'
-"#;
+/// A batch script running train.sh on `nodes` nodes, enrolled with `max_requeue_times`, with the
+/// failure and run settings of `env` (`FAIL=nccl FAIL_AT=15 ...`).
+fn job_script(nodes: u32, max_requeue_times: u32, env: &str) -> String {
+    format!(
+        "#!/bin/bash\n\
+         #SBATCH --comment='{{\"APS\": {{\"auto_resume_mode\": \"requeue\", \"max_requeue_times\": {max_requeue_times}}}}}'\n\
+         #SBATCH -N {nodes}\n\
+         #SBATCH -o LOGDIR/%x_%j.log\n\
+         export CKPT_DIR=LOGDIR/ckpt {env}\n\
+         srun -l bash {TRAIN_SH}\n"
+    )
+}
+
+/// How a case runs, besides its job script.
+struct Case<'a> {
+    script: String,
+    /// The `[recovery]` whitelist, as TOML.
+    whitelist: &'a str,
+    /// Extra config sections or keys, appended after `[recovery]` (may open other sections).
+    config: &'a str,
+    /// Extra lines of the `[engine]` section.
+    engine: &'a str,
+    /// The engine and the job run as user nobody, without operator rights.
+    as_nobody: bool,
+}
+
+impl<'a> Case<'a> {
+    fn new(script: String) -> Self {
+        Self {
+            script,
+            whitelist: r#"["requeue", "cancel"]"#,
+            config: "",
+            engine: "",
+            as_nobody: false,
+        }
+    }
+}
+
+/// What a finished case left.
+struct Finished {
+    status: Value,
+    /// The job's log (the last attempt's: Slurm starts the file again on a requeue).
+    logs: String,
+    checkpoints: Vec<String>,
+}
 
 fn status(sandbox: &Path, conf: &Path) -> Option<Value> {
     let output = Command::new(BIN)
@@ -99,46 +144,61 @@ fn status(sandbox: &Path, conf: &Path) -> Option<Value> {
     serde_json::from_slice(&output.stdout).ok()
 }
 
-/// Runs the headless engine against the cluster with `script` submitted, until the workflow completes.
-fn run_job(script_text: &str, whitelist: &str) -> Value {
-    run_job_with(script_text, whitelist, "").0
-}
-
-/// [`run_job`] with extra config lines for the `[engine]` section; also returns the job logs.
-fn run_job_with(script_text: &str, whitelist: &str, engine_extra: &str) -> (Value, String) {
-    // One cluster at a time: jobs and nodes are heavy enough for a 2-core machine.
+/// Runs the headless engine against a fresh cluster with the case's job submitted, until the workflow
+/// completes.
+fn run_case(case: Case<'_>) -> Finished {
     let _one_at_a_time = CLUSTER
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // World-searchable and (for nobody's runs) world-writable: the job and the engine write here.
     let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let cluster = Cluster::start(&dir.path().join("slurm"));
+    std::fs::create_dir(dir.path().join("ckpt")).unwrap();
+    std::fs::set_permissions(
+        dir.path().join("ckpt"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join("config.toml"),
         format!(
-            "[engine]\npoll_interval_secs = 0.5\n{engine_extra}\n[backend]\nkind = \"slurm\"\n\n[recovery]\nwhitelist = {whitelist}\n"
+            "[engine]\npoll_interval_secs = 0.5\n{}\n\n[backend]\nkind = \"slurm\"\n\n[recovery]\nwhitelist = {}\n{}\n",
+            case.engine, case.whitelist, case.config
         ),
     )
     .unwrap();
     let script = dir.path().join("train.sbatch");
     std::fs::write(
         &script,
-        script_text.replace("LOGDIR", &dir.path().display().to_string()),
+        case.script
+            .replace("LOGDIR", &dir.path().display().to_string()),
     )
     .unwrap();
-    let mut engine: Child = Command::new(BIN)
+    let as_user = |program: &str| {
+        let mut command = if case.as_nobody {
+            let mut command = cluster.command(AS_NOBODY[0]);
+            command.args(&AS_NOBODY[1..]).arg(program);
+            command
+        } else {
+            cluster.command(program)
+        };
+        command.current_dir(dir.path());
+        command
+    };
+    let mut engine: Child = as_user(BIN)
         .arg("--config")
         .arg(dir.path().join("config.toml"))
         .arg("--db")
         .arg(dir.path().join("runguard.sqlite"))
         .args(["run", "--auto"])
-        .env("SLURM_CONF", &cluster.conf)
         .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
+        .env("XDG_DATA_HOME", dir.path().join("xdg"))
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("engine.err")).unwrap())
         .spawn()
         .unwrap();
-    let submitted = cluster
-        .command("sbatch")
+    let submitted = as_user("sbatch")
         .args(["--parsable", "-J", "llama-test"])
         .arg(&script)
         .output()
@@ -150,7 +210,7 @@ fn run_job_with(script_text: &str, whitelist: &str, engine_extra: &str) -> (Valu
     );
     let start = Instant::now();
     let mut last = None;
-    while start.elapsed() < Duration::from_secs(120) {
+    while start.elapsed() < Duration::from_secs(150) {
         if let Some(status) = status(dir.path(), &cluster.conf)
             && status["workflows"][0]["status"] == "completed"
         {
@@ -162,17 +222,27 @@ fn run_job_with(script_text: &str, whitelist: &str, engine_extra: &str) -> (Valu
     let _ = engine.kill();
     let _ = engine.wait();
     let logs = job_logs(dir.path());
+    let mut checkpoints: Vec<String> = std::fs::read_dir(dir.path().join("ckpt"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    checkpoints.sort();
     let status = last.unwrap_or_else(|| {
         panic!(
-            "did not complete: {:#?}\n{}",
+            "did not complete: {:#?}\n{}\nengine: {}",
             status(dir.path(), &cluster.conf),
-            logs
+            logs,
+            std::fs::read_to_string(dir.path().join("engine.err")).unwrap_or_default()
         )
     });
-    (status, logs)
+    Finished {
+        status,
+        logs,
+        checkpoints,
+    }
 }
 
-/// Every job log in `dir`, for the message of a failed test.
+/// Every job log in `dir`, for assertions and the message of a failed test.
 fn job_logs(dir: &Path) -> String {
     let mut out = String::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -185,129 +255,342 @@ fn job_logs(dir: &Path) -> String {
     out
 }
 
-#[test]
-fn a_failed_slurm_job_is_requeued_without_its_culprit_node_and_completes() {
-    if !slurm_available() {
-        return;
-    }
-    let status = run_job(JOB, r#"["requeue", "cancel"]"#);
-    let workflow = &status["workflows"][0];
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The run fails once at iteration 15 with NCCL errors that the rank on n2 reports.
+fn nccl_on_n2() -> String {
+    job_script(2, 3, "FAIL=nccl FAIL_AT=15 FAIL_NODE=n2")
+}
+
+/// Case 1: requeued without n2, the new attempt resumes from the checkpoint of iteration 10.
+fn assert_requeued_without_n2_and_resumed(finished: &Finished) {
+    let workflow = &finished.status["workflows"][0];
     assert_eq!(workflow["succeeded"], true, "{workflow:#}");
     let attempts = workflow["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 2, "{workflow:#}");
     assert_eq!(attempts[0]["job_id"], attempts[1]["job_id"]);
-    let culprit = workflow["attributions"][0]["culprit"]["node"]
-        .as_str()
-        .unwrap()
-        .to_string();
     assert_eq!(workflow["attributions"][0]["category"], "nccl_timeout");
-    assert!(
-        attempts[0]["nodes"]
-            .as_array()
-            .unwrap()
-            .contains(&Value::from(culprit.clone()))
-    );
-    assert!(
-        attempts[1]["excluded_nodes"]
-            .as_array()
-            .unwrap()
-            .contains(&Value::from(culprit.clone()))
-    );
-    assert!(
-        !attempts[1]["nodes"]
-            .as_array()
-            .unwrap()
-            .contains(&Value::from(culprit))
-    );
+    assert_eq!(workflow["attributions"][0]["culprit"]["node"], "n2");
+    assert!(strings(&attempts[0]["nodes"]).contains(&"n2".to_string()));
+    assert!(strings(&attempts[1]["excluded_nodes"]).contains(&"n2".to_string()));
+    assert!(!strings(&attempts[1]["nodes"]).contains(&"n2".to_string()));
     assert_eq!(workflow["requeues_used"], 1);
+    assert_eq!(workflow["last_checkpoint_iteration"], 30, "{workflow:#}");
+    assert!(
+        finished
+            .logs
+            .contains("successfully loaded checkpoint from")
+            && finished.logs.contains("at iteration 10"),
+        "{}",
+        finished.logs
+    );
+    assert!(
+        !finished.logs.contains("iteration        1/"),
+        "the new attempt started over: {}",
+        finished.logs
+    );
+    assert_eq!(
+        finished.checkpoints,
+        ["iter_0000010", "iter_0000020", "iter_0000030"]
+    );
 }
 
-/// A job whose code raises on every run.
-const APP_BUG: &str = r#"#!/bin/bash
-#SBATCH --comment='{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 3}}'
-#SBATCH -N 1
-#SBATCH -o LOGDIR/%x_%j.log
-srun -l bash -c 'printf "Traceback (most recent call last):\n  File \"/workspace/pretrain_gpt.py\", line 245, in <module>\n    mask = batch[\"attention_mask\"]\nKeyError: '"'"'attention_mask'"'"'\n"; exit 1'
-"#;
+#[test]
+fn an_nccl_failure_on_n2_is_requeued_without_n2_and_resumes_from_its_checkpoint() {
+    if !slurm_available() {
+        return;
+    }
+    assert_requeued_without_n2_and_resumed(&run_case(Case::new(nccl_on_n2())));
+}
+
+#[test]
+fn the_same_recovery_reading_scontrol_show_job_instead_of_squeue_json() {
+    if !slurm_available() {
+        return;
+    }
+    assert_requeued_without_n2_and_resumed(&run_case(Case {
+        config: "\n[slurm]\nlisting = \"scontrol\"\n",
+        ..Case::new(nccl_on_n2())
+    }));
+}
 
 #[test]
 fn a_python_exception_on_slurm_is_not_requeued() {
     if !slurm_available() {
         return;
     }
-    let status = run_job(APP_BUG, r#"["requeue", "cancel"]"#);
-    let workflow = &status["workflows"][0];
+    let finished = run_case(Case::new(job_script(1, 3, "FAIL=exception FAIL_AT=15")));
+    let workflow = &finished.status["workflows"][0];
     assert_eq!(workflow["succeeded"], false, "{workflow:#}");
     assert_eq!(workflow["attempts"].as_array().unwrap().len(), 1);
     assert_eq!(workflow["requeues_used"], 0);
     assert_eq!(workflow["attributions"][0]["category"], "app_exception");
+    let reason = workflow["status_reason"].as_str().unwrap();
+    assert!(reason.contains("not recoverable"), "{reason}");
     assert!(
-        workflow["status_reason"]
+        workflow["attributions"][0]["explanation"]
             .as_str()
-            .unwrap()
-            .contains("not recoverable")
+            .is_some_and(|text| !text.is_empty())
     );
 }
 
-/// A job that fails with an NCCL timeout on every run, allowed one requeue.
-const ALWAYS_FAILS: &str = r#"#!/bin/bash
-#SBATCH --comment='{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 1}}'
-#SBATCH -N 1
-#SBATCH -o LOGDIR/%x_%j.log
-srun -l bash -c 'echo "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600050 milliseconds before timing out."; exit 1'
-"#;
+#[test]
+fn three_failures_without_a_new_checkpoint_stop_as_a_crash_loop() {
+    if !slurm_available() {
+        return;
+    }
+    // Fails at iteration 5 on every attempt, before its first checkpoint (10).
+    let finished = run_case(Case::new(job_script(
+        1,
+        10,
+        "FAIL=nccl FAIL_AT=5 FAIL_ON=always",
+    )));
+    let workflow = &finished.status["workflows"][0];
+    assert_eq!(workflow["succeeded"], false, "{workflow:#}");
+    assert_eq!(
+        workflow["attempts"].as_array().unwrap().len(),
+        3,
+        "{workflow:#}"
+    );
+    assert_eq!(workflow["requeues_used"], 2);
+    let reason = workflow["status_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("crash loop: 3 consecutive failed attempts"),
+        "{reason}"
+    );
+    assert!(finished.checkpoints.is_empty());
+}
+
+#[test]
+fn a_silent_slurm_job_is_detected_as_hung_ended_and_requeued() {
+    if !slurm_available() {
+        return;
+    }
+    let finished = run_case(Case {
+        engine: "heartbeat_timeout_secs = 10",
+        ..Case::new(job_script(1, 3, "FAIL=hang FAIL_AT=15"))
+    });
+    let workflow = &finished.status["workflows"][0];
+    assert_eq!(workflow["succeeded"], true, "{workflow:#}");
+    assert_eq!(workflow["anomalies"][0]["kind"], "hang");
+    let attempts = workflow["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{workflow:#}\n{}", finished.logs);
+    assert_eq!(attempts[0]["state"], "requeued");
+    assert!(
+        finished.logs.contains("at iteration 10"),
+        "{}",
+        finished.logs
+    );
+    let done = workflow["journal"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|entry| entry["decision"].as_str())
+        .any(|decision| decision.contains("ended the running job"));
+    assert!(done, "{workflow:#}");
+}
 
 #[test]
 fn max_requeue_times_from_the_comment_stops_the_recovery() {
     if !slurm_available() {
         return;
     }
-    let status = run_job(ALWAYS_FAILS, r#"["requeue", "cancel"]"#);
-    let workflow = &status["workflows"][0];
+    // Fails at iteration 15 every time, after a new checkpoint: only the requeue limit stops it.
+    let finished = run_case(Case::new(job_script(
+        1,
+        1,
+        "FAIL=nccl FAIL_AT=15 FAIL_ON=always",
+    )));
+    let workflow = &finished.status["workflows"][0];
     assert_eq!(
         workflow["attempts"].as_array().unwrap().len(),
         2,
         "{workflow:#}"
     );
     assert_eq!(workflow["requeues_used"], 1);
-    assert!(
-        workflow["status_reason"]
-            .as_str()
-            .unwrap()
-            .contains("requeue limit reached: 1 of 1"),
-        "{workflow:#}"
-    );
+    let reason = workflow["status_reason"].as_str().unwrap();
+    assert!(reason.contains("requeue limit reached: 1 of 1"), "{reason}");
 }
 
-/// A job that goes silent on its first run, and trains on a restart.
-const GOES_SILENT: &str = r#"#!/bin/bash
-#SBATCH --comment='{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 3}}'
-#SBATCH -N 1
-#SBATCH -o LOGDIR/%x_%j.log
-if [ "${SLURM_RESTART_COUNT:-0}" = "0" ]; then
-  srun -l bash -c 'echo " iteration       10/      30 | elapsed time per iteration (ms): 100.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.000000E+00 |"; sleep 600'
-  exit 0
-fi
-srun -l bash -c 'echo " iteration       30/      30 | elapsed time per iteration (ms): 100.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.000000E+00 |"'
-"#;
-
 #[test]
-fn a_silent_slurm_job_is_detected_as_hung_and_requeued() {
+fn as_a_user_without_operator_rights_the_drain_is_recorded_as_would_have_done() {
     if !slurm_available() {
         return;
     }
-    let (status, logs) = run_job_with(
-        GOES_SILENT,
-        r#"["requeue", "cancel"]"#,
-        "heartbeat_timeout_secs = 10",
-    );
-    let workflow = &status["workflows"][0];
+    let finished = run_case(Case {
+        whitelist: r#"["requeue", "cancel", "drain_node"]"#,
+        as_nobody: true,
+        ..Case::new(nccl_on_n2())
+    });
+    let workflow = &finished.status["workflows"][0];
     assert_eq!(workflow["succeeded"], true, "{workflow:#}");
-    assert_eq!(workflow["anomalies"][0]["kind"], "hang");
-    assert_eq!(
-        workflow["attempts"].as_array().unwrap().len(),
-        2,
-        "{workflow:#}\n{logs}"
+    let actions = workflow["actions"].as_array().unwrap();
+    let drain = actions
+        .iter()
+        .find(|action| action["kind"] == "drain_node")
+        .unwrap_or_else(|| panic!("{workflow:#}"));
+    assert_eq!(drain["state"], "failed", "{drain:#}");
+    let result = drain["result"].as_str().unwrap();
+    assert!(
+        result.starts_with("would have done `scontrol update NodeName=n2 State=DRAIN")
+            && result.contains("Invalid user id"),
+        "{result}"
     );
-    assert_eq!(workflow["attempts"][0]["state"], "requeued");
+    let requeue = actions
+        .iter()
+        .find(|action| action["kind"] == "requeue")
+        .unwrap();
+    assert_eq!(requeue["state"], "done", "{requeue:#}");
+}
+
+#[test]
+fn a_job_named_with_runguard_watch_is_recovered_without_an_enrolment_comment() {
+    if !slurm_available() {
+        return;
+    }
+    let _one_at_a_time = CLUSTER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(&dir.path().join("slurm"));
+    std::fs::create_dir(dir.path().join("ckpt")).unwrap();
+    std::fs::write(
+        dir.path().join("config.toml"),
+        "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n",
+    )
+    .unwrap();
+    let runguard = |args: &[&str]| {
+        let mut command = cluster.command(BIN);
+        command
+            .arg("--config")
+            .arg(dir.path().join("config.toml"))
+            .arg("--db")
+            .arg(dir.path().join("runguard.sqlite"))
+            .args(args);
+        command
+    };
+    let mut engine = runguard(&["run", "--auto"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // No APS comment: not enrolled until watched. Held, so that it cannot fail before it is watched.
+    let script = job_script(2, 3, "FAIL=nccl FAIL_AT=15 FAIL_NODE=n2")
+        .lines()
+        .filter(|line| !line.contains("--comment"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("LOGDIR", &dir.path().display().to_string());
+    std::fs::write(dir.path().join("train.sbatch"), script).unwrap();
+    let submitted = cluster
+        .command("sbatch")
+        .args(["--parsable", "--hold", "-J", "unenrolled"])
+        .arg(dir.path().join("train.sbatch"))
+        .output()
+        .unwrap();
+    let job_id = String::from_utf8_lossy(&submitted.stdout)
+        .trim()
+        .to_string();
+    std::thread::sleep(Duration::from_secs(2));
+    let before = status(dir.path(), &cluster.conf).unwrap_or_default();
+    assert!(
+        before["workflows"]
+            .as_array()
+            .is_none_or(|workflows| workflows.is_empty()),
+        "{before:#}"
+    );
+    let watch = runguard(&["watch", &job_id]).output().unwrap();
+    assert!(watch.status.success(), "{watch:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&watch.stdout).trim(),
+        format!("watching slurm job {job_id}")
+    );
+    cluster
+        .command("scontrol")
+        .args(["release", &job_id])
+        .status()
+        .unwrap();
+    let start = Instant::now();
+    let mut workflow = Value::Null;
+    while start.elapsed() < Duration::from_secs(90) {
+        if let Some(status) = status(dir.path(), &cluster.conf) {
+            workflow = status["workflows"][0].clone();
+            if workflow["status"] == "completed" {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let _ = engine.kill();
+    let _ = engine.wait();
+    assert_eq!(workflow["succeeded"], true, "{workflow:#}");
+    assert_eq!(workflow["attempts"][0]["job_id"], job_id.as_str());
+    assert_eq!(workflow["requeues_used"], 1);
+    let listed = runguard(&["watch", "--list"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).trim(), job_id);
+}
+
+#[test]
+fn an_ended_job_s_attempts_are_read_from_the_controller_s_jobcomp_file() {
+    if !slurm_available() {
+        return;
+    }
+    use runguard::backend::slurm::api::SlurmApi;
+    use runguard::backend::slurm::cli::{Listing, SlurmCli};
+    use runguard::model::JobState;
+
+    let _one_at_a_time = CLUSTER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(&dir.path().join("slurm"));
+    let submitted = cluster
+        .command("sbatch")
+        .args([
+            "--parsable",
+            "-N",
+            "2",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "exit 3",
+        ])
+        .output()
+        .unwrap();
+    let job_id = String::from_utf8_lossy(&submitted.stdout)
+        .trim()
+        .to_string();
+    let start = Instant::now();
+    let jobcomp = cluster.dir.join("log/jobcomp.txt");
+    while start.elapsed() < Duration::from_secs(30)
+        && !std::fs::read_to_string(&jobcomp).is_ok_and(|text| text.contains("FAILED"))
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The tools find the file through `scontrol show config`, as on a cluster that was not told.
+    let cli = SlurmCli::new(Duration::from_secs(10), Listing::Auto)
+        .with_slurm_conf(Some(cluster.conf.clone()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let history = runtime
+        .block_on(cli.history(&job_id))
+        .unwrap()
+        .expect("a history from the jobcomp file");
+    assert_eq!(history.len(), 1, "{history:#?}");
+    let attempt = &history[0];
+    assert_eq!(attempt.state, JobState::Failed);
+    assert_eq!(attempt.exit_code, Some(3));
+    assert_eq!(attempt.nodes, ["n1", "n2"]);
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 
+use super::jobcomp::JobCompRecord;
 use super::squeue::SlurmJob;
 use crate::backend::BackendError;
 
@@ -73,4 +74,8 @@ pub trait SlurmApi: Send + Sync {
 
     /// Nodes of `partition` (all partitions when `None`) that can run jobs now: not down, drained or failing.
     async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError>;
+
+    /// The ended attempts of a job the controller no longer lists, oldest first, from accounting
+    /// (`sacct`) or the jobcomp file; `None` when the cluster keeps neither.
+    async fn history(&self, job_id: &str) -> Result<Option<Vec<JobCompRecord>>, BackendError>;
 }

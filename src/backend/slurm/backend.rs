@@ -11,9 +11,10 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::api::{Operation, SlurmApi, Submission};
 use super::comment::Enrolment;
+use super::jobcomp::JobCompRecord;
 use super::squeue::SlurmJob;
 use crate::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
-use crate::model::{ActionKind, ActionParams, JobSpec, JobState};
+use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits};
 
 /// How the Slurm backend chooses jobs.
 #[derive(Debug, Clone)]
@@ -198,6 +199,38 @@ fn resubmit_comment(tag: &str) -> String {
     serde_json::json!({ "APS": { "auto_resume_mode": "requeue" }, "runguard": tag }).to_string()
 }
 
+/// What the history says of a job the controller forgot: its last attempt, and how many came before.
+fn snapshot_from_history(attempts: &[JobCompRecord]) -> Option<JobSnapshot> {
+    let last = attempts.last()?;
+    Some(JobSnapshot {
+        job_id: last.job_id.clone(),
+        name: last.name.clone(),
+        user: last.user.clone(),
+        state: last.state,
+        state_raw: last.state_raw.clone(),
+        reason: last.reason.clone(),
+        nodes: last.nodes.clone(),
+        gpus: 0,
+        submit_time: last.submit_time,
+        start_time: last.start_time,
+        end_time: last.end_time,
+        exit_code: last.exit_code,
+        restart_count: attempts.len().saturating_sub(1) as u32,
+        excluded_nodes: Vec::new(),
+        log_path: None,
+        spec: JobSpec {
+            name: last.name.clone(),
+            user: last.user.clone(),
+            nodes: last.node_count,
+            partition: last.partition.clone(),
+            work_dir: last.work_dir.clone(),
+            ..JobSpec::default()
+        },
+        limits: RecoveryLimits::default(),
+        tag: None,
+    })
+}
+
 fn with_exclusion(detail: String, exclude: &[String]) -> String {
     if exclude.is_empty() {
         detail
@@ -222,14 +255,26 @@ impl Backend for SlurmBackend {
     }
 
     async fn job(&self, job_id: &str) -> Result<Option<JobSnapshot>, BackendError> {
-        match self.listing(Some(job_id)).await {
+        let listed = match self.listing(Some(job_id)).await {
             // Some Slurm versions list every job whatever `--jobs` says.
-            Ok(jobs) => Ok(jobs
+            Ok(jobs) => jobs
                 .into_iter()
                 .map(|job| job.snapshot)
-                .find(|job| job.job_id == job_id)),
-            Err(BackendError::NoSuchJob(_)) => Ok(None),
-            Err(err) => Err(err),
+                .find(|job| job.job_id == job_id),
+            Err(BackendError::NoSuchJob(_)) => None,
+            Err(err) => return Err(err),
+        };
+        if listed.is_some() {
+            return Ok(listed);
+        }
+        // Gone from the controller's memory (MinJobAge): how it ended is in the history, if kept.
+        match self.api.history(job_id).await {
+            Ok(Some(attempts)) => Ok(snapshot_from_history(&attempts)),
+            Ok(None) => Ok(None),
+            Err(err) => {
+                tracing::warn!(job_id, %err, "reading the job's history");
+                Ok(None)
+            }
         }
     }
 

@@ -2,6 +2,8 @@
 //! available) to read, `scontrol`/`sbatch`/`scancel` to act. Every command is argv, never a shell
 //! string, and has a timeout.
 
+use std::path::PathBuf;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -9,14 +11,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::api::{Operation, SlurmApi};
-use super::hostlist;
+use super::jobcomp::{self, JobCompRecord};
 use super::squeue::{self, SlurmJob};
-use tmp_scontrol as scontrol;
-mod tmp_scontrol {
-    pub fn parse(_: &str) -> (Vec<super::SlurmJob>, Vec<String>) {
-        (vec![], vec![])
-    }
-}
+use super::{hostlist, sacct, scontrol};
 use crate::backend::BackendError;
 
 /// How jobs are listed.
@@ -38,7 +35,16 @@ pub struct SlurmCli {
     listing: Listing,
     /// `squeue --json` failed as unsupported once: use `scontrol` from then on.
     json_unsupported: AtomicBool,
+    /// sacct said the cluster keeps no accounting: not asked again.
+    no_accounting: AtomicBool,
+    /// The jobcomp file: configured, or found in `scontrol show config` on first use (`Some(None)`: none).
+    jobcomp: Mutex<Option<Option<PathBuf>>>,
+    /// `SLURM_CONF` for every command, when not the environment's.
+    slurm_conf: Option<PathBuf>,
 }
+
+/// The most of the jobcomp file read for one job's history: its end, where recent attempts are.
+const JOBCOMP_TAIL_BYTES: u64 = 16 << 20;
 
 impl SlurmCli {
     pub fn new(timeout: Duration, listing: Listing) -> Self {
@@ -50,12 +56,38 @@ impl SlurmCli {
             },
             listing,
             json_unsupported: AtomicBool::new(false),
+            no_accounting: AtomicBool::new(false),
+            jobcomp: Mutex::new(None),
+            slurm_conf: None,
         }
+    }
+
+    /// Runs every command with `SLURM_CONF` set to this file (another cluster than the environment's).
+    pub fn with_slurm_conf(mut self, conf: Option<PathBuf>) -> Self {
+        self.slurm_conf = conf;
+        self
+    }
+
+    /// Reads history from this jobcomp file instead of the one `scontrol show config` names.
+    pub fn with_jobcomp(self, path: Option<PathBuf>) -> Self {
+        if path.is_some() {
+            *lock(&self.jobcomp) = Some(path);
+        }
+        self
     }
 
     /// Runs one command; its standard output, or the error Slurm's message stands for.
     pub async fn run(&self, argv: &[String]) -> Result<String, BackendError> {
-        let display = argv.join(" ");
+        let (success, stdout, stderr) = self.run_raw(argv).await?;
+        if success {
+            return Ok(stdout);
+        }
+        Err(classify(display_argv(argv), stderr.trim()))
+    }
+
+    /// Runs one command; whether it succeeded, its standard output and its standard error.
+    async fn run_raw(&self, argv: &[String]) -> Result<(bool, String, String), BackendError> {
+        let display = display_argv(argv);
         let Some((program, args)) = argv.split_first() else {
             return Err(BackendError::Invalid("empty command".into()));
         };
@@ -64,6 +96,9 @@ impl SlurmCli {
             .args(args)
             .kill_on_drop(true)
             .stdin(std::process::Stdio::null());
+        if let Some(conf) = &self.slurm_conf {
+            command.env("SLURM_CONF", conf);
+        }
         let output = match tokio::time::timeout(self.timeout, command.output()).await {
             Ok(Ok(output)) => output,
             Ok(Err(err)) => return Err(BackendError::Unavailable(format!("{display}: {err}"))),
@@ -74,12 +109,52 @@ impl SlurmCli {
                 )));
             }
         };
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        if output.status.success() {
-            return Ok(stdout);
+        Ok((
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        ))
+    }
+
+    /// The jobcomp file, if the controller writes one (`JobCompType=jobcomp/filetxt`).
+    async fn jobcomp_path(&self) -> Result<Option<PathBuf>, BackendError> {
+        if let Some(known) = lock(&self.jobcomp).clone() {
+            return Ok(known);
         }
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        Err(classify(display, stderr.trim()))
+        let text = self.run(&argv(&["scontrol", "show", "config"])).await?;
+        let setting = |key: &str| {
+            text.lines().find_map(|line| {
+                let (name, value) = line.split_once('=')?;
+                (name.trim() == key).then(|| value.trim().to_string())
+            })
+        };
+        let path = (setting("JobCompType").as_deref() == Some("jobcomp/filetxt"))
+            .then(|| setting("JobCompLoc"))
+            .flatten()
+            .map(PathBuf::from);
+        *lock(&self.jobcomp) = Some(path.clone());
+        Ok(path)
+    }
+
+    /// The job's attempts in the end of the jobcomp file.
+    async fn jobcomp_history(
+        &self,
+        path: PathBuf,
+        job_id: &str,
+    ) -> Result<Vec<JobCompRecord>, BackendError> {
+        let tail = tokio::task::spawn_blocking(move || read_tail(&path, JOBCOMP_TAIL_BYTES))
+            .await
+            .map_err(|err| {
+                BackendError::Unavailable(format!("reading the jobcomp file: {err}"))
+            })??;
+        let (records, warnings) = jobcomp::parse(jobcomp::complete_lines(&tail));
+        if !warnings.is_empty() {
+            tracing::warn!(count = warnings.len(), first = %warnings[0], "jobcomp lines skipped");
+        }
+        Ok(jobcomp::attempts_of(&records, job_id)
+            .into_iter()
+            .cloned()
+            .collect())
     }
 
     async fn squeue_json(
@@ -133,6 +208,29 @@ fn classify(command: String, stderr: &str) -> BackendError {
         return BackendError::Unavailable(format!("{command}: {message}"));
     }
     BackendError::Invalid(format!("{command}: {message}"))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The last `max` bytes of a file, starting at a line boundary, as text (invalid UTF-8 replaced).
+fn read_tail(path: &std::path::Path, max: u64) -> Result<String, BackendError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    let start = len.saturating_sub(max);
+    file.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::with_capacity((len - start) as usize);
+    file.read_to_end(&mut bytes)?;
+    if start > 0 {
+        // The first line was cut: drop it.
+        let cut = memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |at| at + 1);
+        bytes.drain(..cut);
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 pub(crate) fn argv(parts: &[&str]) -> Vec<String> {
@@ -252,6 +350,30 @@ impl SlurmApi for SlurmCli {
 
     fn describe(&self, operation: &Operation) -> String {
         display_argv(&operation_argv(operation))
+    }
+
+    async fn history(&self, job_id: &str) -> Result<Option<Vec<JobCompRecord>>, BackendError> {
+        if !self.no_accounting.load(Ordering::Relaxed) {
+            let (success, stdout, stderr) = self.run_raw(&sacct::argv(job_id)).await?;
+            match sacct::read_answer(success, &stdout, &stderr) {
+                Ok(Some((records, _))) => {
+                    let attempts: Vec<JobCompRecord> = jobcomp::attempts_of(&records, job_id)
+                        .into_iter()
+                        .cloned()
+                        .collect();
+                    if !attempts.is_empty() {
+                        return Ok(Some(attempts));
+                    }
+                }
+                Ok(None) => self.no_accounting.store(true, Ordering::Relaxed),
+                Err(err) => tracing::warn!(%err, job_id, "sacct"),
+            }
+        }
+        let Some(path) = self.jobcomp_path().await? else {
+            return Ok(None);
+        };
+        let attempts = self.jobcomp_history(path, job_id).await?;
+        Ok((!attempts.is_empty()).then_some(attempts))
     }
 
     async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError> {

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use super::api::{Operation, SlurmApi};
 use super::cli::SlurmCli;
+use super::jobcomp::JobCompRecord;
 use super::rest::{JobUpdate, RestRequest, SlurmRest};
 use super::squeue::{self, SlurmJob};
 use crate::backend::BackendError;
@@ -113,6 +114,10 @@ impl SlurmApi for SlurmViaRest {
 
     async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError> {
         self.cli.usable_nodes(partition).await
+    }
+
+    async fn history(&self, job_id: &str) -> Result<Option<Vec<JobCompRecord>>, BackendError> {
+        self.cli.history(job_id).await
     }
 }
 
