@@ -69,7 +69,7 @@ fn job_state(conf: &Path, job_id: &str) -> Option<(String, i64)> {
     let job = listing["jobs"]
         .as_array()?
         .iter()
-        .find(|job| job["job_id"].to_string() == job_id)?;
+        .find(|job| job["job_id"].as_i64().map(|id| id.to_string()).as_deref() == Some(job_id))?;
     Some((
         job["job_state"].as_str()?.to_string(),
         job["restart_cnt"].as_i64().unwrap_or(0),
