@@ -53,9 +53,15 @@ struct Cluster {
 
 impl Cluster {
     fn start(dir: &Path) -> Self {
+        Self::start_with(dir, 30)
+    }
+
+    /// A cluster that marks a node down after `slurmd_timeout` seconds without an answer.
+    fn start_with(dir: &Path, slurmd_timeout: u32) -> Self {
         let output = Command::new("bash")
             .args([CLUSTER_SH, "start"])
             .arg(dir)
+            .env("RUNGUARD_SLURMD_TIMEOUT", slurmd_timeout.to_string())
             .output()
             .unwrap();
         assert!(
@@ -109,6 +115,8 @@ struct Case<'a> {
     engine: &'a str,
     /// The engine and the job run as user nobody, without operator rights.
     as_nobody: bool,
+    /// This node stops answering (its slurmd is stopped) once the run has saved its first checkpoint.
+    node_dies: Option<&'a str>,
 }
 
 impl<'a> Case<'a> {
@@ -119,6 +127,7 @@ impl<'a> Case<'a> {
             config: "",
             engine: "",
             as_nobody: false,
+            node_dies: None,
         }
     }
 }
@@ -153,7 +162,10 @@ fn run_case(case: Case<'_>) -> Finished {
     // World-searchable and (for nobody's runs) world-writable: the job and the engine write here.
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let cluster = Cluster::start(&dir.path().join("slurm"));
+    let cluster = Cluster::start_with(
+        &dir.path().join("slurm"),
+        if case.node_dies.is_some() { 10 } else { 30 },
+    );
     std::fs::create_dir(dir.path().join("ckpt")).unwrap();
     std::fs::set_permissions(
         dir.path().join("ckpt"),
@@ -210,7 +222,28 @@ fn run_case(case: Case<'_>) -> Finished {
     );
     let start = Instant::now();
     let mut last = None;
+    let mut node_stopped = false;
+    let mut frozen: Vec<u32> = Vec::new();
     while start.elapsed() < Duration::from_secs(150) {
+        if let Some(node) = case.node_dies
+            && !node_stopped
+            && dir.path().join("ckpt/iter_0000010").exists()
+        {
+            // The node's slurmd and the job's rank on it freeze, as on a node that hangs.
+            let slurmd = std::fs::read_to_string(cluster.dir.join(format!("slurmd-{node}.pid")))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            frozen.push(slurmd);
+            frozen.extend(processes_of_node(node));
+            for pid in &frozen {
+                let _ = Command::new("kill")
+                    .args(["-STOP", &pid.to_string()])
+                    .status();
+            }
+            node_stopped = true;
+        }
         if let Some(status) = status(dir.path(), &cluster.conf)
             && status["workflows"][0]["status"] == "completed"
         {
@@ -221,6 +254,11 @@ fn run_case(case: Case<'_>) -> Finished {
     }
     let _ = engine.kill();
     let _ = engine.wait();
+    for pid in &frozen {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
     let logs = job_logs(dir.path());
     let mut checkpoints: Vec<String> = std::fs::read_dir(dir.path().join("ckpt"))
         .unwrap()
@@ -240,6 +278,20 @@ fn run_case(case: Case<'_>) -> Finished {
         logs,
         checkpoints,
     }
+}
+
+/// The processes a job runs on `node` (they carry `SLURMD_NODENAME=node` in their environment).
+fn processes_of_node(node: &str) -> Vec<u32> {
+    let marker = format!("SLURMD_NODENAME={node}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|environ| String::from_utf8_lossy(&environ).contains(&marker))
+        })
+        .collect()
 }
 
 /// Every job log in `dir`, for assertions and the message of a failed test.
@@ -322,6 +374,34 @@ fn the_same_recovery_reading_scontrol_show_job_instead_of_squeue_json() {
         config: "\n[slurm]\nlisting = \"scontrol\"\n",
         ..Case::new(nccl_on_n2())
     }));
+}
+
+#[test]
+fn a_node_that_stops_answering_is_excluded_from_the_job_slurm_requeued_by_itself() {
+    if !slurm_available() {
+        return;
+    }
+    // A long run, so that it is still going when n2 stops answering after the first checkpoint.
+    let finished = run_case(Case {
+        node_dies: Some("n2"),
+        ..Case::new(job_script(2, 3, "ITERS=40 STEP_SECS=0.5"))
+    });
+    let workflow = &finished.status["workflows"][0];
+    assert_eq!(workflow["succeeded"], true, "{workflow:#}");
+    let attempts = workflow["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{workflow:#}");
+    assert_eq!(attempts[0]["state"], "requeued");
+    assert_eq!(workflow["attributions"][0]["category"], "node_failure");
+    assert_eq!(workflow["attributions"][0]["culprit"]["node"], "n2");
+    assert!(strings(&attempts[1]["excluded_nodes"]).contains(&"n2".to_string()));
+    assert!(!strings(&attempts[1]["nodes"]).contains(&"n2".to_string()));
+    assert!(
+        finished
+            .logs
+            .contains("successfully loaded checkpoint from"),
+        "{}",
+        finished.logs
+    );
 }
 
 #[test]

@@ -71,6 +71,21 @@ impl Engine {
                         Err(err) => retry_or_fail(err),
                     };
                 }
+                // The scheduler requeued it by itself and has started it again meanwhile: only a run on
+                // a suspected node is worth ending.
+                if params.scheduler_requeued
+                    && job.restart_count == planned
+                    && job.state == crate::model::JobState::Running
+                    && !job
+                        .nodes
+                        .iter()
+                        .any(|node| params.exclude_nodes.contains(node))
+                {
+                    return Execution::Superseded(format!(
+                        "the scheduler restarted job {job_id} by itself on {}, none of them suspected",
+                        job.nodes.join(",")
+                    ));
+                }
                 if job.restart_count > planned {
                     return Execution::AlreadyDone(format!(
                         "job {job_id} was already requeued (restart count {} > {planned})",

@@ -242,9 +242,31 @@ impl Engine {
     async fn detect_and_decide(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
         let workflows = self.store.db().workflows()?;
         for workflow in workflows.into_iter().filter(|w| w.status.is_active()) {
-            let Some(attempt) = self.store.db().attempts(workflow.id)?.pop() else {
+            let mut attempts = self.store.db().attempts(workflow.id)?;
+            let Some(attempt) = attempts.pop() else {
                 continue;
             };
+            // An attempt the scheduler requeued by itself (a node failure with JobRequeue=1): its end
+            // was never decided on, and the next attempt waits in the queue, possibly for the same node.
+            if let Some(previous) = attempts.pop()
+                && previous.state == JobState::Requeued
+                && !attempt.state.is_terminal()
+                && !self
+                    .store
+                    .db()
+                    .attempt_handled(workflow.id, previous.index)?
+            {
+                let summary = format!(
+                    "job {} (attempt {}) was requeued by the scheduler itself (restart {})",
+                    previous.job_id, previous.index, attempt.restart_count
+                );
+                let mut failed = previous;
+                // Decided against the job as it is now: already requeued once more.
+                failed.restart_count = attempt.restart_count;
+                self.handle_failure(workflow, failed, AnomalyKind::Crash, summary, now)
+                    .await?;
+                continue;
+            }
             if self
                 .store
                 .db()
@@ -548,13 +570,30 @@ impl Engine {
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
         let mut lines = self.store.db().evidence_lines(workflow.id, attempt.index)?;
+        let usable_nodes = self.usable_nodes(&workflow, now).await?;
         // The scheduler's own verdict is evidence too (NODE_FAIL, OUT_OF_MEMORY, PREEMPTED...).
-        if attempt.state.is_terminal() {
+        let scheduler_requeued = attempt.state == JobState::Requeued;
+        if attempt.state.is_terminal() || scheduler_requeued {
             lines.push(crate::model::EvidenceLine {
                 time: attempt.end_time.unwrap_or(now),
                 rank: None,
                 text: scheduler_line(&attempt),
             });
+        }
+        // After a node failure, the node the scheduler now keeps out of scheduling is the culprit.
+        if (attempt.state == JobState::NodeFail || scheduler_requeued)
+            && let Some(usable) = &usable_nodes
+        {
+            for node in attempt.nodes.iter().filter(|node| !usable.contains(node)) {
+                lines.push(crate::model::EvidenceLine {
+                    time: now,
+                    rank: None,
+                    text: format!(
+                        "scheduler: node {node} of job {} is no longer usable (down, drained or not responding)",
+                        attempt.job_id
+                    ),
+                });
+            }
         }
         let ranks_per_node = workflow.spec.gpus_per_node.max(1);
         let mut attribution = attribute::attribute(
@@ -573,8 +612,7 @@ impl Engine {
         if let Some(folded) = self.correlate(&workflow, &attempt, &attribution, now)? {
             attribution = folded;
         }
-        let usable_nodes = self.usable_nodes(&workflow, now).await?;
-        let decision = decide(
+        let mut decision = decide(
             &workflow,
             &attempt,
             kind,
@@ -582,6 +620,11 @@ impl Engine {
             &self.policy,
             usable_nodes.as_deref(),
         );
+        if scheduler_requeued {
+            for intent in &mut decision.intents {
+                intent.params.scheduler_requeued = true;
+            }
+        }
         let backend = Arc::clone(&self.backend);
         let mut events = Vec::new();
         let evidence_quote = attribution.evidence.clone();
@@ -811,6 +854,9 @@ impl Engine {
 /// `scheduler: job 4201 NODE_FAIL reason=NodeDown exit_code=1`.
 pub fn scheduler_line(attempt: &Attempt) -> String {
     let mut line = format!("scheduler: job {} {}", attempt.job_id, attempt.state_raw);
+    if attempt.state == JobState::Requeued {
+        line.push_str(" by the scheduler");
+    }
     if let Some(reason) = &attempt.reason {
         line.push_str(&format!(" reason={reason}"));
     }

@@ -123,6 +123,10 @@ pub struct ActionParams {
     /// The job's restart count when the action was planned, so a restarted engine can tell whether it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_count: Option<u32>,
+    /// The scheduler had already requeued the job by itself (a node failure with `JobRequeue=1`): the
+    /// requeue only sets the exclusion and starts it now.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scheduler_requeued: bool,
 }
 
 /// A recovery action, proposed or executed, with why and whether the whitelist permits it.

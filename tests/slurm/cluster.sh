@@ -5,6 +5,8 @@
 #   tests/slurm/cluster.sh stop DIR    stop what start started
 #   tests/slurm/cluster.sh status DIR  show the nodes
 #
+# RUNGUARD_SLURMD_TIMEOUT (default 30) is how long a node may not answer before Slurm marks it down.
+#
 # No munge (auth/none), no systemd, everything under DIR.
 set -euo pipefail
 
@@ -54,7 +56,7 @@ AccountingStorageType=accounting_storage/none
 JobRequeue=1
 MinJobAge=600
 KillWait=5
-SlurmdTimeout=30
+SlurmdTimeout=${RUNGUARD_SLURMD_TIMEOUT:-30}
 NodeName=n[1-4] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((base + 1))-$((base + 4))] CPUs=$cpus State=UNKNOWN
 PartitionName=gpu Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
 CONF
