@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 pub use crate::model::EvidenceLine;
 pub use queries::{Command, CommandKind, Db, WorkflowSummary};
@@ -87,8 +87,20 @@ impl Store {
         // A reader waits for the writer instead of failing with SQLITE_BUSY.
         conn.busy_timeout(Duration::from_secs(10))
             .map_err(open_error)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(open_error)?;
+        // Switching a new file to WAL needs it alone, and SQLite does not wait for that: another process
+        // opening the same new store at the same moment (the CLI reading while the engine starts) gets
+        // SQLITE_BUSY at once. Try again for a while.
+        let mut tries = 0;
+        loop {
+            match conn.pragma_update(None, "journal_mode", "WAL") {
+                Ok(()) => break,
+                Err(err) if is_busy(&err) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(err) => return Err(open_error(err)),
+            }
+        }
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(open_error)?;
         conn.pragma_update(None, "foreign_keys", "ON")
@@ -103,7 +115,11 @@ impl Store {
 
     fn migrate(&mut self) -> Result<(), StoreError> {
         let known = schema::MIGRATIONS.len() as i64;
-        let tx = self.conn.transaction()?;
+        // Immediate: the write lock is taken (waiting for it) before the version is read, so two
+        // processes opening a new store cannot both start migrating it.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let found: i64 = tx.query_row("PRAGMA user_version", [], |row| row.get(0))?;
         if found > known {
             return Err(StoreError::TooNew {
@@ -135,11 +151,22 @@ impl Store {
         &mut self,
         change: impl FnOnce(&Db<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let tx = self.conn.transaction()?;
+        // Immediate, so that a change that reads before it writes waits for another writer (the CLI
+        // queueing a command) instead of failing when it comes to write.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = change(&Db::new(&tx))?;
         tx.commit()?;
         Ok(value)
     }
+}
+
+fn is_busy(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Times are stored as RFC 3339 text so the file stays readable with the `sqlite3` shell.
@@ -224,6 +251,31 @@ mod tests {
         let reader = Store::open(&path).unwrap();
         writer.write(|db| db.insert_workflow(&workflow())).unwrap();
         assert_eq!(reader.db().workflows().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn processes_opening_a_new_store_at_the_same_moment_all_get_it() {
+        // The engine creating its store while `runguard status` polls for it.
+        for round in 0..10 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(format!("runguard-{round}.sqlite"));
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+            let openers: Vec<_> = (0..6)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), std::sync::Arc::clone(&barrier));
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let mut store = Store::open(&path)?;
+                        store.write(|db| db.insert_workflow(&workflow()))
+                    })
+                })
+                .collect();
+            for opener in openers {
+                opener.join().unwrap().unwrap();
+            }
+            let store = Store::open(&path).unwrap();
+            assert_eq!(store.db().workflows().unwrap().len(), 6);
+        }
     }
 
     #[test]
