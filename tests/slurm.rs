@@ -263,6 +263,7 @@ fn run_case(case: Case<'_>) -> Finished {
     let mut checkpoints: Vec<String> = std::fs::read_dir(dir.path().join("ckpt"))
         .unwrap()
         .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("iter_"))
         .collect();
     checkpoints.sort();
     let status = last.unwrap_or_else(|| {
@@ -402,6 +403,53 @@ fn a_node_that_stops_answering_is_excluded_from_the_job_slurm_requeued_by_itself
         "{}",
         finished.logs
     );
+}
+
+#[test]
+fn in_resubmit_mode_the_batch_script_is_submitted_again_without_n2() {
+    if !slurm_available() {
+        return;
+    }
+    let finished = run_case(Case {
+        whitelist: r#"["resubmit", "cancel"]"#,
+        config: "mode = \"resubmit\"",
+        ..Case::new(nccl_on_n2())
+    });
+    let workflow = &finished.status["workflows"][0];
+    assert_eq!(workflow["succeeded"], true, "{workflow:#}");
+    let attempts = workflow["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{workflow:#}");
+    assert_ne!(attempts[0]["job_id"], attempts[1]["job_id"], "a new job id");
+    assert_eq!(attempts[1]["index"], 1);
+    assert!(strings(&attempts[1]["excluded_nodes"]).contains(&"n2".to_string()));
+    assert!(!strings(&attempts[1]["nodes"]).contains(&"n2".to_string()));
+    assert_eq!(workflow["last_checkpoint_iteration"], 30, "{workflow:#}");
+    assert!(
+        finished.logs.contains("at iteration 10"),
+        "the resubmitted job resumes: {}",
+        finished.logs
+    );
+}
+
+#[test]
+fn every_job_of_a_watched_partition_is_enrolled_without_a_comment() {
+    if !slurm_available() {
+        return;
+    }
+    let script = nccl_on_n2()
+        .lines()
+        .filter(|line| !line.contains("--comment"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let finished = run_case(Case {
+        config: "\n[slurm]\npartitions = [\"gpu\"]\n",
+        ..Case::new(script)
+    });
+    let workflow = &finished.status["workflows"][0];
+    assert_eq!(workflow["succeeded"], true, "{workflow:#}");
+    assert_eq!(workflow["requeues_used"], 1);
+    // Without max_requeue_times of its own, the system's limit applies.
+    assert_eq!(workflow["requeue_limit"], 24, "{workflow:#}");
 }
 
 #[test]

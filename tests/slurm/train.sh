@@ -6,7 +6,8 @@
 #   ITERS=30 CKPT_EVERY=10 STEP_SECS=0.05   the run
 #   FAIL=none|nccl|exception|hang           how it fails
 #   FAIL_AT=15                              at which iteration
-#   FAIL_ON=first|always                    on the first attempt only (SLURM_RESTART_COUNT=0), or on every one
+#   FAIL_ON=first|always                    on the run's first attempt only (requeued or resubmitted, the
+#                                           next attempts find the mark it leaves in CKPT_DIR), or on every one
 #   FAIL_NODE=n2                            for nccl: the node whose rank reports the broken link (default:
 #                                           the node of the last rank)
 set -u
@@ -14,7 +15,6 @@ set -u
 rank=${SLURM_PROCID:-0}
 ranks=${SLURM_NTASKS:-1}
 node=${SLURMD_NODENAME:-$(hostname)}
-restart=${SLURM_RESTART_COUNT:-0}
 iters=${ITERS:-30}
 every=${CKPT_EVERY:-10}
 step=${STEP_SECS:-0.05}
@@ -35,12 +35,13 @@ if [ -n "$newest" ]; then
 fi
 
 failing=0
-if [ "$fail" != none ] && { [ "$fail_on" = always ] || [ "$restart" = 0 ]; }; then
+if [ "$fail" != none ] && { [ "$fail_on" = always ] || [ ! -e "$ckpt_dir/.failed_once" ]; }; then
     failing=1
 fi
 
 for ((i = start + 1; i <= iters; i++)); do
     if [ "$failing" = 1 ] && [ "$i" = "$fail_at" ]; then
+        touch "$ckpt_dir/.failed_once"
         case "$fail" in
             nccl)
                 culprit=${FAIL_NODE:-}
