@@ -35,6 +35,27 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub sim: SimConfig,
     pub slurm: SlurmConfig,
+    pub tui: TuiConfig,
+}
+
+/// The terminal cockpit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TuiConfig {
+    /// `dark`, `light`, `high-contrast`, or a file NAME.toml in the config directory's `themes/`.
+    pub theme: String,
+    /// The overview's columns in order (empty: the default set). `:columns` and `:theme` keep the
+    /// choice in `cockpit.toml` beside this file, which wins over these two keys.
+    pub columns: Vec<String>,
+}
+
+impl Default for TuiConfig {
+    fn default() -> Self {
+        Self {
+            theme: "dark".to_string(),
+            columns: Vec::new(),
+        }
+    }
 }
 
 /// The Slurm backend.

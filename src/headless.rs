@@ -119,14 +119,18 @@ pub fn catalog() -> Result<Catalog, CatalogError> {
     }
 }
 
-/// Runs the engine until a signal (or until settled); returns how it ended.
-pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome, HeadlessError> {
-    let _lock = EngineLock::acquire(&options.store_path)?;
-    let mut store = Store::open(&options.store_path)?;
+/// Builds the engine the config describes over the store at `store_path`; the caller holds the lock.
+pub fn build_engine(
+    config: Config,
+    store_path: &Path,
+    auto: bool,
+    fresh_sim: bool,
+) -> Result<Engine, HeadlessError> {
+    let mut store = Store::open(store_path)?;
     let (backend, clock): (Arc<dyn Backend>, Arc<dyn Clock>) = match config.backend.kind {
         BackendKind::Sim => {
-            let dir = sim_dir(&config, &options.store_path);
-            if options.fresh_sim {
+            let dir = sim_dir(&config, store_path);
+            if fresh_sim {
                 SimCluster::reset(&dir)?;
                 let forgotten = store.write(|db| db.delete_workflows_of_backend("sim"))?;
                 if forgotten > 0 {
@@ -163,14 +167,20 @@ pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome,
             (Arc::new(backend), clock)
         }
     };
-    let mut engine = Engine::new(
+    Ok(Engine::new(
         store,
         backend,
         clock,
         config,
         catalog()?,
-        EngineOptions { auto: options.auto },
-    );
+        EngineOptions { auto },
+    ))
+}
+
+/// Runs the engine until a signal (or until settled); returns how it ended.
+pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome, HeadlessError> {
+    let _lock = EngineLock::acquire(&options.store_path)?;
+    let mut engine = build_engine(config, &options.store_path, options.auto, options.fresh_sim)?;
     let events = engine.subscribe();
     let printer = tokio::spawn(print_events(events, options.event_log));
     let shutdown = shutdown_signal().await?;

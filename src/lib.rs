@@ -18,3 +18,4 @@ pub mod recover;
 pub mod status;
 pub mod store;
 pub mod telemetry;
+pub mod tui;

@@ -31,6 +31,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The interactive cockpit (the default): runs the engine here, or views the one already running.
+    Cockpit {
+        /// Run whitelisted actions without approval, as `run --auto` does.
+        #[arg(long)]
+        auto: bool,
+    },
     /// Run a scenario on the embedded simulated cluster, recover it automatically, and print a summary.
     Demo {
         /// Scenario name (see --list) or path to a scenario TOML file.
@@ -129,13 +135,9 @@ fn run(cli: Cli) -> Result<()> {
         .clone()
         .or_else(|| config.store.path.clone())
         .unwrap_or_else(runguard::paths::default_store_file);
-    match cli.command.unwrap_or(Command::Demo {
-        scenario: None,
-        seed: None,
-        speed: None,
-        list: false,
-        json: false,
-    }) {
+    let config_path = cli.config.clone();
+    match cli.command.unwrap_or(Command::Cockpit { auto: false }) {
+        Command::Cockpit { auto } => cockpit(config, config_path, store_path, auto),
         Command::Demo {
             scenario,
             seed,
@@ -328,6 +330,70 @@ fn print_status(
             "{}",
             runguard::status::render_table(&report, chrono::Utc::now())
         );
+    }
+    Ok(())
+}
+
+/// The cockpit on the configured backend (the simulated cluster when none is configured).
+fn cockpit(
+    config: Config,
+    config_path: Option<PathBuf>,
+    store_path: PathBuf,
+    auto: bool,
+) -> Result<()> {
+    use runguard::tui::app::{Column, DEFAULT_COLUMNS};
+    use runguard::tui::run::{CockpitOptions, Exit};
+
+    let config_dir = config_path
+        .as_ref()
+        .and_then(|file| file.parent().map(Path::to_path_buf))
+        .or_else(|| {
+            runguard::paths::default_config_file().and_then(|f| f.parent().map(Path::to_path_buf))
+        });
+    let preferences = config_dir.as_ref().map(|dir| dir.join("cockpit.toml"));
+    let saved: Option<toml::Table> = preferences
+        .as_ref()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| text.parse().ok());
+    let theme = saved
+        .as_ref()
+        .and_then(|t| t.get("theme")?.as_str().map(str::to_string))
+        .unwrap_or_else(|| config.tui.theme.clone());
+    let column_names: Vec<String> = saved
+        .as_ref()
+        .and_then(|t| t.get("columns")?.as_array().cloned())
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(|n| n.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_else(|| config.tui.columns.clone());
+    let mut columns = Vec::new();
+    for name in &column_names {
+        match Column::parse(name) {
+            Some(column) => columns.push(column),
+            None => bail!("tui.columns: no column {name:?}"),
+        }
+    }
+    if columns.is_empty() {
+        columns = DEFAULT_COLUMNS.to_vec();
+    }
+    let options = CockpitOptions {
+        store_path: store_path.clone(),
+        config_path,
+        auto,
+        theme,
+        columns,
+        themes_dir: config_dir.as_ref().map(|dir| dir.join("themes")),
+        preferences,
+    };
+    match runtime()?.block_on(runguard::tui::run::run(config, options))? {
+        Exit::Quit => {}
+        Exit::Detached { pid, log } => println!(
+            "the engine goes on headless (pid {pid}, log {}); run `runguard` again to attach",
+            log.display()
+        ),
     }
     Ok(())
 }

@@ -1,0 +1,239 @@
+//! Details of the focused attempt: basic, hardware, performance and recovery information, anomalies and
+//! the attribution with its evidence lines.
+
+use chrono::{DateTime, Utc};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Paragraph, Wrap};
+
+use super::{format_duration, format_time};
+use crate::tui::app::{App, duration_of};
+use crate::tui::snapshot::Snapshot;
+use crate::tui::theme::Theme;
+
+pub fn draw(
+    frame: &mut Frame<'_>,
+    area: Rect,
+    app: &App,
+    snapshot: &Snapshot,
+    theme: &Theme,
+    now: DateTime<Utc>,
+) {
+    let Some(row) = app.focused(snapshot, now) else {
+        frame.render_widget(
+            Paragraph::new("no attempt to show").block(Block::bordered().title(" Details ")),
+            area,
+        );
+        return;
+    };
+    let Some(detail) = snapshot.detail(row.workflow_id) else {
+        return;
+    };
+    let attempt = &row.attempt;
+    let workflow = &detail.workflow;
+    let label = |name: &str| Span::styled(format!("{name:<14}"), theme.muted());
+    let field = |name: &str, value: String| Line::from(vec![label(name), Span::raw(value)]);
+    let list = |nodes: &[String]| {
+        if nodes.is_empty() {
+            "-".to_string()
+        } else {
+            nodes.join(",")
+        }
+    };
+    let last_throughput = detail
+        .throughput
+        .iter()
+        .rev()
+        .find(|s| s.attempt_index == attempt.index);
+    let failures = workflow.failures_since_checkpoint;
+
+    let mut left = vec![
+        Line::styled("Basic", theme.accent()),
+        field(
+            "job",
+            format!("{} (attempt {})", attempt.job_id, attempt.index),
+        ),
+        field("name", workflow.name.clone()),
+        field("user", workflow.spec.user.clone()),
+        Line::from(vec![
+            label("state"),
+            Span::styled(attempt.state_raw.clone(), theme.state(attempt.state)),
+        ]),
+        field(
+            "reason",
+            attempt.reason.clone().unwrap_or_else(|| "-".into()),
+        ),
+        field(
+            "command",
+            workflow.spec.command.clone().unwrap_or_else(|| "-".into()),
+        ),
+        field(
+            "log",
+            attempt
+                .log_path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "-".into()),
+        ),
+        field(
+            "partition",
+            workflow
+                .spec
+                .partition
+                .clone()
+                .unwrap_or_else(|| "-".into()),
+        ),
+        field(
+            "dependency",
+            workflow
+                .spec
+                .dependency
+                .clone()
+                .unwrap_or_else(|| "-".into()),
+        ),
+        Line::raw(""),
+        Line::styled("Hardware", theme.accent()),
+        field(
+            "nodes",
+            format!("{} ({})", attempt.nodes.len(), list(&attempt.nodes)),
+        ),
+        field("gpus", attempt.gpus.to_string()),
+        field("excluded", list(&attempt.excluded_nodes)),
+        Line::raw(""),
+        Line::styled("Performance", theme.accent()),
+        field("submitted", format_time(attempt.submit_time, false, now)),
+        field("started", format_time(attempt.start_time, false, now)),
+        field("ended", format_time(attempt.end_time, false, now)),
+        field(
+            "duration",
+            duration_of(row, now)
+                .map(|d| format_duration(d, true))
+                .unwrap_or_else(|| "-".into()),
+        ),
+        field(
+            "last update",
+            format_time(Some(attempt.updated_at), true, now),
+        ),
+        field(
+            "throughput",
+            last_throughput
+                .map(|s| {
+                    format!(
+                        "{:.1} TFLOP/s/GPU at iteration {}",
+                        s.tflops_per_gpu, s.iteration
+                    )
+                })
+                .unwrap_or_else(|| "-".into()),
+        ),
+        field(
+            "checkpoints",
+            format!(
+                "{} this attempt, last {}",
+                row.checkpoints,
+                format_time(row.last_checkpoint, false, now)
+            ),
+        ),
+    ];
+    left.push(Line::raw(""));
+    left.push(Line::styled("Recovery", theme.accent()));
+    left.push(field("backend", workflow.backend.clone()));
+    left.push(Line::from(vec![
+        label("workflow"),
+        Span::styled(workflow.status.as_str(), theme.status(workflow.status)),
+        Span::raw(
+            workflow
+                .status_reason
+                .as_deref()
+                .map(|r| format!(" — {r}"))
+                .unwrap_or_default(),
+        ),
+    ]));
+    left.push(field(
+        "resume mode",
+        workflow
+            .limits
+            .auto_resume_mode
+            .clone()
+            .unwrap_or_else(|| "requeue".into()),
+    ));
+    left.push(field(
+        "requeues",
+        format!("{} of {}", workflow.requeues_used, detail.requeue_limit),
+    ));
+    left.push(field("since ckpt", format!("{failures} failed attempts")));
+
+    let mut right = vec![Line::styled("Anomalies", theme.accent())];
+    let anomalies: Vec<_> = detail
+        .anomalies
+        .iter()
+        .filter(|a| a.attempt_index == attempt.index)
+        .collect();
+    if anomalies.is_empty() {
+        right.push(Line::styled("none", theme.muted()));
+    }
+    for anomaly in anomalies {
+        right.push(Line::from(vec![
+            Span::styled("▲ ", theme.anomaly()),
+            Span::styled(format!("{} ", anomaly.kind.as_str()), theme.anomaly()),
+            Span::styled(anomaly.time.format("%H:%M:%S ").to_string(), theme.muted()),
+            Span::raw(anomaly.summary.clone()),
+        ]));
+    }
+    right.push(Line::raw(""));
+    right.push(Line::styled("Attribution", theme.accent()));
+    match detail
+        .attributions
+        .iter()
+        .rev()
+        .find(|a| a.attempt_index == attempt.index)
+    {
+        None => right.push(Line::styled("none", theme.muted())),
+        Some(attribution) => {
+            right.push(Line::from(vec![
+                Span::styled(attribution.category.clone(), theme.anomaly()),
+                Span::raw(format!(
+                    " ({}) on {} — {:.0}%, {}",
+                    attribution.component.as_str(),
+                    attribution
+                        .culprit
+                        .node
+                        .as_deref()
+                        .unwrap_or("an unknown node"),
+                    attribution.confidence * 100.0,
+                    if attribution.recoverable {
+                        "recoverable by requeue"
+                    } else {
+                        "not recoverable by requeue"
+                    }
+                )),
+            ]));
+            right.push(Line::raw(attribution.explanation.clone()));
+            right.push(Line::styled("evidence:", theme.muted()));
+            for line in &attribution.evidence {
+                right.push(Line::from(vec![
+                    Span::styled("│ ", theme.muted()),
+                    Span::raw(line.clone()),
+                ]));
+            }
+        }
+    }
+    let [left_area, right_area] =
+        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(area);
+    frame.render_widget(
+        Paragraph::new(left).wrap(Wrap { trim: false }).block(
+            Block::bordered()
+                .title(format!(" {} · attempt {} ", workflow.name, attempt.index))
+                .border_style(theme.accent()),
+        ),
+        left_area,
+    );
+    frame.render_widget(
+        Paragraph::new(right).wrap(Wrap { trim: false }).block(
+            Block::bordered()
+                .title(" Anomalies & attribution ")
+                .border_style(theme.muted()),
+        ),
+        right_area,
+    );
+}

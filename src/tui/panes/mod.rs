@@ -1,0 +1,152 @@
+//! One file per pane; [`draw`] lays out the frame: tabs, the focused pane, the status line, overlays.
+
+pub mod approvals;
+pub mod details;
+pub mod help;
+pub mod notifications;
+pub mod overview;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Paragraph, Tabs};
+
+use super::app::{App, Mode, Pane};
+use super::snapshot::Snapshot;
+use super::theme::Theme;
+
+/// Draws the whole cockpit.
+pub fn draw(
+    frame: &mut Frame<'_>,
+    app: &App,
+    snapshot: &Snapshot,
+    theme: &Theme,
+    now: DateTime<Utc>,
+) {
+    let area = frame.area();
+    frame.render_widget(Block::default().style(theme.text()), area);
+    let [tabs, body, status] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    draw_tabs(frame, tabs, app, snapshot, theme);
+    match app.pane {
+        Pane::Overview => overview::draw(frame, body, app, snapshot, theme, now),
+        Pane::Details => details::draw(frame, body, app, snapshot, theme, now),
+        Pane::Approvals => approvals::draw(frame, body, app, snapshot, theme),
+        Pane::Notifications => notifications::draw(frame, body, app, snapshot, theme),
+    }
+    draw_status(frame, status, app, snapshot, theme);
+    if app.help {
+        help::draw(frame, area, theme);
+    }
+}
+
+fn draw_tabs(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, theme: &Theme) {
+    let titles: Vec<Line<'_>> = Pane::ALL
+        .iter()
+        .enumerate()
+        .map(|(n, pane)| {
+            let mut title = format!("{} {}", n + 1, pane.title());
+            if *pane == Pane::Approvals && !snapshot.approvals.is_empty() {
+                title.push_str(&format!(" ({})", snapshot.approvals.len()));
+            }
+            Line::from(title)
+        })
+        .collect();
+    let selected = Pane::ALL.iter().position(|p| *p == app.pane).unwrap_or(0);
+    let tabs = Tabs::new(titles)
+        .select(selected)
+        .style(theme.muted())
+        .highlight_style(theme.accent())
+        .divider("│");
+    let [left, right] =
+        Layout::horizontal([Constraint::Min(10), Constraint::Length(34)]).areas(area);
+    frame.render_widget(tabs, left);
+    let mode = if app.owns_engine {
+        "engine here"
+    } else {
+        "viewer"
+    };
+    frame.render_widget(
+        Paragraph::new(Line::from(vec![
+            Span::styled("runguard ", theme.accent()),
+            Span::styled(format!("· {mode} · ? help"), theme.muted()),
+        ]))
+        .right_aligned(),
+        right,
+    );
+}
+
+fn draw_status(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, theme: &Theme) {
+    let line = match app.mode {
+        Mode::Search => Line::from(vec![
+            Span::styled("/", theme.accent()),
+            Span::raw(app.input.clone()),
+            Span::styled("▏", theme.accent()),
+        ]),
+        Mode::Command => Line::from(vec![
+            Span::styled(":", theme.accent()),
+            Span::raw(app.input.clone()),
+            Span::styled("▏", theme.accent()),
+        ]),
+        Mode::Normal => {
+            let mut spans = Vec::new();
+            if let Some(message) = &app.message {
+                spans.push(Span::styled(message.clone(), theme.approval()));
+                spans.push(Span::raw("  "));
+            }
+            if !app.search.is_empty() {
+                spans.push(Span::styled(format!("/{} ", app.search), theme.accent()));
+            }
+            let f = &app.filters;
+            for (key, value) in [
+                ("state", &f.state),
+                ("user", &f.user),
+                ("partition", &f.partition),
+                ("backend", &f.backend),
+            ] {
+                if let Some(value) = value {
+                    spans.push(Span::styled(format!("{key}={value} "), theme.accent()));
+                }
+            }
+            spans.push(Span::styled(
+                format!(
+                    "{} attempts · {} waiting for approval · j/k move · Enter details · a approve · x reject · / search · : command · D detach · q quit",
+                    snapshot.rows.len(),
+                    snapshot.approvals.len()
+                ),
+                theme.muted(),
+            ));
+            Line::from(spans)
+        }
+    };
+    frame.render_widget(Paragraph::new(line), area);
+}
+
+/// `DD HH:MM:SS` (days only when there are some) or whole seconds.
+pub fn format_duration(delta: TimeDelta, clock: bool) -> String {
+    let seconds = delta.num_seconds().max(0);
+    if !clock {
+        return format!("{seconds}s");
+    }
+    let (days, rest) = (seconds / 86_400, seconds % 86_400);
+    let (hours, minutes, secs) = (rest / 3600, rest % 3600 / 60, rest % 60);
+    if days > 0 {
+        format!("{days:02} {hours:02}:{minutes:02}:{secs:02}")
+    } else {
+        format!("{hours:02}:{minutes:02}:{secs:02}")
+    }
+}
+
+/// A time as `MM-DD HH:MM:SS`, or how long ago.
+pub fn format_time(time: Option<DateTime<Utc>>, elapsed: bool, now: DateTime<Utc>) -> String {
+    match time {
+        None => "-".to_string(),
+        Some(time) if elapsed => format!("{} ago", format_duration(now - time, true)),
+        Some(time) => time.format("%m-%d %H:%M:%S").to_string(),
+    }
+}

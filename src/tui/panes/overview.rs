@@ -1,0 +1,168 @@
+//! The workflows overview (home): one row per attempt, grouped by workflow, newest first.
+
+use chrono::{DateTime, Utc};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState};
+
+use super::{format_duration, format_time};
+use crate::tui::app::{App, Column, duration_of};
+use crate::tui::snapshot::{AttemptRow, Snapshot};
+use crate::tui::theme::Theme;
+
+pub fn draw(
+    frame: &mut Frame<'_>,
+    area: Rect,
+    app: &App,
+    snapshot: &Snapshot,
+    theme: &Theme,
+    now: DateTime<Utc>,
+) {
+    let rows = app.visible_rows(snapshot, now);
+    let focused = rows
+        .get(app.cursor.min(rows.len().saturating_sub(1)))
+        .copied();
+    let [table_area, focus_area] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(3)]).areas(area);
+    let header = Row::new(app.columns.iter().map(|column| {
+        let mut heading = column.heading().to_string();
+        if let Some((sorted, descending)) = app.sort
+            && sorted == *column
+        {
+            heading.push(if descending { '▼' } else { '▲' });
+        }
+        Cell::from(heading)
+    }))
+    .style(theme.accent());
+    let body: Vec<Row<'_>> = rows
+        .iter()
+        .map(|row| {
+            Row::new(
+                app.columns
+                    .iter()
+                    .map(|column| cell(*column, row, app, theme, now)),
+            )
+        })
+        .collect();
+    let widths: Vec<Constraint> = app.columns.iter().map(|c| width(*c)).collect();
+    let title = format!(
+        " Workflows · {} of {} attempts ",
+        rows.len(),
+        snapshot.rows.len()
+    );
+    let table = Table::new(body, widths)
+        .header(header)
+        .block(Block::bordered().title(title).border_style(theme.accent()))
+        .row_highlight_style(theme.selected())
+        .column_spacing(1);
+    let mut state = TableState::default();
+    if !rows.is_empty() {
+        state.select(Some(app.cursor.min(rows.len() - 1)));
+    }
+    frame.render_stateful_widget(table, table_area, &mut state);
+    frame.render_widget(focus_line(focused, theme), focus_area);
+}
+
+/// What a focused row hides in its cells: anomalies, attribution, last checkpoint.
+fn focus_line<'a>(row: Option<&'a AttemptRow>, theme: &Theme) -> Paragraph<'a> {
+    let Some(row) = row else {
+        return Paragraph::new("no workflow yet: runguard enrols jobs as they appear")
+            .style(theme.muted())
+            .block(Block::bordered());
+    };
+    let mut lines = Vec::new();
+    let first = match (row.anomalies.last(), &row.attribution) {
+        (Some(anomaly), Some(attribution)) => Line::from(vec![
+            Span::styled("▲ ", theme.anomaly()),
+            Span::raw(anomaly.clone()),
+            Span::styled(format!("  ⇒ {attribution}"), theme.accent()),
+        ]),
+        (Some(anomaly), None) => Line::from(vec![
+            Span::styled("▲ ", theme.anomaly()),
+            Span::raw(anomaly.clone()),
+        ]),
+        _ => Line::styled(
+            format!("{} attempt {}: no anomaly", row.workflow, row.attempt.index),
+            theme.muted(),
+        ),
+    };
+    lines.push(first);
+    if let Some(time) = row.last_checkpoint {
+        lines.push(Line::styled(
+            format!("last checkpoint {}", time.format("%Y-%m-%d %H:%M:%S")),
+            theme.muted(),
+        ));
+    }
+    Paragraph::new(lines).block(Block::bordered().border_style(theme.muted()))
+}
+
+fn width(column: Column) -> Constraint {
+    match column {
+        Column::Select => Constraint::Length(1),
+        Column::Job => Constraint::Length(10),
+        Column::Workflow => Constraint::Min(12),
+        Column::Nodes => Constraint::Length(5),
+        Column::Gpus => Constraint::Length(4),
+        Column::State => Constraint::Length(12),
+        Column::Reason => Constraint::Length(14),
+        Column::Duration => Constraint::Length(11),
+        Column::Checkpoints => Constraint::Length(5),
+        Column::Submitted => Constraint::Length(14),
+        Column::Updated => Constraint::Length(14),
+        Column::User => Constraint::Length(8),
+        Column::Partition => Constraint::Length(9),
+        Column::Backend => Constraint::Length(7),
+    }
+}
+
+fn cell<'a>(
+    column: Column,
+    row: &'a AttemptRow,
+    app: &App,
+    theme: &Theme,
+    now: DateTime<Utc>,
+) -> Cell<'a> {
+    let attempt = &row.attempt;
+    match column {
+        Column::Select => {
+            if app.selected.contains(&(row.workflow_id, attempt.index)) {
+                Cell::from("✓")
+            } else {
+                Cell::from(" ")
+            }
+        }
+        Column::Job => Cell::from(format!("{}.{}", attempt.job_id, attempt.index)),
+        Column::Workflow => Cell::from(row.workflow.as_str()),
+        Column::Nodes => Cell::from(attempt.nodes.len().to_string()),
+        Column::Gpus => Cell::from(attempt.gpus.to_string()),
+        Column::State => {
+            let mut spans = vec![Span::styled(
+                attempt.state_raw.clone(),
+                theme.state(attempt.state),
+            )];
+            if !row.anomalies.is_empty() {
+                spans.push(Span::styled(" ▲", theme.anomaly()));
+            }
+            Cell::from(Line::from(spans))
+        }
+        Column::Reason => Cell::from(attempt.reason.clone().unwrap_or_else(|| "-".into())),
+        Column::Duration => Cell::from(
+            duration_of(row, now)
+                .map(|d| format_duration(d, app.duration_clock))
+                .unwrap_or_else(|| "-".into()),
+        ),
+        Column::Checkpoints => Cell::from(row.checkpoints.to_string()),
+        Column::Submitted => {
+            Cell::from(format_time(attempt.submit_time, app.submitted_elapsed, now))
+        }
+        Column::Updated => Cell::from(format_time(
+            Some(attempt.updated_at),
+            app.updated_elapsed,
+            now,
+        )),
+        Column::User => Cell::from(row.user.as_str()),
+        Column::Partition => Cell::from(row.partition.clone().unwrap_or_else(|| "-".into())),
+        Column::Backend => Cell::from(row.backend.as_str()),
+    }
+}
