@@ -7,3 +7,6 @@ pub mod panes;
 pub mod run;
 pub mod snapshot;
 pub mod theme;
+
+#[cfg(test)]
+mod tests;
