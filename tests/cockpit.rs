@@ -1,0 +1,180 @@
+//! The cockpit end to end in a real terminal (tmux): the real binary on the simulated cluster, driven
+//! with `send-keys` and read with `capture-pane`. Skipped with a message where tmux is missing; CI
+//! installs it and sets RUNGUARD_REQUIRE_TMUX=1 so that a skip fails there.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_runguard");
+
+fn tmux_available() -> bool {
+    let found = Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        if std::env::var("RUNGUARD_REQUIRE_TMUX").as_deref() == Ok("1") {
+            panic!("tmux is required here (RUNGUARD_REQUIRE_TMUX=1) but not installed");
+        }
+        eprintln!("SKIPPED: tmux is not installed (apt-get install tmux)");
+    }
+    found
+}
+
+/// A tmux server of the test's own (its own socket), killed when dropped.
+struct Tmux {
+    socket: PathBuf,
+}
+
+impl Tmux {
+    fn command(&self) -> Command {
+        let mut command = Command::new("tmux");
+        command.arg("-S").arg(&self.socket);
+        command
+    }
+
+    /// Starts `shell_command` in a new 120x36 session called `name`.
+    fn start(&self, name: &str, shell_command: &str) {
+        let status = self
+            .command()
+            .args([
+                "new-session",
+                "-d",
+                "-x",
+                "120",
+                "-y",
+                "36",
+                "-s",
+                name,
+                shell_command,
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn keys(&self, name: &str, keys: &[&str]) {
+        for key in keys {
+            let status = self
+                .command()
+                .args(["send-keys", "-t", name, key])
+                .status()
+                .unwrap();
+            assert!(status.success());
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+
+    fn screen(&self, name: &str) -> String {
+        let output = self
+            .command()
+            .args(["capture-pane", "-p", "-t", name])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Waits until the screen shows `text`; the screen then.
+    fn wait_for(&self, name: &str, text: &str, within: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen(name);
+            if screen.contains(text) {
+                return screen;
+            }
+            if start.elapsed() > within {
+                panic!("{text:?} never appeared; the screen:\n{screen}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.command().arg("kill-server").status();
+    }
+}
+
+fn cockpit_command(dir: &Path) -> String {
+    format!(
+        "env XDG_CONFIG_HOME={d}/config XDG_DATA_HOME={d}/data USER=alice {BIN} --config {d}/config.toml --db {d}/runguard.sqlite; echo COCKPIT-EXITED; sleep 600",
+        d = dir.display()
+    )
+}
+
+#[test]
+fn navigate_search_sort_approve_detach_and_attach_again() {
+    if !tmux_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Fast simulated time: the job fails about 5 s in.
+    std::fs::write(dir.path().join("config.toml"), "[sim]\nspeed = 300.0\n").unwrap();
+    let tmux = Tmux {
+        socket: dir.path().join("tmux.sock"),
+    };
+    tmux.start("first", &cockpit_command(dir.path()));
+    tmux.wait_for("first", "llama3-8b-pretrain", Duration::from_secs(20));
+    assert!(tmux.screen("first").contains("engine here"));
+
+    // The failure is attributed and its recovery proposed.
+    let screen = tmux.wait_for("first", "Approvals (2)", Duration::from_secs(60));
+    assert!(screen.contains("FAILED ▲"), "{screen}");
+
+    // Search, then clear it.
+    tmux.keys("first", &["/", "z", "z", "z"]);
+    tmux.wait_for("first", "0 of 1 attempts", Duration::from_secs(5));
+    tmux.keys("first", &["Escape"]);
+    tmux.wait_for("first", "1 of 1 attempts", Duration::from_secs(5));
+
+    // Sort by a column, from the command line.
+    tmux.keys(
+        "first",
+        &[
+            ":", "s", "o", "r", "t", " ", "d", "u", "r", "a", "t", "i", "o", "n", "Enter",
+        ],
+    );
+    tmux.wait_for("first", "DURATION▲", Duration::from_secs(5));
+
+    // Details of the focused attempt.
+    tmux.keys("first", &["Enter"]);
+    let details = tmux.wait_for("first", "Anomalies & attribution", Duration::from_secs(5));
+    assert!(details.contains("nccl_timeout"), "{details}");
+    assert!(details.contains("4201 (attempt 0)"), "{details}");
+
+    // Approve the requeue and see it executed.
+    tmux.keys("first", &["3"]);
+    tmux.wait_for("first", "Waiting for approval · 2", Duration::from_secs(5));
+    tmux.keys("first", &["a"]);
+    let results = tmux.wait_for("first", "done     requeue", Duration::from_secs(30));
+    assert!(results.contains("excluding node-07"), "{results}");
+    tmux.keys("first", &["1"]);
+    tmux.wait_for("first", "4201.1", Duration::from_secs(30));
+
+    // Detach: the engine goes on headless and the cockpit ends.
+    tmux.keys("first", &["D"]);
+    let screen = tmux.wait_for("first", "COCKPIT-EXITED", Duration::from_secs(30));
+    assert!(
+        screen.contains("the engine goes on headless (pid"),
+        "{screen}"
+    );
+    let pid: u32 = screen
+        .split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|pid| pid.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {screen}"));
+
+    // A later cockpit finds that engine and attaches as a viewer.
+    tmux.start("second", &cockpit_command(dir.path()));
+    let screen = tmux.wait_for("second", "viewer", Duration::from_secs(20));
+    assert!(screen.contains("4201.1"), "{screen}");
+    // The detached engine finishes the run.
+    tmux.wait_for("second", "COMPLETED", Duration::from_secs(90));
+    tmux.keys("second", &["q"]);
+    tmux.wait_for("second", "COCKPIT-EXITED", Duration::from_secs(10));
+
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+}
