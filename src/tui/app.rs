@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
+use super::log_view::LogView;
 use super::snapshot::{AttemptRow, Snapshot};
 use crate::model::{ActionId, JobState, WorkflowId};
 
@@ -16,14 +17,16 @@ pub enum Pane {
     Details,
     Approvals,
     Notifications,
+    Log,
 }
 
 impl Pane {
-    pub const ALL: [Pane; 4] = [
+    pub const ALL: [Pane; 5] = [
         Pane::Overview,
         Pane::Details,
         Pane::Approvals,
         Pane::Notifications,
+        Pane::Log,
     ];
 
     pub fn title(self) -> &'static str {
@@ -32,6 +35,7 @@ impl Pane {
             Pane::Details => "Details",
             Pane::Approvals => "Approvals",
             Pane::Notifications => "Notifications",
+            Pane::Log => "Log",
         }
     }
 }
@@ -183,6 +187,11 @@ pub enum UiAction {
     ToggleAllUsers,
     /// Click on a row of the overview (its index among the visible rows).
     ClickRow(usize),
+    /// In the log: the next or previous line that looks like an error.
+    NextError,
+    PreviousError,
+    /// In the log: keep its end in view.
+    Follow,
 }
 
 /// What the runner must do after an update.
@@ -235,6 +244,10 @@ pub struct App {
     pub message: Option<String>,
     /// The engine runs in this process (false: a viewer of another process's engine).
     pub owns_engine: bool,
+    /// The focused attempt's log, when the log pane shows it.
+    pub log: LogView,
+    /// Lines the log pane shows at once (from the last frame).
+    pub log_height: usize,
 }
 
 impl App {
@@ -258,6 +271,8 @@ impl App {
             user,
             message: None,
             owns_engine,
+            log: LogView::new(),
+            log_height: 20,
         }
     }
 
@@ -317,6 +332,10 @@ impl App {
             KeyCode::Char('2') => UiAction::Show(Pane::Details),
             KeyCode::Char('3') => UiAction::Show(Pane::Approvals),
             KeyCode::Char('4') => UiAction::Show(Pane::Notifications),
+            KeyCode::Char('5') | KeyCode::Char('L') => UiAction::Show(Pane::Log),
+            KeyCode::Char('n') => UiAction::NextError,
+            KeyCode::Char('N') => UiAction::PreviousError,
+            KeyCode::Char('f') => UiAction::Follow,
             _ => return None,
         })
     }
@@ -485,6 +504,18 @@ impl App {
             UiAction::Detach => return Effect::Detach,
             UiAction::ToggleHelp => self.help = !self.help,
             UiAction::ToggleAllUsers => self.all_users = !self.all_users,
+            UiAction::NextError | UiAction::PreviousError => {
+                if self.pane == Pane::Log && !self.log.jump_to_error(action == UiAction::NextError)
+                {
+                    self.message = Some("no more error lines that way".into());
+                }
+            }
+            UiAction::Follow => {
+                if self.pane == Pane::Log {
+                    self.log.follow = true;
+                    self.log.scroll(i64::MAX / 2, self.log_height);
+                }
+            }
             UiAction::ClickRow(index) => {
                 if index < rows {
                     if self.cursor == index {
@@ -498,6 +529,10 @@ impl App {
     }
 
     fn move_cursor(&mut self, by: i64, rows: usize, approvals: usize) {
+        if self.pane == Pane::Log {
+            self.log.scroll(by, self.log_height);
+            return;
+        }
         let (cursor, len) = match self.pane {
             Pane::Approvals => (&mut self.approval_cursor, approvals),
             _ => (&mut self.cursor, rows),

@@ -198,6 +198,7 @@ async fn interact(
                 let Some(action) = action else { continue };
                 dirty = true;
                 let now = clock.now();
+                let showing_log = app.pane == Pane::Log;
                 match app.update(action, &snapshot, now) {
                     Effect::None => {}
                     Effect::Quit => return Ok(Effect::Quit),
@@ -223,15 +224,40 @@ async fn interact(
                         app.message = Some("columns saved".into());
                     }
                 }
+                if app.pane == Pane::Log && !showing_log {
+                    reload_log(app, &snapshot, terminal, clock);
+                }
             }
             _ = refresh.tick() => {
                 let fresh = Snapshot::load(&store.db(), policy, clock.now())?;
+                if app.pane == Pane::Log {
+                    reload_log(app, &fresh, terminal, clock);
+                }
                 // Durations and "ago" columns move every second; the terminal only receives changed cells.
                 dirty = true;
                 snapshot = fresh;
             }
         }
     }
+}
+
+/// Reads the focused attempt's log again, sized to the terminal.
+fn reload_log(
+    app: &mut App,
+    snapshot: &Snapshot,
+    terminal: &ratatui::DefaultTerminal,
+    clock: &dyn Clock,
+) {
+    // The tabs, the status line and the pane's border.
+    app.log_height = terminal
+        .size()
+        .map(|size| usize::from(size.height.saturating_sub(4)))
+        .unwrap_or(20);
+    let path = app
+        .focused(snapshot, clock.now())
+        .and_then(|row| row.attempt.log_path.clone());
+    let height = app.log_height;
+    app.log.reload(path.as_deref(), height);
 }
 
 /// Queues an approval or rejection for the engine, which applies it on its next tick.

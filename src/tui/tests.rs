@@ -217,3 +217,28 @@ fn search_filters_and_sorts_change_the_rows() {
     let text = render(&app, &snapshot, now, 120, 30);
     assert!(text.contains("DURATION▼"), "{text}");
 }
+
+#[test]
+fn the_log_pane_follows_the_attempt_s_log_and_marks_the_attribution_s_evidence() {
+    let (_dir, snapshot, now) = setup();
+    let mut app = App::new("alice".into(), true);
+    app.update(UiAction::Show(Pane::Log), &snapshot, now);
+    let path = app
+        .focused(&snapshot, now)
+        .and_then(|row| row.attempt.log_path.clone());
+    app.log_height = 26;
+    app.log.reload(path.as_deref(), app.log_height);
+    assert!(app.log.follow);
+    let text = render(&app, &snapshot, now, 160, 30);
+    assert!(text.contains("· following"), "{text}");
+    assert!(text.contains("» "), "an evidence line is marked:\n{text}");
+    assert!(
+        text.contains("Watchdog caught collective operation timeout"),
+        "{text}"
+    );
+    app.update(UiAction::Top, &snapshot, now);
+    assert!(!app.log.follow);
+    app.update(UiAction::NextError, &snapshot, now);
+    let text = render(&app, &snapshot, now, 160, 30);
+    assert!(text.contains("f: follow"), "{text}");
+}

@@ -3,6 +3,7 @@
 pub mod approvals;
 pub mod details;
 pub mod help;
+pub mod log;
 pub mod notifications;
 pub mod overview;
 
@@ -38,6 +39,21 @@ pub fn draw(
         Pane::Details => details::draw(frame, body, app, snapshot, theme, now),
         Pane::Approvals => approvals::draw(frame, body, app, snapshot, theme),
         Pane::Notifications => notifications::draw(frame, body, app, snapshot, theme),
+        Pane::Log => {
+            let evidence = app
+                .focused(snapshot, now)
+                .and_then(|row| {
+                    snapshot
+                        .detail(row.workflow_id)?
+                        .attributions
+                        .iter()
+                        .rev()
+                        .find(|a| a.attempt_index == row.attempt.index)
+                })
+                .map(|a| a.evidence.clone())
+                .unwrap_or_default();
+            log::draw(frame, body, &app.log, &evidence, theme)
+        }
     }
     draw_status(frame, status, app, snapshot, theme);
     if app.help {
