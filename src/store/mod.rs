@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 pub use crate::model::EvidenceLine;
-pub use queries::{Command, CommandKind, Db, WorkflowSummary};
+pub use queries::{CheckpointCount, Command, CommandKind, Db, WorkflowSummary};
 
 /// A store that could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]

@@ -48,6 +48,15 @@ pub struct Command {
     pub action_id: ActionId,
 }
 
+/// How many checkpoints an attempt saved, and when the last one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointCount {
+    pub workflow_id: WorkflowId,
+    pub attempt_index: u32,
+    pub count: u32,
+    pub last: Option<DateTime<Utc>>,
+}
+
 /// Counts shown next to a workflow in tables.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct WorkflowSummary {
@@ -571,6 +580,62 @@ impl<'c> Db<'c> {
             ],
         )?;
         Ok(())
+    }
+
+    /// Every attempt of every workflow, by workflow and index (one read for a whole overview).
+    pub fn all_attempts(&self) -> Result<Vec<Attempt>, StoreError> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM attempts ORDER BY workflow_id, idx"
+        ))?;
+        collect(stmt.query_map([], attempt_from_row)?)
+    }
+
+    /// Per attempt: how many checkpoints, and the last one's time.
+    pub fn checkpoint_counts(&self) -> Result<Vec<CheckpointCount>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT workflow_id, attempt_index, COUNT(*), MAX(time) FROM checkpoints \
+             GROUP BY workflow_id, attempt_index",
+        )?;
+        collect(stmt.query_map([], |row| {
+            let count: i64 = row.get(2)?;
+            let last: Option<String> = row.get(3)?;
+            let (workflow_id, attempt_index) = (row.get(0)?, row.get(1)?);
+            Ok(last
+                .map(|text| time_from_text(&text))
+                .transpose()
+                .map(|last| CheckpointCount {
+                    workflow_id,
+                    attempt_index,
+                    count: count.max(0) as u32,
+                    last,
+                }))
+        })?)
+    }
+
+    /// Every anomaly, oldest first.
+    pub fn all_anomalies(&self) -> Result<Vec<Anomaly>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, workflow_id, attempt_index, kind, time, summary, evidence FROM anomalies ORDER BY id",
+        )?;
+        collect(stmt.query_map([], anomaly_from_row)?)
+    }
+
+    /// Every attribution, oldest first.
+    pub fn all_attributions(&self) -> Result<Vec<Attribution>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, workflow_id, attempt_index, category, component, culprit, confidence, recoverable, \
+             signature, explanation, evidence, time, remedies FROM attributions ORDER BY id",
+        )?;
+        collect(stmt.query_map([], attribution_from_row)?)
+    }
+
+    /// The latest `limit` actions that ended (done, failed, rejected), newest first.
+    pub fn recent_finished_actions(&self, limit: u32) -> Result<Vec<Action>, StoreError> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {ACTION_COLUMNS} FROM actions WHERE state IN ('done', 'failed', 'rejected') \
+             ORDER BY updated_at DESC, id DESC LIMIT ?1"
+        ))?;
+        collect(stmt.query_map([limit], action_from_row)?)
     }
 
     pub fn checkpoints(&self, workflow_id: WorkflowId) -> Result<Vec<Checkpoint>, StoreError> {

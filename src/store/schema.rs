@@ -175,4 +175,14 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (backend, job_ref)
     );
     "#,
+    // 7: per-workflow reads without a scan of every row (thousands of workflows).
+    r#"
+    CREATE INDEX checkpoints_by_workflow ON checkpoints(workflow_id, attempt_index);
+    CREATE INDEX throughput_by_workflow ON throughput(workflow_id, attempt_index);
+    CREATE INDEX anomalies_by_workflow ON anomalies(workflow_id);
+    CREATE INDEX attributions_by_workflow ON attributions(workflow_id);
+    CREATE INDEX actions_by_workflow ON actions(workflow_id);
+    CREATE INDEX actions_by_state ON actions(state);
+    CREATE INDEX journal_by_workflow ON journal(workflow_id);
+    "#,
 ];

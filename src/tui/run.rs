@@ -166,7 +166,14 @@ async fn interact(
         policy,
         options,
     } = *session;
-    let mut snapshot = Snapshot::load(&store.db(), policy, clock.now())?;
+    let mut snapshot = Snapshot::load(&store.db(), policy, clock.now(), None)?;
+    let focus = |app: &App, snapshot: &Snapshot| {
+        app.focused(snapshot, clock.now())
+            .map(|row| row.workflow_id)
+    };
+    if let Some(id) = focus(app, &snapshot) {
+        snapshot.ensure_detail(&store.db(), policy, id)?;
+    }
     let mut refresh = tokio::time::interval(Duration::from_secs(1));
     let mut dirty = true;
     loop {
@@ -208,7 +215,9 @@ async fn interact(
                         }
                         app.message = Some("the engine already runs in another process; q leaves it running".into());
                     }
-                    Effect::Refresh => snapshot = Snapshot::load(&store.db(), policy, now)?,
+                    Effect::Refresh => {
+                        snapshot = Snapshot::load(&store.db(), policy, now, focus(app, &snapshot))?;
+                    }
                     Effect::Approve(id) => queue(store, CommandKind::Approve, id, app)?,
                     Effect::Reject(id) => queue(store, CommandKind::Reject, id, app)?,
                     Effect::SetTheme(name) => match Theme::load(&name, options.themes_dir.as_deref()) {
@@ -224,12 +233,16 @@ async fn interact(
                         app.message = Some("columns saved".into());
                     }
                 }
+                // The cursor may be on another workflow now: read it before drawing.
+                if let Some(id) = focus(app, &snapshot) {
+                    snapshot.ensure_detail(&store.db(), policy, id)?;
+                }
                 if app.pane == Pane::Log && !showing_log {
                     reload_log(app, &snapshot, terminal, clock);
                 }
             }
             _ = refresh.tick() => {
-                let fresh = Snapshot::load(&store.db(), policy, clock.now())?;
+                let fresh = Snapshot::load(&store.db(), policy, clock.now(), focus(app, &snapshot))?;
                 if app.pane == Pane::Log {
                     reload_log(app, &fresh, terminal, clock);
                 }

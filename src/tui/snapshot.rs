@@ -1,6 +1,8 @@
 //! What the cockpit shows, read from the store in one pass: the UI never waits on the scheduler, only
 //! on this local read, and the same read serves the process that runs the engine and one that only views.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 
 use crate::model::{
@@ -8,7 +10,7 @@ use crate::model::{
     ThroughputSample, Workflow, WorkflowId,
 };
 use crate::recover::Policy;
-use crate::store::{Db, StoreError};
+use crate::store::{CheckpointCount, Db, StoreError};
 
 /// One row of the overview: an attempt with what the cockpit shows beside it.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +30,7 @@ pub struct AttemptRow {
     pub attribution: Option<String>,
 }
 
-/// Everything known about one workflow, for the details, charts and timeline.
+/// Everything known about one workflow, for the details, charts and timeline (read for the focused one).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkflowDetail {
     pub workflow: Workflow,
@@ -60,58 +62,114 @@ pub struct Snapshot {
     /// Recently executed or failed actions, newest first (their results).
     pub recent_actions: Vec<Action>,
     pub notifications: Vec<Notification>,
-    pub loaded_at: Option<DateTime<Utc>>,
 }
 
 impl Snapshot {
-    /// Reads everything the cockpit shows.
-    pub fn load(db: &Db<'_>, policy: &Policy, now: DateTime<Utc>) -> Result<Self, StoreError> {
-        let mut snapshot = Snapshot {
-            loaded_at: Some(now),
-            ..Snapshot::default()
-        };
-        for workflow in db.workflows()? {
-            let detail = WorkflowDetail {
-                requeue_limit: policy.requeue_limit(&workflow),
-                attempts: db.attempts(workflow.id)?,
-                checkpoints: db.checkpoints(workflow.id)?,
-                throughput: db.throughput(workflow.id)?,
-                anomalies: db.anomalies(workflow.id)?,
-                attributions: db.attributions(workflow.id)?,
-                actions: db.actions(workflow.id)?,
-                journal: db.journal_entries(workflow.id)?,
-                workflow,
-            };
-            for attempt in &detail.attempts {
-                snapshot.rows.push(row(&detail, attempt));
-            }
-            for action in &detail.actions {
-                match action.state {
-                    ActionState::Proposed => snapshot.approvals.push(Approval {
-                        action: action.clone(),
-                        workflow: detail.workflow.name.clone(),
-                        evidence: detail
-                            .attributions
-                            .iter()
-                            .rev()
-                            .find(|a| a.attempt_index == action.attempt_index)
-                            .map(|a| a.evidence.clone())
-                            .unwrap_or_default(),
-                    }),
-                    ActionState::Done | ActionState::Failed | ActionState::Rejected => {
-                        snapshot.recent_actions.push(action.clone())
-                    }
-                    _ => {}
-                }
-            }
-            snapshot.details.push(detail);
+    /// Reads what the overview, the approvals and the notifications show, in a few whole-table reads,
+    /// and everything about the workflow `focus` (the details, charts and timeline show one at a time).
+    pub fn load(
+        db: &Db<'_>,
+        policy: &Policy,
+        now: DateTime<Utc>,
+        focus: Option<WorkflowId>,
+    ) -> Result<Self, StoreError> {
+        let _ = now;
+        let workflows: HashMap<WorkflowId, Workflow> =
+            db.workflows()?.into_iter().map(|w| (w.id, w)).collect();
+        let checkpoints: HashMap<(WorkflowId, u32), CheckpointCount> = db
+            .checkpoint_counts()?
+            .into_iter()
+            .map(|counted| ((counted.workflow_id, counted.attempt_index), counted))
+            .collect();
+        let mut anomalies: HashMap<(WorkflowId, u32), Vec<String>> = HashMap::new();
+        for anomaly in db.all_anomalies()? {
+            anomalies
+                .entry((anomaly.workflow_id, anomaly.attempt_index))
+                .or_default()
+                .push(format!("{}: {}", anomaly.kind.as_str(), anomaly.summary));
         }
-        snapshot
-            .recent_actions
-            .sort_by_key(|action| std::cmp::Reverse(action.updated_at));
-        snapshot.recent_actions.truncate(50);
-        snapshot.notifications = db.notifications(500)?;
+        let mut attributions: HashMap<(WorkflowId, u32), Attribution> = HashMap::new();
+        for attribution in db.all_attributions()? {
+            attributions.insert(
+                (attribution.workflow_id, attribution.attempt_index),
+                attribution,
+            );
+        }
+        let mut rows = Vec::new();
+        for attempt in db.all_attempts()? {
+            let Some(workflow) = workflows.get(&attempt.workflow_id) else {
+                continue;
+            };
+            let key = (attempt.workflow_id, attempt.index);
+            let (count, last) = checkpoints
+                .get(&key)
+                .map_or((0, None), |counted| (counted.count, counted.last));
+            rows.push(AttemptRow {
+                workflow_id: workflow.id,
+                workflow: workflow.name.clone(),
+                user: workflow.spec.user.clone(),
+                partition: workflow.spec.partition.clone(),
+                backend: workflow.backend.clone(),
+                checkpoints: count,
+                last_checkpoint: last,
+                anomalies: anomalies.remove(&key).unwrap_or_default(),
+                attribution: attributions.get(&key).map(attribution_line),
+                attempt,
+            });
+        }
+        let approvals = db
+            .actions_in_state(ActionState::Proposed)?
+            .into_iter()
+            .map(|action| Approval {
+                workflow: workflows
+                    .get(&action.workflow_id)
+                    .map(|w| w.name.clone())
+                    .unwrap_or_default(),
+                evidence: attributions
+                    .get(&(action.workflow_id, action.attempt_index))
+                    .map(|a| a.evidence.clone())
+                    .unwrap_or_default(),
+                action,
+            })
+            .collect();
+        let mut snapshot = Snapshot {
+            rows,
+            details: Vec::new(),
+            approvals,
+            recent_actions: db.recent_finished_actions(50)?,
+            notifications: db.notifications(500)?,
+        };
+        if let Some(id) = focus {
+            snapshot.ensure_detail(db, policy, id)?;
+        }
         Ok(snapshot)
+    }
+
+    /// Reads everything about one workflow, unless it is read already.
+    pub fn ensure_detail(
+        &mut self,
+        db: &Db<'_>,
+        policy: &Policy,
+        workflow_id: WorkflowId,
+    ) -> Result<(), StoreError> {
+        if self.detail(workflow_id).is_some() {
+            return Ok(());
+        }
+        let Some(workflow) = db.workflow(workflow_id)? else {
+            return Ok(());
+        };
+        self.details.push(WorkflowDetail {
+            requeue_limit: policy.requeue_limit(&workflow),
+            attempts: db.attempts(workflow.id)?,
+            checkpoints: db.checkpoints(workflow.id)?,
+            throughput: db.throughput(workflow.id)?,
+            anomalies: db.anomalies(workflow.id)?,
+            attributions: db.attributions(workflow.id)?,
+            actions: db.actions(workflow.id)?,
+            journal: db.journal_entries(workflow.id)?,
+            workflow,
+        });
+        Ok(())
     }
 
     pub fn detail(&self, workflow_id: WorkflowId) -> Option<&WorkflowDetail> {
@@ -119,35 +177,18 @@ impl Snapshot {
     }
 }
 
-fn row(detail: &WorkflowDetail, attempt: &Attempt) -> AttemptRow {
-    let checkpoints: Vec<&Checkpoint> = detail
-        .checkpoints
-        .iter()
-        .filter(|c| c.attempt_index == attempt.index)
-        .collect();
-    AttemptRow {
-        workflow_id: detail.workflow.id,
-        workflow: detail.workflow.name.clone(),
-        user: detail.workflow.spec.user.clone(),
-        partition: detail.workflow.spec.partition.clone(),
-        backend: detail.workflow.backend.clone(),
-        checkpoints: checkpoints.len() as u32,
-        last_checkpoint: checkpoints.iter().map(|c| c.time).max(),
-        anomalies: detail
-            .anomalies
-            .iter()
-            .filter(|a| a.attempt_index == attempt.index)
-            .map(|a| format!("{}: {}", a.kind.as_str(), a.summary))
-            .collect(),
-        attribution: detail
-            .attributions
-            .iter()
-            .rev()
-            .find(|a| a.attempt_index == attempt.index)
-            .map(|a| match &a.culprit.node {
-                Some(node) => format!("{} on {node} ({:.0}%)", a.category, a.confidence * 100.0),
-                None => format!("{} ({:.0}%)", a.category, a.confidence * 100.0),
-            }),
-        attempt: attempt.clone(),
+/// An attribution as one line of the overview.
+fn attribution_line(attribution: &Attribution) -> String {
+    match &attribution.culprit.node {
+        Some(node) => format!(
+            "{} on {node} ({:.0}%)",
+            attribution.category,
+            attribution.confidence * 100.0
+        ),
+        None => format!(
+            "{} ({:.0}%)",
+            attribution.category,
+            attribution.confidence * 100.0
+        ),
     }
 }

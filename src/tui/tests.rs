@@ -90,7 +90,7 @@ fn render(app: &App, snapshot: &Snapshot, now: DateTime<Utc>, width: u16, height
 fn setup() -> (tempfile::TempDir, Snapshot, DateTime<Utc>) {
     let (dir, store, now) = failed_and_proposed();
     let policy = Policy::from_config(&Config::default().recovery, true);
-    let snapshot = Snapshot::load(&store.db(), &policy, now).unwrap();
+    let snapshot = Snapshot::load(&store.db(), &policy, now, Some(1)).unwrap();
     (dir, snapshot, now)
 }
 

@@ -35,8 +35,14 @@ pub fn draw(
         Cell::from(heading)
     }))
     .style(theme.accent());
+    // Only the rows in view are built: thousands of attempts cost a sort, not a table of thousands.
+    let height = usize::from(table_area.height.saturating_sub(3)).max(1);
+    let cursor = app.cursor.min(rows.len().saturating_sub(1));
+    let offset = cursor.saturating_sub(height - 1);
     let body: Vec<Row<'_>> = rows
         .iter()
+        .skip(offset)
+        .take(height)
         .map(|row| {
             Row::new(
                 app.columns
@@ -58,7 +64,7 @@ pub fn draw(
         .column_spacing(1);
     let mut state = TableState::default();
     if !rows.is_empty() {
-        state.select(Some(app.cursor.min(rows.len() - 1)));
+        state.select(Some(cursor - offset));
     }
     frame.render_stateful_widget(table, table_area, &mut state);
     frame.render_widget(focus_line(focused, theme), focus_area);

@@ -1,0 +1,183 @@
+//! The cockpit with 10 000 workflows (20 000 attempts): the time to read them from the store, the time
+//! to draw a frame of the overview (search, sort and the table), and the process's peak memory.
+//!
+//! `cargo bench --bench cockpit`. Goals: a frame in at most 10 ms, at most 150 MB.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use runguard::config::Config;
+use runguard::model::{
+    Attempt, Checkpoint, JobSpec, JobState, RecoveryLimits, ThroughputSample, Workflow,
+    WorkflowStatus,
+};
+use runguard::recover::Policy;
+use runguard::store::Store;
+use runguard::tui::app::{App, Column, UiAction};
+use runguard::tui::panes;
+use runguard::tui::snapshot::Snapshot;
+use runguard::tui::theme::Theme;
+
+const WORKFLOWS: usize = 10_000;
+const FRAMES: usize = 100;
+
+fn fill(store: &mut Store, start: DateTime<Utc>) {
+    store
+        .write(|db| {
+            for n in 0..WORKFLOWS {
+                let id = db.insert_workflow(&Workflow {
+                    id: 0,
+                    name: format!("pretrain-{n:05}"),
+                    backend: "slurm".into(),
+                    spec: JobSpec {
+                        name: format!("pretrain-{n:05}"),
+                        user: format!("user{}", n % 40),
+                        nodes: 4,
+                        gpus_per_node: 8,
+                        partition: Some("gpu".into()),
+                        ..JobSpec::default()
+                    },
+                    limits: RecoveryLimits::default(),
+                    status: WorkflowStatus::Enabled,
+                    status_reason: None,
+                    succeeded: false,
+                    requeues_used: 1,
+                    failures_since_checkpoint: 0,
+                    created_at: start,
+                    updated_at: start,
+                })?;
+                for index in 0..2u32 {
+                    let began = start
+                        + TimeDelta::seconds((n as i64 * 7 + i64::from(index) * 3600) % 86_400);
+                    db.save_attempt(&Attempt {
+                        workflow_id: id,
+                        index,
+                        job_id: (100_000 + n).to_string(),
+                        restart_count: index,
+                        nodes: (0..4)
+                            .map(|k| format!("node-{:03}", (n + k) % 512))
+                            .collect(),
+                        gpus: 32,
+                        state: if index == 0 {
+                            JobState::Failed
+                        } else {
+                            JobState::Running
+                        },
+                        state_raw: if index == 0 { "FAILED" } else { "RUNNING" }.into(),
+                        reason: (index == 0).then(|| "NonZeroExitCode".into()),
+                        submit_time: Some(began),
+                        start_time: Some(began + TimeDelta::seconds(30)),
+                        end_time: (index == 0).then(|| began + TimeDelta::seconds(3000)),
+                        exit_code: (index == 0).then_some(1),
+                        excluded_nodes: Vec::new(),
+                        log_path: None,
+                        last_log_time: None,
+                        last_iteration: Some(1000),
+                        last_progress_time: None,
+                        updated_at: began,
+                    })?;
+                    for k in 0..3u64 {
+                        db.insert_checkpoint(&Checkpoint {
+                            workflow_id: id,
+                            attempt_index: index,
+                            iteration: k * 100 + u64::from(index) * 1000,
+                            time: began + TimeDelta::seconds(k as i64 * 600),
+                            path: format!("/ckpt/{n}/iter_{k}"),
+                        })?;
+                    }
+                    for k in 0..5u64 {
+                        db.insert_throughput(&ThroughputSample {
+                            workflow_id: id,
+                            attempt_index: index,
+                            time: began + TimeDelta::seconds(k as i64 * 60),
+                            iteration: k * 10,
+                            tflops_per_gpu: 400.0,
+                            rank: None,
+                            node: None,
+                        })?;
+                    }
+                }
+            }
+            Ok(())
+        })
+        .expect("fill the store");
+}
+
+fn peak_memory_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut store = Store::open(&dir.path().join("runguard.sqlite")).expect("store");
+    let start = DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")
+        .expect("time")
+        .with_timezone(&Utc);
+    let filled = Instant::now();
+    fill(&mut store, start);
+    println!(
+        "cockpit benchmark: {WORKFLOWS} workflows, {} attempts (store filled in {:.1} s)",
+        WORKFLOWS * 2,
+        filled.elapsed().as_secs_f64()
+    );
+    let policy = Policy::from_config(&Config::default().recovery, true);
+    let now = start + TimeDelta::days(1);
+    let loaded = Instant::now();
+    let mut snapshot = Snapshot::load(&store.db(), &policy, now, None).expect("snapshot");
+    println!(
+        "read the store (the cockpit does it once a second): {:.0} ms",
+        loaded.elapsed().as_secs_f64() * 1000.0
+    );
+    let theme = Theme::load("dark", None).expect("theme");
+    let mut app = App::new("user1".into(), true);
+    let mut terminal = Terminal::new(TestBackend::new(200, 60)).expect("terminal");
+    let mut cases: Vec<(&str, Vec<Duration>)> = Vec::new();
+    for (label, sort) in [
+        ("grouped by workflow", None),
+        ("sorted by duration", Some((Column::Duration, true))),
+    ] {
+        app.sort = sort;
+        let mut frames = Vec::with_capacity(FRAMES);
+        for frame in 0..FRAMES {
+            app.update(
+                if frame % 10 == 9 {
+                    UiAction::PageDown
+                } else {
+                    UiAction::Down
+                },
+                &snapshot,
+                now,
+            );
+            let began = Instant::now();
+            // As the cockpit does after each key: read the newly focused workflow, then draw.
+            if let Some(id) = app.focused(&snapshot, now).map(|row| row.workflow_id) {
+                snapshot
+                    .ensure_detail(&store.db(), &policy, id)
+                    .expect("detail");
+            }
+            terminal
+                .draw(|f| panes::draw(f, &app, &snapshot, &theme, now))
+                .expect("draw");
+            frames.push(began.elapsed());
+        }
+        cases.push((label, frames));
+    }
+    for (label, mut frames) in cases {
+        frames.sort();
+        let mean = frames.iter().sum::<Duration>() / frames.len() as u32;
+        println!(
+            "overview frame, {label}: mean {:.2} ms, p95 {:.2} ms, max {:.2} ms",
+            mean.as_secs_f64() * 1000.0,
+            frames[frames.len() * 95 / 100].as_secs_f64() * 1000.0,
+            frames[frames.len() - 1].as_secs_f64() * 1000.0
+        );
+    }
+    if let Some(peak) = peak_memory_mb() {
+        println!("peak memory (VmHWM): {peak:.0} MB");
+    }
+}
