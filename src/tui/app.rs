@@ -18,15 +18,17 @@ pub enum Pane {
     Approvals,
     Notifications,
     Log,
+    Compare,
 }
 
 impl Pane {
-    pub const ALL: [Pane; 5] = [
+    pub const ALL: [Pane; 6] = [
         Pane::Overview,
         Pane::Details,
         Pane::Approvals,
         Pane::Notifications,
         Pane::Log,
+        Pane::Compare,
     ];
 
     pub fn title(self) -> &'static str {
@@ -36,6 +38,7 @@ impl Pane {
             Pane::Approvals => "Approvals",
             Pane::Notifications => "Notifications",
             Pane::Log => "Log",
+            Pane::Compare => "Compare",
         }
     }
 }
@@ -333,6 +336,7 @@ impl App {
             KeyCode::Char('3') => UiAction::Show(Pane::Approvals),
             KeyCode::Char('4') => UiAction::Show(Pane::Notifications),
             KeyCode::Char('5') | KeyCode::Char('L') => UiAction::Show(Pane::Log),
+            KeyCode::Char('6') | KeyCode::Char('c') => UiAction::Show(Pane::Compare),
             KeyCode::Char('n') => UiAction::NextError,
             KeyCode::Char('N') => UiAction::PreviousError,
             KeyCode::Char('f') => UiAction::Follow,

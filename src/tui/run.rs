@@ -194,6 +194,11 @@ async fn interact(
                         MouseEventKind::Down(MouseButton::Left) if app.pane == Pane::Overview && mouse.row >= 3 => {
                             Some(UiAction::ClickRow(usize::from(mouse.row - 3)))
                         }
+                        // A click on a heading sorts by its column.
+                        MouseEventKind::Down(MouseButton::Left) if app.pane == Pane::Overview && mouse.row == 2 => {
+                            let width = terminal.size().map(|size| size.width).unwrap_or(80);
+                            panes::overview::column_at(app, width, mouse.column).map(UiAction::SortBy)
+                        }
                         _ => None,
                     },
                     Event::Resize(..) => {
@@ -233,9 +238,15 @@ async fn interact(
                         app.message = Some("columns saved".into());
                     }
                 }
-                // The cursor may be on another workflow now: read it before drawing.
+                // The cursor may be on another workflow now, or several are compared: read them first.
                 if let Some(id) = focus(app, &snapshot) {
                     snapshot.ensure_detail(&store.db(), policy, id)?;
+                }
+                if app.pane == Pane::Compare {
+                    let compared: Vec<_> = app.selected.iter().map(|(id, _)| *id).collect();
+                    for id in compared {
+                        snapshot.ensure_detail(&store.db(), policy, id)?;
+                    }
                 }
                 if app.pane == Pane::Log && !showing_log {
                     reload_log(app, &snapshot, terminal, clock);
@@ -249,6 +260,12 @@ async fn interact(
                 // Durations and "ago" columns move every second; the terminal only receives changed cells.
                 dirty = true;
                 snapshot = fresh;
+                if app.pane == Pane::Compare {
+                    let compared: Vec<_> = app.selected.iter().map(|(id, _)| *id).collect();
+                    for id in compared {
+                        snapshot.ensure_detail(&store.db(), policy, id)?;
+                    }
+                }
             }
         }
     }

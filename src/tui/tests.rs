@@ -242,3 +242,60 @@ fn the_log_pane_follows_the_attempt_s_log_and_marks_the_attribution_s_evidence()
     let text = render(&app, &snapshot, now, 160, 30);
     assert!(text.contains("f: follow"), "{text}");
 }
+
+#[test]
+fn compare_puts_selected_attempts_side_by_side() {
+    let (dir, store, now) = failed_and_proposed();
+    let _keep = dir;
+    let policy = Policy::from_config(&Config::default().recovery, true);
+    let snapshot = Snapshot::load(&store.db(), &policy, now, Some(1)).unwrap();
+    let mut app = App::new("alice".into(), true);
+    app.update(UiAction::Show(Pane::Compare), &snapshot, now);
+    let text = render(&app, &snapshot, now, 140, 30);
+    assert!(text.contains("0 attempt(s) selected"), "{text}");
+    // The one attempt selected twice over: a second workflow would do the same.
+    app.update(UiAction::Show(Pane::Overview), &snapshot, now);
+    app.update(UiAction::ToggleSelect, &snapshot, now);
+    let mut twice = snapshot.clone();
+    let mut other = twice.rows[0].clone();
+    other.attempt.index = 1;
+    other.attempt.job_id = "4202".into();
+    other.attempt.state = crate::model::JobState::Running;
+    other.attempt.state_raw = "RUNNING".into();
+    other.anomalies.clear();
+    twice.rows.push(other);
+    app.selected.insert((1, 1));
+    app.update(UiAction::Show(Pane::Compare), &twice, now);
+    let text = render(&app, &twice, now, 160, 30);
+    assert!(text.contains("Compare · 2 attempts"), "{text}");
+    assert!(text.contains("4201.0"), "{text}");
+    assert!(text.contains("4202.1"), "{text}");
+    assert!(text.contains("TFLOP/s/GPU"), "{text}");
+    assert!(
+        text.contains("FAILED") && text.contains("RUNNING"),
+        "{text}"
+    );
+    assert!(text.contains("nccl_timeout on node-07"), "{text}");
+}
+
+#[test]
+fn a_click_on_a_heading_finds_its_column() {
+    let (_dir, snapshot, now) = setup();
+    let app = App::new("alice".into(), true);
+    let text = render(&app, &snapshot, now, 120, 30);
+    let header = text.lines().nth(2).unwrap();
+    for (heading, column) in [
+        ("JOB.ATT", super::app::Column::Job),
+        ("STATE", super::app::Column::State),
+        ("DURATION", super::app::Column::Duration),
+    ] {
+        let x = header.find(heading).unwrap();
+        // Byte offsets are columns here: the heading line's border is the only wide character before.
+        let x = header[..x].chars().count() as u16;
+        assert_eq!(
+            panes::overview::column_at(&app, 120, x + 1),
+            Some(column),
+            "{heading} in {header}"
+        );
+    }
+}

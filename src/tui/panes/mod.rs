@@ -1,6 +1,7 @@
 //! One file per pane; [`draw`] lays out the frame: tabs, the focused pane, the status line, overlays.
 
 pub mod approvals;
+pub mod compare;
 pub mod details;
 pub mod help;
 pub mod log;
@@ -39,6 +40,7 @@ pub fn draw(
         Pane::Details => details::draw(frame, body, app, snapshot, theme, now),
         Pane::Approvals => approvals::draw(frame, body, app, snapshot, theme),
         Pane::Notifications => notifications::draw(frame, body, app, snapshot, theme),
+        Pane::Compare => compare::draw(frame, body, app, snapshot, theme, now),
         Pane::Log => {
             let evidence = app
                 .focused(snapshot, now)

@@ -103,6 +103,19 @@ fn focus_line<'a>(row: Option<&'a AttemptRow>, theme: &Theme) -> Paragraph<'a> {
     Paragraph::new(lines).block(Block::bordered().border_style(theme.muted()))
 }
 
+/// The column whose heading is at `x` in a frame `frame_width` wide (the table's border is 1 wide and
+/// its columns are laid out as the table lays them out).
+pub fn column_at(app: &App, frame_width: u16, x: u16) -> Option<Column> {
+    let inner = Rect::new(1, 0, frame_width.saturating_sub(2), 1);
+    let widths: Vec<Constraint> = app.columns.iter().map(|c| width(*c)).collect();
+    let areas = Layout::horizontal(widths).spacing(1).split(inner);
+    app.columns
+        .iter()
+        .zip(areas.iter())
+        .find(|(_, area)| x >= area.x && x < area.x + area.width)
+        .map(|(column, _)| *column)
+}
+
 fn width(column: Column) -> Constraint {
     match column {
         Column::Select => Constraint::Length(1),
