@@ -74,6 +74,21 @@ pub struct JobSpec {
     /// The job this one waits for (Slurm `--dependency=afterok:4200` → "4200"), if any.
     #[serde(default)]
     pub dependency: Option<String>,
+    /// The cluster that runs it (Slurm's `ClusterName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The reservation it runs in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
+    /// CPUs of the whole job.
+    #[serde(default)]
+    pub cpus: u32,
+    /// Memory of the whole job as the scheduler writes it (`512G`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// Nodes the job asked to run on (`--nodelist`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub included_nodes: Vec<String>,
 }
 
 /// Per-workflow recovery limits, as the job declared them (e.g. `max_requeue_times` in the Slurm comment).

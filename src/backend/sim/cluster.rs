@@ -617,6 +617,12 @@ pub(super) fn job_spec(spec: &WorkloadSpec) -> JobSpec {
         ),
         work_dir: Some("/workspace/Megatron-LM".to_string()),
         dependency: None,
+        cluster: Some("sim".to_string()),
+        reservation: None,
+        // A DGX-like node: 112 cores and 2 TB per node.
+        cpus: spec.nodes * 112,
+        memory: Some(format!("{}G", spec.nodes * 2048)),
+        included_nodes: Vec::new(),
     }
 }
 

@@ -208,6 +208,8 @@ fn job_from_line<Tz: TimeZone>(
     put_text("command", "Command");
     put_text("current_working_directory", "WorkDir");
     put_text("dependency", "Dependency");
+    put_text("resv_name", "Reservation");
+    put_text("required_nodes", "ReqNodeList");
     if let Some(user) = fields.value("UserId").and_then(user_name) {
         json.insert("user_name".into(), user.into());
     }
@@ -231,7 +233,11 @@ fn job_from_line<Tz: TimeZone>(
     }
 
     let mut warn = |what: String| warnings.push(format!("scontrol: job {job_id}: {what}"));
-    for (key, field) in [("node_count", "NumNodes"), ("restart_cnt", "Restarts")] {
+    for (key, field) in [
+        ("node_count", "NumNodes"),
+        ("restart_cnt", "Restarts"),
+        ("cpus", "NumCPUs"),
+    ] {
         if let Some(raw) = fields.value(field) {
             match leading_number(raw) {
                 Some(number) => {
@@ -533,6 +539,11 @@ mod tests {
             if json.snapshot.log_path.is_none() {
                 text.snapshot.log_path = None;
             }
+            // scontrol show job does not name the cluster.
+            text.snapshot
+                .spec
+                .cluster
+                .clone_from(&json.snapshot.spec.cluster);
             assert_eq!(text, json, "job {}", text.snapshot.job_id);
         }
     }

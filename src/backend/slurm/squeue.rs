@@ -66,6 +66,14 @@ fn time(value: &serde_json::Value, key: &str) -> Option<DateTime<Utc>> {
         .and_then(|seconds| DateTime::from_timestamp(seconds, 0))
 }
 
+/// One value of a TRES string: `mem` of `cpu=4,mem=8G,node=2` is `8G`.
+fn tres_value(tres: &str, key: &str) -> Option<String> {
+    tres.split(',').find_map(|item| {
+        let (name, value) = item.split_once('=')?;
+        (name == key).then(|| value.to_string())
+    })
+}
+
 /// GPUs from a TRES string: `cpu=4,mem=8G,node=2,gres/gpu=16`.
 fn gpus(tres: &str) -> Option<u32> {
     tres.split(',').find_map(|item| {
@@ -189,6 +197,15 @@ pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, Stri
             command: text(value, "command").map(str::to_string),
             work_dir: text(value, "current_working_directory").map(str::to_string),
             dependency: text(value, "dependency").and_then(upstream),
+            cluster: text(value, "cluster").map(str::to_string),
+            reservation: text(value, "resv_name").map(str::to_string),
+            cpus: number(value, "cpus").unwrap_or(0).max(0) as u32,
+            memory: text(value, "tres_alloc_str")
+                .or_else(|| text(value, "tres_req_str"))
+                .and_then(|tres| tres_value(tres, "mem")),
+            included_nodes: text(value, "required_nodes")
+                .and_then(|list| hostlist::expand(list).ok())
+                .unwrap_or_default(),
         },
         limits,
         tag: text(value, "comment").and_then(runguard_tag),

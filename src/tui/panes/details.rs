@@ -77,10 +77,22 @@ pub fn draw(
                 .unwrap_or_else(|| "-".into()),
         ),
         field(
+            "cluster",
+            workflow.spec.cluster.clone().unwrap_or_else(|| "-".into()),
+        ),
+        field(
             "partition",
             workflow
                 .spec
                 .partition
+                .clone()
+                .unwrap_or_else(|| "-".into()),
+        ),
+        field(
+            "reservation",
+            workflow
+                .spec
+                .reservation
                 .clone()
                 .unwrap_or_else(|| "-".into()),
         ),
@@ -99,6 +111,18 @@ pub fn draw(
             format!("{} ({})", attempt.nodes.len(), list(&attempt.nodes)),
         ),
         field("gpus", attempt.gpus.to_string()),
+        field(
+            "cpus",
+            match workflow.spec.cpus {
+                0 => "-".to_string(),
+                cpus => cpus.to_string(),
+            },
+        ),
+        field(
+            "memory",
+            workflow.spec.memory.clone().unwrap_or_else(|| "-".into()),
+        ),
+        field("included", list(&workflow.spec.included_nodes)),
         field("excluded", list(&attempt.excluded_nodes)),
         Line::raw(""),
         Line::styled("Performance", theme.accent()),
