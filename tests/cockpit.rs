@@ -155,7 +155,7 @@ fn navigate_search_sort_approve_detach_and_attach_again() {
 
     // Detach: the engine goes on headless and the cockpit ends.
     tmux.keys("first", &["D"]);
-    let screen = tmux.wait_for("first", "COCKPIT-EXITED", Duration::from_secs(30));
+    let screen = tmux.wait_for("first", "COCKPIT-EXITED", Duration::from_secs(60));
     assert!(
         screen.contains("the engine goes on headless (pid"),
         "{screen}"

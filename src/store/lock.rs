@@ -78,6 +78,14 @@ impl EngineLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Who the lock file says holds the lock (`pid 4242`), read without taking it: trying to take it
+    /// to find out could make a starting engine find it held and give up.
+    pub fn recorded_holder(store: &Path) -> Option<String> {
+        let text = std::fs::read_to_string(Self::path_for(store)).ok()?;
+        let holder = text.trim();
+        (!holder.is_empty()).then(|| holder.to_string())
+    }
 }
 
 #[cfg(test)]

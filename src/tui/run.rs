@@ -352,11 +352,10 @@ async fn detach(options: &CockpitOptions) -> Result<Exit, TuiError> {
         .spawn()
         .map_err(|err| TuiError::Detach(err.to_string()))?;
     let pid = child.id();
-    for _ in 0..100 {
-        if matches!(
-            EngineLock::acquire(&options.store_path),
-            Err(LockError::Held { .. })
-        ) {
+    // The new engine writes its pid into the lock file once it holds the lock.
+    let holder = format!("pid {pid}");
+    for _ in 0..300 {
+        if EngineLock::recorded_holder(&options.store_path).as_deref() == Some(holder.as_str()) {
             return Ok(Exit::Detached { pid, log });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
