@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod panes;
+pub mod recovery_time;
 pub mod run;
 pub mod snapshot;
 pub mod theme;
