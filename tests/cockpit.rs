@@ -145,7 +145,7 @@ fn navigate_search_sort_approve_detach_and_attach_again() {
     assert!(details.contains("4201 (attempt 0)"), "{details}");
 
     // Approve the requeue and see it executed.
-    tmux.keys("first", &["3"]);
+    tmux.keys("first", &["5"]);
     tmux.wait_for("first", "Waiting for approval · 2", Duration::from_secs(5));
     tmux.keys("first", &["a"]);
     let results = tmux.wait_for("first", "done     requeue", Duration::from_secs(30));

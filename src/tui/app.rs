@@ -14,14 +14,18 @@ use crate::model::{ActionId, JobState, WorkflowId};
 pub enum Pane {
     Overview,
     Details,
+    Charts,
+    Timeline,
     Approvals,
     Notifications,
 }
 
 impl Pane {
-    pub const ALL: [Pane; 4] = [
+    pub const ALL: [Pane; 6] = [
         Pane::Overview,
         Pane::Details,
+        Pane::Charts,
+        Pane::Timeline,
         Pane::Approvals,
         Pane::Notifications,
     ];
@@ -30,6 +34,8 @@ impl Pane {
         match self {
             Pane::Overview => "Workflows",
             Pane::Details => "Details",
+            Pane::Charts => "Charts",
+            Pane::Timeline => "Timeline",
             Pane::Approvals => "Approvals",
             Pane::Notifications => "Notifications",
         }
@@ -315,8 +321,10 @@ impl App {
             KeyCode::Char('A') => UiAction::ToggleAllUsers,
             KeyCode::Char('1') => UiAction::Show(Pane::Overview),
             KeyCode::Char('2') => UiAction::Show(Pane::Details),
-            KeyCode::Char('3') => UiAction::Show(Pane::Approvals),
-            KeyCode::Char('4') => UiAction::Show(Pane::Notifications),
+            KeyCode::Char('3') => UiAction::Show(Pane::Charts),
+            KeyCode::Char('4') => UiAction::Show(Pane::Timeline),
+            KeyCode::Char('5') => UiAction::Show(Pane::Approvals),
+            KeyCode::Char('6') => UiAction::Show(Pane::Notifications),
             _ => return None,
         })
     }

@@ -8,12 +8,13 @@ use ratatui::widgets::{Block, Clear, Paragraph};
 use crate::tui::theme::Theme;
 
 /// Keys and what they do, as shown.
-pub const KEYS: [(&str, &str); 24] = [
+pub const KEYS: [(&str, &str); 25] = [
     ("j/k ↓/↑", "move"),
     ("Ctrl-d/u PgDn/PgUp", "page"),
     ("g/G Home/End", "first / last"),
     ("Tab / Shift-Tab", "next / previous pane"),
-    ("1-4", "workflows, details, approvals, notifications"),
+    ("1-6", "the pane of that number on the tab bar"),
+    ("3 / 4", "charts / timeline of the focused workflow"),
     ("Enter / l", "details of the focused attempt"),
     ("Esc / h", "back to the workflows"),
     ("Space", "select for comparison"),

@@ -1,10 +1,12 @@
 //! One file per pane; [`draw`] lays out the frame: tabs, the focused pane, the status line, overlays.
 
 pub mod approvals;
+pub mod charts;
 pub mod details;
 pub mod help;
 pub mod notifications;
 pub mod overview;
+pub mod timeline;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use ratatui::Frame;
@@ -36,6 +38,8 @@ pub fn draw(
     match app.pane {
         Pane::Overview => overview::draw(frame, body, app, snapshot, theme, now),
         Pane::Details => details::draw(frame, body, app, snapshot, theme, now),
+        Pane::Charts => charts::draw(frame, body, app, snapshot, theme, now),
+        Pane::Timeline => timeline::draw(frame, body, app, snapshot, theme, now),
         Pane::Approvals => approvals::draw(frame, body, app, snapshot, theme),
         Pane::Notifications => notifications::draw(frame, body, app, snapshot, theme),
     }
