@@ -9,7 +9,7 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Cell, Paragraph, Row, Table};
+use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, Wrap};
 
 use super::format_duration;
 use crate::model::{Attempt, JobState};
@@ -47,15 +47,17 @@ pub fn draw(
     frame.render_widget(block, area);
 
     let recoveries = recoveries(detail, now);
-    let bar_rows = detail.attempts.len() as u16 + 3;
-    let [summary_area, bars_area, table_area] = Layout::vertical([
+    let bar_rows = detail.attempts.len() as u16 + 2;
+    // The summary and the legend wrap on a narrow terminal rather than lose their ends.
+    let [summary_area, bars_area, legend_area, table_area] = Layout::vertical([
         Constraint::Length(3),
         Constraint::Length(bar_rows),
+        Constraint::Length(2),
         Constraint::Min(3),
     ])
     .areas(inner);
     frame.render_widget(
-        Paragraph::new(summary(goodput(detail, now), &recoveries, theme)),
+        Paragraph::new(summary(goodput(detail, now), &recoveries, theme)).wrap(Wrap { trim: true }),
         summary_area,
     );
     let focused_attempt = focused.map(|row| row.attempt.index);
@@ -69,6 +71,10 @@ pub fn draw(
             now,
         )),
         bars_area,
+    );
+    frame.render_widget(
+        Paragraph::new(legend(theme)).wrap(Wrap { trim: true }),
+        legend_area,
     );
     draw_gap_table(frame, table_area, &recoveries, theme);
 }
@@ -87,7 +93,7 @@ fn summary<'a>(goodput: Option<Goodput>, recoveries: &[Recovery], theme: &Theme)
             )),
             Span::styled(
                 format!(
-                    " (running {} minus {} recomputed)",
+                    " (running {} − {} recomputed)",
                     clock(g.running),
                     clock(g.lost)
                 ),
@@ -110,7 +116,7 @@ fn summary<'a>(goodput: Option<Goodput>, recoveries: &[Recovery], theme: &Theme)
                 }
             )),
             Span::styled(
-                "  (last iteration of the failed attempt minus the checkpoint it resumed from)",
+                " (each failed attempt's last iteration minus the checkpoint it resumed from)",
                 theme.muted(),
             ),
         ])
@@ -280,8 +286,12 @@ fn bars<'a>(
         label(String::new(), theme.muted()),
         Span::styled(time_axis(from, to, scale.width), theme.muted()),
     ]));
+    lines
+}
+
+/// What the bar symbols and the gap letters stand for.
+fn legend<'a>(theme: &Theme) -> Line<'a> {
     let mut legend = vec![
-        label("legend".into(), theme.muted()),
         Span::styled("░", theme.state(JobState::Pending)),
         Span::raw(" queued  "),
         Span::styled("█", theme.state(JobState::Running)),
@@ -292,8 +302,7 @@ fn bars<'a>(
         legend.push(Span::styled(letter.to_string(), style));
         legend.push(Span::raw(format!(" {}  ", kind.name())));
     }
-    lines.push(Line::from(legend));
-    lines
+    Line::from(legend)
 }
 
 /// `HH:MM` at the start, the middle and the end of the axis.
@@ -355,23 +364,23 @@ fn draw_gap_table(frame: &mut Frame<'_>, area: Rect, recoveries: &[Recovery], th
         }));
         cells.push(Cell::from(format!("{}s", r.total().num_seconds())));
         cells.push(Cell::from(format!(
-            "{} it from {} ({}s)",
+            "{} it from {}, {}s",
             r.lost_iterations,
-            r.resumed_from
-                .map_or_else(|| "start".to_string(), |i| format!("ckpt {i}")),
+            r.resumed_from.unwrap_or(0),
             r.lost_time.num_seconds()
         )));
         Row::new(cells)
     });
+    // As narrow as the headings, so the lost work keeps what room there is.
     let widths = [
         Constraint::Length(8),
         Constraint::Length(9),
         Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(15),
         Constraint::Length(7),
-        Constraint::Min(20),
+        Constraint::Length(7),
+        Constraint::Length(15),
+        Constraint::Length(6),
+        Constraint::Min(14),
     ];
     frame.render_widget(
         Table::new(rows, widths)
@@ -478,7 +487,7 @@ pub(crate) mod tests {
             "pending",
             "checkpoint load",
             "0 → 1",
-            "from ckpt 300",
+            "it from 300,",
             &format!("goodput {expected_goodput:.1}%"),
         ] {
             assert!(text.contains(expected), "{expected:?} missing:\n{text}");
