@@ -225,10 +225,12 @@ fn resume_checkpoint(
 
 /// Every failure of the workflow and the way back from it, oldest first.
 ///
-/// The gaps chain from the failure ([`failure_time`]) through the anomaly's time, the restart action's
-/// `created_at` and, once it is done, its `updated_at`, to the next attempt's start and its first
-/// progress. Pending starts at the action's completion or, when no action restarted the run (the
-/// scheduler requeued it by itself), at the next attempt's submission. The end of checkpoint load is
+/// The failure is the attempt's end when the anomaly was raised after it (a crash), else the last time
+/// its iteration count moved (a hang, raised while the job still ran). The gaps chain from there
+/// through the anomaly's time, the restart action's `created_at` and, once it is done, its
+/// `updated_at`, to the next attempt's start and its first progress. Pending starts at the action's
+/// completion or, when no action restarted the run (the scheduler requeued it by itself), at the next
+/// attempt's submission as [`queued_at`] gives it. The end of checkpoint load is
 /// approximated by the next attempt's first throughput sample: the store keeps no checkpoint-load
 /// record, and the first sample comes at most one logging interval after training resumed, so this
 /// gap includes those first iterations. While the workflow is active, the first gap that has not
