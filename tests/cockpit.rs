@@ -145,13 +145,23 @@ fn navigate_search_sort_approve_detach_and_attach_again() {
     assert!(details.contains("4201 (attempt 0)"), "{details}");
 
     // Approve the requeue and see it executed.
-    tmux.keys("first", &["3"]);
+    tmux.keys("first", &["5"]);
     tmux.wait_for("first", "Waiting for approval · 2", Duration::from_secs(5));
     tmux.keys("first", &["a"]);
     let results = tmux.wait_for("first", "done     requeue", Duration::from_secs(30));
     assert!(results.contains("excluding node-07"), "{results}");
     tmux.keys("first", &["1"]);
     tmux.wait_for("first", "4201.1", Duration::from_secs(30));
+
+    // The workflow's charts and its attempts timeline.
+    tmux.keys("first", &["3"]);
+    tmux.wait_for("first", "TFLOP/s/GPU", Duration::from_secs(5));
+    tmux.keys("first", &["4"]);
+    let timeline = tmux.wait_for("first", "attempts timeline", Duration::from_secs(5));
+    assert!(timeline.contains("goodput"), "{timeline}");
+    assert!(timeline.contains("attempt 0 FAILED"), "{timeline}");
+    tmux.keys("first", &["1"]);
+    tmux.wait_for("first", "4201.1", Duration::from_secs(5));
 
     // Detach: the engine goes on headless and the cockpit ends.
     tmux.keys("first", &["D"]);

@@ -15,6 +15,8 @@ use crate::model::{ActionId, JobState, WorkflowId};
 pub enum Pane {
     Overview,
     Details,
+    Charts,
+    Timeline,
     Approvals,
     Notifications,
     Log,
@@ -22,9 +24,11 @@ pub enum Pane {
 }
 
 impl Pane {
-    pub const ALL: [Pane; 6] = [
+    pub const ALL: [Pane; 8] = [
         Pane::Overview,
         Pane::Details,
+        Pane::Charts,
+        Pane::Timeline,
         Pane::Approvals,
         Pane::Notifications,
         Pane::Log,
@@ -35,6 +39,8 @@ impl Pane {
         match self {
             Pane::Overview => "Workflows",
             Pane::Details => "Details",
+            Pane::Charts => "Charts",
+            Pane::Timeline => "Timeline",
             Pane::Approvals => "Approvals",
             Pane::Notifications => "Notifications",
             Pane::Log => "Log",
@@ -333,10 +339,12 @@ impl App {
             KeyCode::Char('A') => UiAction::ToggleAllUsers,
             KeyCode::Char('1') => UiAction::Show(Pane::Overview),
             KeyCode::Char('2') => UiAction::Show(Pane::Details),
-            KeyCode::Char('3') => UiAction::Show(Pane::Approvals),
-            KeyCode::Char('4') => UiAction::Show(Pane::Notifications),
-            KeyCode::Char('5') | KeyCode::Char('L') => UiAction::Show(Pane::Log),
-            KeyCode::Char('6') | KeyCode::Char('c') => UiAction::Show(Pane::Compare),
+            KeyCode::Char('3') => UiAction::Show(Pane::Charts),
+            KeyCode::Char('4') => UiAction::Show(Pane::Timeline),
+            KeyCode::Char('5') => UiAction::Show(Pane::Approvals),
+            KeyCode::Char('6') => UiAction::Show(Pane::Notifications),
+            KeyCode::Char('7') | KeyCode::Char('L') => UiAction::Show(Pane::Log),
+            KeyCode::Char('8') | KeyCode::Char('c') => UiAction::Show(Pane::Compare),
             KeyCode::Char('n') => UiAction::NextError,
             KeyCode::Char('N') => UiAction::PreviousError,
             KeyCode::Char('f') => UiAction::Follow,

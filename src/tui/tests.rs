@@ -23,7 +23,7 @@ use crate::store::Store;
 
 /// A store after the NCCL-timeout scenario ran until its failure was decided, without `--auto`: the
 /// requeue waits for approval.
-fn failed_and_proposed() -> (tempfile::TempDir, Store, DateTime<Utc>) {
+pub(super) fn failed_and_proposed() -> (tempfile::TempDir, Store, DateTime<Utc>) {
     let dir = tempfile::tempdir().unwrap();
     let start = DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")
         .unwrap()
@@ -70,7 +70,13 @@ fn failed_and_proposed() -> (tempfile::TempDir, Store, DateTime<Utc>) {
     (dir, Store::open(&db).unwrap(), now)
 }
 
-fn render(app: &App, snapshot: &Snapshot, now: DateTime<Utc>, width: u16, height: u16) -> String {
+pub(super) fn render(
+    app: &App,
+    snapshot: &Snapshot,
+    now: DateTime<Utc>,
+    width: u16,
+    height: u16,
+) -> String {
     let theme = Theme::load("dark", None).unwrap();
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     terminal
@@ -100,7 +106,7 @@ fn the_overview_shows_the_failed_attempt_with_its_anomaly_marker_and_attribution
     let app = App::new("alice".into(), true);
     let text = render(&app, &snapshot, now, 120, 30);
     assert!(text.contains("1 Workflows"), "{text}");
-    assert!(text.contains("3 Approvals (2)"), "{text}");
+    assert!(text.contains("5 Approvals (2)"), "{text}");
     assert!(text.contains("JOB.ATT"), "{text}");
     assert!(text.contains("4201.0"), "{text}");
     assert!(text.contains("llama3-8b-pretrain"), "{text}");

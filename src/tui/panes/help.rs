@@ -8,14 +8,15 @@ use ratatui::widgets::{Block, Clear, Paragraph};
 use crate::tui::theme::Theme;
 
 /// Keys and what they do, as shown.
-pub const KEYS: [(&str, &str); 27] = [
+pub const KEYS: [(&str, &str); 28] = [
     ("j/k ↓/↑", "move"),
     ("Ctrl-d/u PgDn/PgUp", "page"),
     ("g/G Home/End", "first / last"),
     ("Tab / Shift-Tab", "next / previous pane"),
-    ("1-4", "workflows, details, approvals, notifications"),
-    ("5 / L", "the focused attempt's log"),
-    ("6 / c", "compare the selected attempts side by side"),
+    ("1-8", "the pane of that number on the tab bar"),
+    ("3 / 4", "charts / timeline of the focused workflow"),
+    ("7 / L", "the focused attempt's log"),
+    ("8 / c", "compare the selected attempts side by side"),
     ("n / N / f", "log: next / previous error, follow the end"),
     ("Enter / l", "details of the focused attempt"),
     ("Esc / h", "back to the workflows"),

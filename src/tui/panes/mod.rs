@@ -1,12 +1,14 @@
 //! One file per pane; [`draw`] lays out the frame: tabs, the focused pane, the status line, overlays.
 
 pub mod approvals;
+pub mod charts;
 pub mod compare;
 pub mod details;
 pub mod help;
 pub mod log;
 pub mod notifications;
 pub mod overview;
+pub mod timeline;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use ratatui::Frame;
@@ -38,6 +40,8 @@ pub fn draw(
     match app.pane {
         Pane::Overview => overview::draw(frame, body, app, snapshot, theme, now),
         Pane::Details => details::draw(frame, body, app, snapshot, theme, now),
+        Pane::Charts => charts::draw(frame, body, app, snapshot, theme, now),
+        Pane::Timeline => timeline::draw(frame, body, app, snapshot, theme, now),
         Pane::Approvals => approvals::draw(frame, body, app, snapshot, theme),
         Pane::Notifications => notifications::draw(frame, body, app, snapshot, theme),
         Pane::Compare => compare::draw(frame, body, app, snapshot, theme, now),
@@ -82,7 +86,7 @@ fn draw_tabs(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, 
         .highlight_style(theme.accent())
         .divider("│");
     let [left, right] =
-        Layout::horizontal([Constraint::Min(10), Constraint::Length(34)]).areas(area);
+        Layout::horizontal([Constraint::Min(10), Constraint::Length(16)]).areas(area);
     frame.render_widget(tabs, left);
     let mode = if app.owns_engine {
         "engine here"
@@ -90,10 +94,10 @@ fn draw_tabs(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, 
         "viewer"
     };
     frame.render_widget(
-        Paragraph::new(Line::from(vec![
-            Span::styled("runguard ", theme.accent()),
-            Span::styled(format!("· {mode} · ? help"), theme.muted()),
-        ]))
+        Paragraph::new(Line::from(vec![Span::styled(
+            format!("{mode} · ? help"),
+            theme.muted(),
+        )]))
         .right_aligned(),
         right,
     );

@@ -1,0 +1,560 @@
+//! The attempts timeline of the focused workflow: each attempt as a bar on a shared time axis (queued,
+//! then running), the recovery gaps between attempts, the work recomputed after each failure and the
+//! workflow's goodput. The arithmetic lives in [`crate::tui::recovery_time`]; this file only draws.
+
+use std::ops::Range;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, Wrap};
+
+use super::format_duration;
+use crate::model::{Attempt, JobState};
+use crate::tui::app::App;
+use crate::tui::recovery_time::{
+    GapKind, Goodput, Recovery, goodput, queued_at, recoveries, running_end, timeline_bounds,
+};
+use crate::tui::snapshot::{Snapshot, WorkflowDetail};
+use crate::tui::theme::Theme;
+
+/// Width of the label column left of the bars.
+const LABEL_WIDTH: u16 = 22;
+
+/// Draws the attempts timeline of the focused row's workflow.
+pub fn draw(
+    frame: &mut Frame<'_>,
+    area: Rect,
+    app: &App,
+    snapshot: &Snapshot,
+    theme: &Theme,
+    now: DateTime<Utc>,
+) {
+    let focused = app.focused(snapshot, now);
+    let Some(detail) = focused.and_then(|row| snapshot.detail(row.workflow_id)) else {
+        frame.render_widget(
+            Paragraph::new("no workflow to show").block(Block::bordered().title(" Timeline ")),
+            area,
+        );
+        return;
+    };
+    let block = Block::bordered()
+        .title(format!(" {} · attempts timeline ", detail.workflow.name))
+        .border_style(theme.accent());
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+
+    let recoveries = recoveries(detail, now);
+    let bar_rows = detail.attempts.len() as u16 + 2;
+    // The summary and the legend wrap on a narrow terminal rather than lose their ends.
+    let [summary_area, bars_area, legend_area, table_area] = Layout::vertical([
+        Constraint::Length(3),
+        Constraint::Length(bar_rows),
+        Constraint::Length(2),
+        Constraint::Min(3),
+    ])
+    .areas(inner);
+    frame.render_widget(
+        Paragraph::new(summary(goodput(detail, now), &recoveries, theme)).wrap(Wrap { trim: true }),
+        summary_area,
+    );
+    let focused_attempt = focused.map(|row| row.attempt.index);
+    frame.render_widget(
+        Paragraph::new(bars(
+            detail,
+            &recoveries,
+            focused_attempt,
+            bars_area.width,
+            theme,
+            now,
+        )),
+        bars_area,
+    );
+    frame.render_widget(
+        Paragraph::new(legend(theme)).wrap(Wrap { trim: true }),
+        legend_area,
+    );
+    draw_gap_table(frame, table_area, &recoveries, theme);
+}
+
+/// The goodput line and one line of lost work.
+fn summary<'a>(goodput: Option<Goodput>, recoveries: &[Recovery], theme: &Theme) -> Vec<Line<'a>> {
+    let clock = |d: TimeDelta| format_duration(d, true);
+    let mut lines = vec![match goodput {
+        None => Line::styled("goodput -: no attempt has started yet", theme.muted()),
+        Some(g) => Line::from(vec![
+            Span::styled(format!("goodput {:.1}%", g.ratio() * 100.0), theme.accent()),
+            Span::raw(format!(
+                " · useful {} of {} since the first start",
+                clock(g.useful),
+                clock(g.wall)
+            )),
+            Span::styled(
+                format!(
+                    " (running {} − {} recomputed)",
+                    clock(g.running),
+                    clock(g.lost)
+                ),
+                theme.muted(),
+            ),
+        ]),
+    }];
+    let lost: u64 = recoveries.iter().map(|r| r.lost_iterations).sum();
+    lines.push(if recoveries.is_empty() {
+        Line::styled("no failure: no work recomputed", theme.muted())
+    } else {
+        Line::from(vec![
+            Span::raw(format!(
+                "lost work: {lost} iterations recomputed over {} {}",
+                recoveries.len(),
+                if recoveries.len() == 1 {
+                    "failure"
+                } else {
+                    "failures"
+                }
+            )),
+            Span::styled(
+                " (each failed attempt's last iteration minus the checkpoint it resumed from)",
+                theme.muted(),
+            ),
+        ])
+    });
+    lines
+}
+
+/// Maps times to the columns of a bar of `width` cells.
+struct Scale {
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    width: usize,
+}
+
+impl Scale {
+    fn column(&self, time: DateTime<Utc>) -> usize {
+        let span = (self.to - self.from).num_milliseconds().max(1) as f64;
+        let at = (time - self.from).num_milliseconds() as f64 / span;
+        ((at * self.width as f64).floor().max(0.0) as usize).min(self.width.saturating_sub(1))
+    }
+
+    /// The cells from `start` to `end`: at least one when the span is not empty, so a short gap stays
+    /// visible on a long axis.
+    fn cells(&self, start: DateTime<Utc>, end: DateTime<Utc>) -> Range<usize> {
+        if end <= start || self.width == 0 {
+            return 0..0;
+        }
+        let first = self.column(start);
+        first..self.column(end).max(first + 1).min(self.width)
+    }
+}
+
+/// A row of cells painted by spans of time, then turned into styled text.
+struct Strip {
+    cells: Vec<(char, Style)>,
+}
+
+impl Strip {
+    fn new(width: usize) -> Self {
+        Self {
+            cells: vec![(' ', Style::default()); width],
+        }
+    }
+
+    fn paint(&mut self, range: Range<usize>, symbol: char, style: Style) {
+        for cell in &mut self.cells[range] {
+            *cell = (symbol, style);
+        }
+    }
+
+    fn into_spans<'a>(self) -> Vec<Span<'a>> {
+        let mut spans: Vec<Span<'a>> = Vec::new();
+        let mut run = String::new();
+        let mut style = Style::default();
+        for (symbol, cell_style) in self.cells {
+            if cell_style != style && !run.is_empty() {
+                spans.push(Span::styled(std::mem::take(&mut run), style));
+            }
+            style = cell_style;
+            run.push(symbol);
+        }
+        if !run.is_empty() {
+            spans.push(Span::styled(run, style));
+        }
+        spans
+    }
+}
+
+/// The colour of a gap, in the bars and the table alike.
+fn gap_color(kind: GapKind, theme: &Theme) -> Color {
+    match kind {
+        GapKind::Detection => theme.anomaly,
+        GapKind::Analysis => theme.accent,
+        GapKind::Requeue => theme.approval,
+        GapKind::Pending => theme.pending,
+        GapKind::CheckpointLoad => theme.recovering,
+    }
+}
+
+/// The letter and style of a gap on the recovery row; letters keep the gaps apart without colour.
+fn gap_mark(kind: GapKind, theme: &Theme) -> (char, Style) {
+    let letter = match kind {
+        GapKind::Detection => 'D',
+        GapKind::Analysis => 'A',
+        GapKind::Requeue => 'R',
+        GapKind::Pending => 'P',
+        GapKind::CheckpointLoad => 'L',
+    };
+    (
+        letter,
+        Style::default()
+            .fg(gap_color(kind, theme))
+            .add_modifier(Modifier::REVERSED),
+    )
+}
+
+/// When an attempt left the queue: its start, or while it still waits, now (or its last update once
+/// it ended without starting).
+fn queued_until(attempt: &Attempt, now: DateTime<Utc>) -> DateTime<Utc> {
+    attempt
+        .start_time
+        .unwrap_or(if attempt.state.is_terminal() {
+            attempt.updated_at
+        } else {
+            now
+        })
+}
+
+fn bars<'a>(
+    detail: &WorkflowDetail,
+    recoveries: &[Recovery],
+    focused_attempt: Option<u32>,
+    width: u16,
+    theme: &Theme,
+    now: DateTime<Utc>,
+) -> Vec<Line<'a>> {
+    let Some((from, to)) = timeline_bounds(detail, now) else {
+        return vec![Line::styled(
+            "no attempt has been submitted yet",
+            theme.muted(),
+        )];
+    };
+    let scale = Scale {
+        from,
+        to,
+        width: width.saturating_sub(LABEL_WIDTH) as usize,
+    };
+    let label = |text: String, style: Style| {
+        Span::styled(format!("{text:<w$}", w = LABEL_WIDTH as usize), style)
+    };
+    let mut lines = Vec::new();
+    let mut attempts: Vec<&Attempt> = detail.attempts.iter().collect();
+    attempts.sort_by_key(|a| a.index);
+    for attempt in attempts {
+        let mut strip = Strip::new(scale.width);
+        if let Some(queued) = queued_at(detail, attempt, now) {
+            strip.paint(
+                scale.cells(queued, queued_until(attempt, now)),
+                '░',
+                theme.state(JobState::Pending),
+            );
+        }
+        if let (Some(start), Some(end)) = (attempt.start_time, running_end(attempt, now)) {
+            strip.paint(scale.cells(start, end), '█', theme.state(attempt.state));
+        }
+        let label_style = if focused_attempt == Some(attempt.index) {
+            theme.selected()
+        } else {
+            theme.state(attempt.state)
+        };
+        let mut spans = vec![label(
+            format!("attempt {} {}", attempt.index, attempt.state_raw),
+            label_style,
+        )];
+        spans.extend(strip.into_spans());
+        lines.push(Line::from(spans));
+    }
+    let mut strip = Strip::new(scale.width);
+    for gap in recoveries.iter().flat_map(|r| &r.gaps) {
+        let (letter, style) = gap_mark(gap.kind, theme);
+        strip.paint(scale.cells(gap.start, gap.end), letter, style);
+    }
+    let mut spans = vec![label("recovery".into(), theme.muted())];
+    spans.extend(strip.into_spans());
+    lines.push(Line::from(spans));
+    lines.push(Line::from(vec![
+        label(String::new(), theme.muted()),
+        Span::styled(time_axis(from, to, scale.width), theme.muted()),
+    ]));
+    lines
+}
+
+/// What the bar symbols and the gap letters stand for.
+fn legend<'a>(theme: &Theme) -> Line<'a> {
+    let mut legend = vec![
+        Span::styled("░", theme.state(JobState::Pending)),
+        Span::raw(" queued  "),
+        Span::styled("█", theme.state(JobState::Running)),
+        Span::raw(" running  "),
+    ];
+    for kind in GapKind::ALL {
+        let (letter, style) = gap_mark(kind, theme);
+        legend.push(Span::styled(letter.to_string(), style));
+        legend.push(Span::raw(format!(" {}  ", kind.name())));
+    }
+    Line::from(legend)
+}
+
+/// `HH:MM` at the start, the middle and the end of the axis.
+fn time_axis(from: DateTime<Utc>, to: DateTime<Utc>, width: usize) -> String {
+    let mut row = vec![' '; width];
+    let mut put = |text: String, at: usize| {
+        let at = at.min(width.saturating_sub(text.chars().count()));
+        for (offset, c) in text.chars().enumerate() {
+            if let Some(cell) = row.get_mut(at + offset) {
+                *cell = c;
+            }
+        }
+    };
+    let label = |time: DateTime<Utc>| time.format("%H:%M").to_string();
+    put(label(from), 0);
+    if width >= 24 {
+        put(label(from + (to - from) / 2), (width / 2).saturating_sub(2));
+    }
+    if width >= 12 {
+        put(label(to), width.saturating_sub(5));
+    }
+    row.into_iter().collect()
+}
+
+/// One row per recovery: each gap in seconds (`…` while it lasts), their total and the lost work.
+fn draw_gap_table(frame: &mut Frame<'_>, area: Rect, recoveries: &[Recovery], theme: &Theme) {
+    let block = Block::bordered()
+        .title(" Recovery gaps (seconds) ")
+        .border_style(theme.muted());
+    if recoveries.is_empty() {
+        frame.render_widget(
+            Paragraph::new("no failure yet: no recovery gap to measure")
+                .style(theme.muted())
+                .block(block),
+            area,
+        );
+        return;
+    }
+    let mut heading = vec![Cell::from("recovery")];
+    heading.extend(GapKind::ALL.iter().map(|kind| Cell::from(kind.name())));
+    heading.push(Cell::from("total"));
+    heading.push(Cell::from("lost work"));
+    let rows = recoveries.iter().map(|r| {
+        let next = r
+            .next_attempt
+            .map_or_else(|| "…".to_string(), |n| n.to_string());
+        let mut cells = vec![Cell::from(format!("{} → {next}", r.failed_attempt))];
+        cells.extend(GapKind::ALL.iter().map(|kind| match r.gap(*kind) {
+            None => Cell::from("-").style(theme.muted()),
+            Some(gap) => {
+                let seconds = gap.duration().num_seconds();
+                let text = if gap.ongoing {
+                    format!("{seconds}s…")
+                } else {
+                    format!("{seconds}s")
+                };
+                Cell::from(text).style(Style::default().fg(gap_color(*kind, theme)))
+            }
+        }));
+        cells.push(Cell::from(format!("{}s", r.total().num_seconds())));
+        cells.push(Cell::from(format!(
+            "{} it from {}, {}s",
+            r.lost_iterations,
+            r.resumed_from.unwrap_or(0),
+            r.lost_time.num_seconds()
+        )));
+        Row::new(cells)
+    });
+    // As narrow as the headings, so the lost work keeps what room there is.
+    let widths = [
+        Constraint::Length(8),
+        Constraint::Length(9),
+        Constraint::Length(8),
+        Constraint::Length(7),
+        Constraint::Length(7),
+        Constraint::Length(15),
+        Constraint::Length(6),
+        Constraint::Min(14),
+    ];
+    frame.render_widget(
+        Table::new(rows, widths)
+            .header(Row::new(heading).style(theme.accent()))
+            .column_spacing(1)
+            .block(block),
+        area,
+    );
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::attribute::Catalog;
+    use crate::backend::Backend;
+    use crate::backend::sim::{Scenario, SimCluster, SimOptions};
+    use crate::clock::{Clock, ManualClock};
+    use crate::config::Config;
+    use crate::engine::{Engine, EngineOptions};
+    use crate::model::{ActionState, WorkflowStatus};
+    use crate::recover::Policy;
+    use crate::store::CommandKind;
+    use crate::tui::app::{Pane, UiAction};
+    use crate::tui::tests::{failed_and_proposed, render};
+
+    /// The NCCL-timeout scenario after the user approved the proposed actions and the engine ran on
+    /// until the workflow completed: two attempts, one recovery.
+    pub(crate) fn recovered() -> (tempfile::TempDir, Snapshot, DateTime<Utc>) {
+        let (dir, store, now) = failed_and_proposed();
+        for action in store.db().actions(1).unwrap() {
+            if action.state == ActionState::Proposed {
+                store
+                    .db()
+                    .push_command(CommandKind::Approve, action.id, now)
+                    .unwrap();
+            }
+        }
+        let clock = Arc::new(ManualClock::new(now));
+        let sim = SimCluster::open(
+            SimOptions {
+                dir: dir.path().join("sim"),
+                scenario: Scenario::builtin("nccl-timeout").unwrap(),
+                seed: 42,
+                nodes: 16,
+            },
+            Arc::clone(&clock) as Arc<dyn Clock>,
+        )
+        .unwrap();
+        let mut engine = Engine::new(
+            store,
+            Arc::new(sim) as Arc<dyn Backend>,
+            Arc::clone(&clock) as Arc<dyn Clock>,
+            Config::default(),
+            Catalog::builtin().unwrap(),
+            EngineOptions { auto: true },
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for _ in 0..2000 {
+            clock.advance(Duration::from_secs(5));
+            runtime.block_on(engine.tick()).unwrap();
+            let workflow = engine.store().db().workflow(1).unwrap().unwrap();
+            if workflow.status == WorkflowStatus::Completed {
+                break;
+            }
+        }
+        let now = clock.now();
+        let policy = Policy::from_config(&Config::default().recovery, false);
+        let snapshot = Snapshot::load(&engine.store().db(), &policy, now, Some(1)).unwrap();
+        (dir, snapshot, now)
+    }
+
+    fn show_timeline(snapshot: &Snapshot, now: DateTime<Utc>) -> App {
+        let mut app = App::new("alice".into(), true);
+        app.update(UiAction::Show(Pane::Timeline), snapshot, now);
+        assert_eq!(app.pane, Pane::Timeline);
+        app
+    }
+
+    #[test]
+    fn a_recovered_workflow_shows_both_attempts_every_gap_and_its_goodput() {
+        let (_dir, snapshot, now) = recovered();
+        let detail = &snapshot.details[0];
+        assert_eq!(detail.attempts.len(), 2, "{:?}", detail.attempts);
+        assert_eq!(detail.workflow.status, WorkflowStatus::Completed);
+        let app = show_timeline(&snapshot, now);
+        let text = render(&app, &snapshot, now, 140, 30);
+        let expected_goodput = goodput(detail, now).unwrap().ratio() * 100.0;
+        for expected in [
+            "4 Timeline",
+            "llama3-8b-pretrain · attempts timeline",
+            "attempt 0 FAILED",
+            "attempt 1 COMPLETED",
+            "recovery",
+            "Recovery gaps (seconds)",
+            "detection",
+            "analysis",
+            "requeue",
+            "pending",
+            "checkpoint load",
+            "0 → 1",
+            "it from 300,",
+            &format!("goodput {expected_goodput:.1}%"),
+        ] {
+            assert!(text.contains(expected), "{expected:?} missing:\n{text}");
+        }
+        let recovery = &recoveries(detail, now)[0];
+        assert_eq!(recovery.resumed_from, Some(300));
+        assert!(recovery.lost_iterations >= 40, "{recovery:?}");
+        // Every gap of a finished recovery was measured.
+        assert_eq!(recovery.gaps.len(), GapKind::ALL.len(), "{recovery:?}");
+        let requeue_seconds = recovery
+            .gap(GapKind::Requeue)
+            .unwrap()
+            .duration()
+            .num_seconds();
+        assert!(text.contains(&format!("{requeue_seconds}s")), "{text}");
+    }
+
+    #[test]
+    fn a_recovery_waiting_for_approval_shows_its_requeue_gap_running() {
+        let (_dir, store, now) = failed_and_proposed();
+        let policy = Policy::from_config(&Config::default().recovery, true);
+        let snapshot = Snapshot::load(&store.db(), &policy, now, Some(1)).unwrap();
+        let app = show_timeline(&snapshot, now);
+        let text = render(&app, &snapshot, now, 120, 30);
+        assert!(text.contains("attempt 0 FAILED"), "{text}");
+        assert!(text.contains("0 → …"), "{text}");
+        assert!(text.contains("s…"), "an ongoing gap is marked:\n{text}");
+        assert!(text.contains("lost work: "), "{text}");
+    }
+
+    #[test]
+    fn a_scale_keeps_a_short_gap_visible_and_inside_the_bar() {
+        let from = DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let scale = Scale {
+            from,
+            to: from + TimeDelta::seconds(1000),
+            width: 100,
+        };
+        assert_eq!(scale.cells(from, from + TimeDelta::seconds(500)), 0..50);
+        assert_eq!(
+            scale.cells(
+                from + TimeDelta::seconds(501),
+                from + TimeDelta::seconds(502)
+            ),
+            50..51
+        );
+        assert_eq!(
+            scale.cells(
+                from + TimeDelta::seconds(990),
+                from + TimeDelta::seconds(2000)
+            ),
+            99..100
+        );
+        assert_eq!(scale.cells(from, from), 0..0);
+    }
+
+    #[test]
+    fn the_time_axis_labels_start_middle_and_end() {
+        let from = DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let axis = time_axis(from, from + TimeDelta::minutes(60), 40);
+        assert_eq!(axis.chars().count(), 40);
+        assert!(axis.starts_with("08:00"), "{axis:?}");
+        assert!(axis.contains("08:30"), "{axis:?}");
+        assert!(axis.ends_with("09:00"), "{axis:?}");
+    }
+}
