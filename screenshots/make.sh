@@ -31,9 +31,13 @@ shot() {
 wait_for "Approvals (2)"
 shot overview
 keys Enter; shot details
-keys 3; shot approvals
+keys 5; shot approvals
 keys a; wait_for "done     requeue"; shot approvals-done
-keys 5; shot log
-keys 4 A; shot notifications
+keys 1; wait_for "COMPLETED"
+keys 3; shot charts
+keys 4; shot timeline
+keys 7; shot log
+keys 6 A; shot notifications
+keys 1 Space j Space 8; shot compare
 keys '?'; shot help
 keys Escape 1
