@@ -47,6 +47,20 @@ impl Pane {
             Pane::Compare => "Compare",
         }
     }
+
+    /// The title on a narrow terminal.
+    pub fn short_title(self) -> &'static str {
+        match self {
+            Pane::Overview => "Jobs",
+            Pane::Details => "Info",
+            Pane::Charts => "Chart",
+            Pane::Timeline => "Time",
+            Pane::Approvals => "Appr",
+            Pane::Notifications => "Note",
+            Pane::Log => "Log",
+            Pane::Compare => "Cmp",
+        }
+    }
 }
 
 /// The overview's columns.

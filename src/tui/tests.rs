@@ -120,6 +120,8 @@ fn the_overview_fits_80_by_24() {
     let app = App::new("alice".into(), true);
     let text = render(&app, &snapshot, now, 80, 24);
     assert!(text.contains("4201.0"), "{text}");
+    // Every tab stays in view, with its short name.
+    assert!(text.lines().next().unwrap().contains("8 Cmp"), "{text}");
     assert!(text.contains("Workflows"), "{text}");
 }
 

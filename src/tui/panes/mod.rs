@@ -68,25 +68,40 @@ pub fn draw(
 }
 
 fn draw_tabs(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, theme: &Theme) {
-    let titles: Vec<Line<'_>> = Pane::ALL
-        .iter()
-        .enumerate()
-        .map(|(n, pane)| {
-            let mut title = format!("{} {}", n + 1, pane.title());
-            if *pane == Pane::Approvals && !snapshot.approvals.is_empty() {
-                title.push_str(&format!(" ({})", snapshot.approvals.len()));
-            }
-            Line::from(title)
-        })
-        .collect();
+    let titles_of = |short: bool| -> Vec<String> {
+        Pane::ALL
+            .iter()
+            .enumerate()
+            .map(|(n, pane)| {
+                let name = if short {
+                    pane.short_title()
+                } else {
+                    pane.title()
+                };
+                let mut title = format!("{} {name}", n + 1);
+                if *pane == Pane::Approvals && !snapshot.approvals.is_empty() {
+                    title.push_str(&format!(" ({})", snapshot.approvals.len()));
+                }
+                title
+            })
+            .collect()
+    };
+    // On a narrow terminal the short names keep every tab in view.
+    let mut titles = titles_of(false);
+    let needed: usize = titles.iter().map(|t| t.chars().count() + 2).sum();
+    if needed + 12 > usize::from(area.width) {
+        titles = titles_of(true);
+    }
+    let titles: Vec<Line<'_>> = titles.into_iter().map(Line::from).collect();
     let selected = Pane::ALL.iter().position(|p| *p == app.pane).unwrap_or(0);
     let tabs = Tabs::new(titles)
         .select(selected)
         .style(theme.muted())
         .highlight_style(theme.accent())
+        .padding("", " ")
         .divider("│");
     let [left, right] =
-        Layout::horizontal([Constraint::Min(10), Constraint::Length(16)]).areas(area);
+        Layout::horizontal([Constraint::Min(10), Constraint::Length(12)]).areas(area);
     frame.render_widget(tabs, left);
     let mode = if app.owns_engine {
         "engine here"
@@ -95,7 +110,7 @@ fn draw_tabs(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, 
     };
     frame.render_widget(
         Paragraph::new(Line::from(vec![Span::styled(
-            format!("{mode} · ? help"),
+            mode.to_string(),
             theme.muted(),
         )]))
         .right_aligned(),
@@ -137,7 +152,7 @@ fn draw_status(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot
             }
             spans.push(Span::styled(
                 format!(
-                    "{} attempts · {} waiting for approval · j/k move · Enter details · a approve · x reject · / search · : command · D detach · q quit",
+                    "{} attempts · {} waiting for approval · j/k move · Enter details · a approve · x reject · / search · : command · D detach · ? keys · q quit",
                     snapshot.rows.len(),
                     snapshot.approvals.len()
                 ),
