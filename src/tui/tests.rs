@@ -21,17 +21,18 @@ use crate::engine::{Engine, EngineOptions};
 use crate::recover::Policy;
 use crate::store::Store;
 
-/// A store after the NCCL-timeout scenario ran until its failure was decided, without `--auto`: the
-/// requeue waits for approval.
-pub(super) fn failed_and_proposed() -> (tempfile::TempDir, Store, DateTime<Utc>) {
-    let dir = tempfile::tempdir().unwrap();
-    let start = DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")
-        .unwrap()
-        .with_timezone(&Utc);
+/// An engine over the NCCL-timeout scenario in `dir`, on a manual clock starting at `start`, with the
+/// store `store`.
+pub(super) fn sim_engine(
+    dir: &std::path::Path,
+    store: Store,
+    start: DateTime<Utc>,
+    auto: bool,
+) -> (Engine, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new(start));
     let sim = SimCluster::open(
         SimOptions {
-            dir: dir.path().join("sim"),
+            dir: dir.join("sim"),
             scenario: Scenario::builtin("nccl-timeout").unwrap(),
             seed: 42,
             nodes: 16,
@@ -39,32 +40,54 @@ pub(super) fn failed_and_proposed() -> (tempfile::TempDir, Store, DateTime<Utc>)
         Arc::clone(&clock) as Arc<dyn Clock>,
     )
     .unwrap();
-    let db = dir.path().join("runguard.sqlite");
-    let mut engine = Engine::new(
-        Store::open(&db).unwrap(),
+    let engine = Engine::new(
+        store,
         Arc::new(sim) as Arc<dyn Backend>,
         Arc::clone(&clock) as Arc<dyn Clock>,
         Config::default(),
         Catalog::builtin().unwrap(),
-        EngineOptions { auto: false },
+        EngineOptions { auto },
     );
+    (engine, clock)
+}
+
+/// Ticks `engine` every five simulated seconds until `done` says so (at most `ticks` times).
+pub(super) fn tick_until(
+    engine: &mut Engine,
+    clock: &ManualClock,
+    ticks: usize,
+    done: impl Fn(&Engine) -> bool,
+) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    for _ in 0..600 {
+    for _ in 0..ticks {
         runtime.block_on(engine.tick()).unwrap();
-        if !engine
+        if done(engine) {
+            return;
+        }
+        clock.advance(Duration::from_secs(5));
+    }
+}
+
+/// A store after the NCCL-timeout scenario ran until its failure was decided, without `--auto`: the
+/// requeue waits for approval.
+pub(super) fn failed_and_proposed() -> (tempfile::TempDir, Store, DateTime<Utc>) {
+    let dir = tempfile::tempdir().unwrap();
+    let start = DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    let db = dir.path().join("runguard.sqlite");
+    let (mut engine, clock) = sim_engine(dir.path(), Store::open(&db).unwrap(), start, false);
+    tick_until(&mut engine, &clock, 600, |engine| {
+        !engine
             .store()
             .db()
             .actions(1)
             .unwrap_or_default()
             .is_empty()
-        {
-            break;
-        }
-        clock.advance(Duration::from_secs(5));
-    }
+    });
     let now = clock.now();
     drop(engine);
     (dir, Store::open(&db).unwrap(), now)

@@ -393,21 +393,14 @@ fn draw_gap_table(frame: &mut Frame<'_>, area: Rect, recoveries: &[Recovery], th
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
     use super::*;
-    use crate::attribute::Catalog;
-    use crate::backend::Backend;
-    use crate::backend::sim::{Scenario, SimCluster, SimOptions};
-    use crate::clock::{Clock, ManualClock};
+    use crate::clock::Clock;
     use crate::config::Config;
-    use crate::engine::{Engine, EngineOptions};
     use crate::model::{ActionState, WorkflowStatus};
     use crate::recover::Policy;
     use crate::store::CommandKind;
     use crate::tui::app::{Pane, UiAction};
-    use crate::tui::tests::{failed_and_proposed, render};
+    use crate::tui::tests::{failed_and_proposed, render, sim_engine, tick_until};
 
     /// The NCCL-timeout scenario after the user approved the proposed actions and the engine ran on
     /// until the workflow completed: two attempts, one recovery.
@@ -421,37 +414,16 @@ pub(crate) mod tests {
                     .unwrap();
             }
         }
-        let clock = Arc::new(ManualClock::new(now));
-        let sim = SimCluster::open(
-            SimOptions {
-                dir: dir.path().join("sim"),
-                scenario: Scenario::builtin("nccl-timeout").unwrap(),
-                seed: 42,
-                nodes: 16,
-            },
-            Arc::clone(&clock) as Arc<dyn Clock>,
-        )
-        .unwrap();
-        let mut engine = Engine::new(
-            store,
-            Arc::new(sim) as Arc<dyn Backend>,
-            Arc::clone(&clock) as Arc<dyn Clock>,
-            Config::default(),
-            Catalog::builtin().unwrap(),
-            EngineOptions { auto: true },
-        );
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        for _ in 0..2000 {
-            clock.advance(Duration::from_secs(5));
-            runtime.block_on(engine.tick()).unwrap();
-            let workflow = engine.store().db().workflow(1).unwrap().unwrap();
-            if workflow.status == WorkflowStatus::Completed {
-                break;
-            }
-        }
+        // The same simulated cluster goes on, now with `--auto`, until the run completes.
+        let (mut engine, clock) = sim_engine(dir.path(), store, now, true);
+        tick_until(&mut engine, &clock, 2000, |engine| {
+            engine
+                .store()
+                .db()
+                .workflow(1)
+                .unwrap()
+                .is_some_and(|w| w.status == WorkflowStatus::Completed)
+        });
         let now = clock.now();
         let policy = Policy::from_config(&Config::default().recovery, false);
         let snapshot = Snapshot::load(&engine.store().db(), &policy, now, Some(1)).unwrap();
