@@ -462,88 +462,14 @@ async fn a_restarted_engine_continues_from_its_offsets_without_raising_old_anoma
     );
 }
 
-/// A scheduler that is down for its first `failures` listings.
-struct FlakyBackend {
-    inner: Arc<SimCluster>,
-    failures: std::sync::atomic::AtomicU32,
-}
-
-#[async_trait::async_trait]
-impl Backend for FlakyBackend {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    async fn list_jobs(
-        &self,
-    ) -> Result<Vec<runguard::backend::JobSnapshot>, runguard::backend::BackendError> {
-        use std::sync::atomic::Ordering;
-        if self
-            .failures
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(runguard::backend::BackendError::Unavailable(
-                "slurmctld: Connection refused".into(),
-            ));
-        }
-        self.inner.list_jobs().await
-    }
-
-    async fn job(
-        &self,
-        job_id: &str,
-    ) -> Result<Option<runguard::backend::JobSnapshot>, runguard::backend::BackendError> {
-        self.inner.job(job_id).await
-    }
-
-    async fn requeue(
-        &self,
-        job_id: &str,
-        exclude: &[String],
-    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
-        self.inner.requeue(job_id, exclude).await
-    }
-
-    async fn resubmit(
-        &self,
-        spec: &runguard::model::JobSpec,
-        exclude: &[String],
-        tag: &str,
-    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
-        self.inner.resubmit(spec, exclude, tag).await
-    }
-
-    async fn cancel(
-        &self,
-        job_id: &str,
-    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
-        self.inner.cancel(job_id).await
-    }
-
-    async fn drain_node(
-        &self,
-        node: &str,
-        reason: &str,
-    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
-        self.inner.drain_node(node, reason).await
-    }
-
-    fn command_for(&self, kind: ActionKind, params: &runguard::model::ActionParams) -> String {
-        self.inner.command_for(kind, params)
-    }
-
-    fn node_log(&self, node: &str) -> Option<std::path::PathBuf> {
-        self.inner.node_log(node)
-    }
-}
-
 #[tokio::test]
 async fn a_scheduler_that_is_down_is_counted_and_waited_out_without_losing_state() {
     let harness = Harness::new("nccl-timeout", Config::default());
-    let flaky = Arc::new(FlakyBackend {
+    let flaky = Arc::new(OutageBackend {
         inner: Arc::clone(&harness.sim),
-        failures: std::sync::atomic::AtomicU32::new(40),
+        clock: Arc::clone(&harness.clock),
+        down: Box::new(|calls_before, _| calls_before < 40),
+        calls: std::sync::Mutex::new(Vec::new()),
     });
     let mut engine = Engine::new(
         Store::open(&harness.db_path).unwrap(),
@@ -563,23 +489,32 @@ async fn a_scheduler_that_is_down_is_counted_and_waited_out_without_losing_state
         .find(|(kind, _, _)| kind == "backend_unavailable")
         .expect("counted warning");
     assert_eq!(*count, 40);
-    assert!(last.contains("Connection refused"), "{last}");
+    assert!(
+        last.contains("Unable to contact slurm controller"),
+        "{last}"
+    );
 }
 
-/// A scheduler that stops answering for a stretch of (simulated) time, recording when it was called.
+/// Whether the scheduler is down for a call, from the number of calls before it and the time.
+type Down = Box<dyn Fn(usize, DateTime<Utc>) -> bool + Send + Sync>;
+
+/// The simulated scheduler, not answering when `down` says so; records when it was called.
 struct OutageBackend {
     inner: Arc<SimCluster>,
     clock: Arc<ManualClock>,
-    down_from: DateTime<Utc>,
-    down_until: DateTime<Utc>,
+    down: Down,
     calls: std::sync::Mutex<Vec<DateTime<Utc>>>,
 }
 
 impl OutageBackend {
     fn answer(&self) -> Result<(), runguard::backend::BackendError> {
         let now = self.clock.now();
-        self.calls.lock().unwrap().push(now);
-        if now >= self.down_from && now < self.down_until {
+        let calls_before = {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push(now);
+            calls.len() - 1
+        };
+        if (self.down)(calls_before, now) {
             return Err(runguard::backend::BackendError::Unavailable(
                 "squeue: error: Unable to contact slurm controller (connect failure)".into(),
             ));
@@ -663,8 +598,7 @@ async fn a_scheduler_outage_backs_off_marks_the_workflow_and_runs_no_action_unti
     let backend = Arc::new(OutageBackend {
         inner: Arc::clone(&harness.sim),
         clock: Arc::clone(&harness.clock),
-        down_from,
-        down_until,
+        down: Box::new(move |_, now| now >= down_from && now < down_until),
         calls: std::sync::Mutex::new(Vec::new()),
     });
     let mut engine = Engine::new(
