@@ -85,9 +85,11 @@ pub async fn run(config: Config, options: CockpitOptions) -> Result<Exit, TuiErr
     let mut engine_task = None;
     // Times are the engine's: the simulated cluster runs on its own timeline.
     let mut clock: Arc<dyn Clock> = Arc::new(RealClock);
+    let mut waker = None;
     if lock.is_some() {
         let mut engine = build_engine(config.clone(), &options.store_path, options.auto, false)?;
         clock = Arc::clone(engine.clock());
+        waker = Some(engine.waker());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             engine
@@ -126,6 +128,7 @@ pub async fn run(config: Config, options: CockpitOptions) -> Result<Exit, TuiErr
         store: &store,
         policy: &policy,
         options: &options,
+        waker: waker.as_deref(),
     };
     let outcome = interact(&mut terminal, &session, &mut app, &mut theme, &mut events).await;
     let _ = execute!(std::io::stdout(), DisableMouseCapture);
@@ -150,6 +153,8 @@ struct Session<'a> {
     store: &'a Store,
     policy: &'a Policy,
     options: &'a CockpitOptions,
+    /// Wakes the engine of this process for an early tick (a viewer has none).
+    waker: Option<&'a tokio::sync::Notify>,
 }
 
 /// The loop: draw when something changed, read the store every second, turn input into actions.
@@ -165,6 +170,7 @@ async fn interact(
         store,
         policy,
         options,
+        waker,
     } = *session;
     let mut snapshot = Snapshot::load(&store.db(), policy, clock.now(), None)?;
     let focus = |app: &App, snapshot: &Snapshot| {
@@ -223,8 +229,8 @@ async fn interact(
                     Effect::Refresh => {
                         snapshot = Snapshot::load(&store.db(), policy, now, focus(app, &snapshot))?;
                     }
-                    Effect::Approve(id) => queue(store, CommandKind::Approve, id, app)?,
-                    Effect::Reject(id) => queue(store, CommandKind::Reject, id, app)?,
+                    Effect::Approve(id) => queue(store, CommandKind::Approve, id, app, waker)?,
+                    Effect::Reject(id) => queue(store, CommandKind::Reject, id, app, waker)?,
                     Effect::SetTheme(name) => match Theme::load(&name, options.themes_dir.as_deref()) {
                         Ok(new) => {
                             *theme = if theme.monochrome { new.without_colors() } else { new };
@@ -291,8 +297,17 @@ fn reload_log(
 }
 
 /// Queues an approval or rejection for the engine, which applies it on its next tick.
-fn queue(store: &Store, kind: CommandKind, id: i64, app: &mut App) -> Result<(), TuiError> {
+fn queue(
+    store: &Store,
+    kind: CommandKind,
+    id: i64,
+    app: &mut App,
+    waker: Option<&tokio::sync::Notify>,
+) -> Result<(), TuiError> {
     store.db().push_command(kind, id, Utc::now())?;
+    if let Some(waker) = waker {
+        waker.notify_one();
+    }
     app.message = Some(format!(
         "{} of action {id} sent to the engine",
         kind.as_str()
