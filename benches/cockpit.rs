@@ -128,7 +128,7 @@ fn main() {
     let policy = Policy::from_config(&Config::default().recovery, true);
     let now = start + TimeDelta::days(1);
     let loaded = Instant::now();
-    let mut snapshot = Snapshot::load(&store.db(), &policy, now, None).expect("snapshot");
+    let mut snapshot = Snapshot::load(&store.db(), &policy, None).expect("snapshot");
     println!(
         "read the store (the cockpit does it once a second): {:.0} ms",
         loaded.elapsed().as_secs_f64() * 1000.0

@@ -100,6 +100,22 @@ fn identity_of(metadata: &std::fs::Metadata) -> String {
     }
 }
 
+/// The last `max` bytes of a file as text, from the first line that starts in them (a line cut by
+/// the limit is dropped); invalid UTF-8 is replaced. For views of a log's recent past, not for following.
+pub fn read_end(path: &Path, max: u64) -> std::io::Result<String> {
+    let mut file = File::open(path)?;
+    let start = file.metadata()?.len().saturating_sub(max);
+    file.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    // Bounded even when the file grows while it is read.
+    file.take(max).read_to_end(&mut bytes)?;
+    if start > 0 {
+        let cut = memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |at| at + 1);
+        bytes.drain(..cut);
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Reads the complete lines written to `path` after `offset`; `known` is the identity the offset
 /// belongs to (see [`Chunk::identity`]), so a rotated file is read from its start.
 ///

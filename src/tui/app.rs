@@ -502,7 +502,7 @@ impl App {
                 let mode = std::mem::replace(&mut self.mode, Mode::Normal);
                 if mode == Mode::Command {
                     let line = std::mem::take(&mut self.input);
-                    return self.command(&line, snapshot, now);
+                    return self.command(&line, snapshot);
                 }
             }
             UiAction::Dismiss => {
@@ -618,7 +618,7 @@ impl App {
     }
 
     /// Runs a `:` command.
-    fn command(&mut self, line: &str, snapshot: &Snapshot, now: DateTime<Utc>) -> Effect {
+    fn command(&mut self, line: &str, snapshot: &Snapshot) -> Effect {
         let mut words = line.split_whitespace();
         let Some(name) = words.next() else {
             return Effect::None;
@@ -710,7 +710,6 @@ impl App {
                 };
             }
             other => {
-                let _ = now;
                 self.message = Some(format!(
                     "unknown command :{other} (q, sort, filter, columns, theme, approve, reject, detach, refresh, help)"
                 ));

@@ -1,8 +1,9 @@
 //! The log view's state: the end of the focused attempt's log, read again each second, followed unless
 //! the user scrolled away, with the lines that look like errors found for `n`/`N`.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+
+use crate::telemetry::tail::read_end;
 
 /// At most this much of the end of a log is read: the view is for the recent past; `less` is for the rest.
 pub const TAIL_BYTES: u64 = 512 * 1024;
@@ -53,7 +54,7 @@ impl LogView {
             self.lines.clear();
             return;
         };
-        match read_tail(path, TAIL_BYTES) {
+        match read_end(path, TAIL_BYTES) {
             Ok(text) => {
                 self.problem = None;
                 self.lines = text.lines().map(str::to_string).collect();
@@ -97,21 +98,6 @@ impl LogView {
 /// Whether a log line looks like an error.
 pub fn is_error(line: &str) -> bool {
     ERROR_MARKERS.iter().any(|marker| line.contains(marker))
-}
-
-/// The last `max` bytes of a file from a line start, invalid UTF-8 replaced.
-fn read_tail(path: &Path, max: u64) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
-    let len = file.metadata()?.len();
-    let start = len.saturating_sub(max);
-    file.seek(SeekFrom::Start(start))?;
-    let mut bytes = Vec::new();
-    file.take(max).read_to_end(&mut bytes)?;
-    if start > 0 {
-        let cut = memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |at| at + 1);
-        bytes.drain(..cut);
-    }
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 #[cfg(test)]

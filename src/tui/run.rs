@@ -172,7 +172,7 @@ async fn interact(
         options,
         waker,
     } = *session;
-    let mut snapshot = Snapshot::load(&store.db(), policy, clock.now(), None)?;
+    let mut snapshot = Snapshot::load(&store.db(), policy, None)?;
     let focus = |app: &App, snapshot: &Snapshot| {
         app.focused(snapshot, clock.now())
             .map(|row| row.workflow_id)
@@ -227,7 +227,7 @@ async fn interact(
                         app.message = Some("the engine already runs in another process; q leaves it running".into());
                     }
                     Effect::Refresh => {
-                        snapshot = Snapshot::load(&store.db(), policy, now, focus(app, &snapshot))?;
+                        snapshot = Snapshot::load(&store.db(), policy, focus(app, &snapshot))?;
                     }
                     Effect::Approve(id) => queue(store, CommandKind::Approve, id, app, waker)?,
                     Effect::Reject(id) => queue(store, CommandKind::Reject, id, app, waker)?,
@@ -248,33 +248,39 @@ async fn interact(
                 if let Some(id) = focus(app, &snapshot) {
                     snapshot.ensure_detail(&store.db(), policy, id)?;
                 }
-                if app.pane == Pane::Compare {
-                    let compared: Vec<_> = app.selected.iter().map(|(id, _)| *id).collect();
-                    for id in compared {
-                        snapshot.ensure_detail(&store.db(), policy, id)?;
-                    }
-                }
+                ensure_compared(app, &mut snapshot, store, policy)?;
                 if app.pane == Pane::Log && !showing_log {
                     reload_log(app, &snapshot, terminal, clock);
                 }
             }
             _ = refresh.tick() => {
-                let fresh = Snapshot::load(&store.db(), policy, clock.now(), focus(app, &snapshot))?;
+                let fresh = Snapshot::load(&store.db(), policy, focus(app, &snapshot))?;
                 if app.pane == Pane::Log {
                     reload_log(app, &fresh, terminal, clock);
                 }
                 // Durations and "ago" columns move every second; the terminal only receives changed cells.
                 dirty = true;
                 snapshot = fresh;
-                if app.pane == Pane::Compare {
-                    let compared: Vec<_> = app.selected.iter().map(|(id, _)| *id).collect();
-                    for id in compared {
-                        snapshot.ensure_detail(&store.db(), policy, id)?;
-                    }
-                }
+                ensure_compared(app, &mut snapshot, store, policy)?;
             }
         }
     }
+}
+
+/// In the compare pane, reads every workflow of the selected attempts.
+fn ensure_compared(
+    app: &App,
+    snapshot: &mut Snapshot,
+    store: &Store,
+    policy: &Policy,
+) -> Result<(), StoreError> {
+    if app.pane != Pane::Compare {
+        return Ok(());
+    }
+    for (id, _) in &app.selected {
+        snapshot.ensure_detail(&store.db(), policy, *id)?;
+    }
+    Ok(())
 }
 
 /// Reads the focused attempt's log again, sized to the terminal.

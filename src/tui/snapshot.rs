@@ -70,10 +70,8 @@ impl Snapshot {
     pub fn load(
         db: &Db<'_>,
         policy: &Policy,
-        now: DateTime<Utc>,
         focus: Option<WorkflowId>,
     ) -> Result<Self, StoreError> {
-        let _ = now;
         let workflows: HashMap<WorkflowId, Workflow> =
             db.workflows()?.into_iter().map(|w| (w.id, w)).collect();
         let checkpoints: HashMap<(WorkflowId, u32), CheckpointCount> = db

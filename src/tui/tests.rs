@@ -119,7 +119,7 @@ pub(super) fn render(
 fn setup() -> (tempfile::TempDir, Snapshot, DateTime<Utc>) {
     let (dir, store, now) = failed_and_proposed();
     let policy = Policy::from_config(&Config::default().recovery, true);
-    let snapshot = Snapshot::load(&store.db(), &policy, now, Some(1)).unwrap();
+    let snapshot = Snapshot::load(&store.db(), &policy, Some(1)).unwrap();
     (dir, snapshot, now)
 }
 
@@ -282,7 +282,7 @@ fn compare_puts_selected_attempts_side_by_side() {
     let (dir, store, now) = failed_and_proposed();
     let _keep = dir;
     let policy = Policy::from_config(&Config::default().recovery, true);
-    let snapshot = Snapshot::load(&store.db(), &policy, now, Some(1)).unwrap();
+    let snapshot = Snapshot::load(&store.db(), &policy, Some(1)).unwrap();
     let mut app = App::new("alice".into(), true);
     app.update(UiAction::Show(Pane::Compare), &snapshot, now);
     let text = render(&app, &snapshot, now, 140, 30);

@@ -15,6 +15,7 @@ use super::jobcomp::{self, JobCompRecord};
 use super::squeue::{self, SlurmJob};
 use super::{hostlist, sacct, scontrol};
 use crate::backend::BackendError;
+use crate::telemetry::tail::read_end;
 
 /// How jobs are listed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,7 +143,7 @@ impl SlurmCli {
         path: PathBuf,
         job_id: &str,
     ) -> Result<Vec<JobCompRecord>, BackendError> {
-        let tail = tokio::task::spawn_blocking(move || read_tail(&path, JOBCOMP_TAIL_BYTES))
+        let tail = tokio::task::spawn_blocking(move || read_end(&path, JOBCOMP_TAIL_BYTES))
             .await
             .map_err(|err| {
                 BackendError::Unavailable(format!("reading the jobcomp file: {err}"))
@@ -214,23 +215,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The last `max` bytes of a file, starting at a line boundary, as text (invalid UTF-8 replaced).
-fn read_tail(path: &std::path::Path, max: u64) -> Result<String, BackendError> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path)?;
-    let len = file.metadata()?.len();
-    let start = len.saturating_sub(max);
-    file.seek(SeekFrom::Start(start))?;
-    let mut bytes = Vec::with_capacity((len - start) as usize);
-    file.read_to_end(&mut bytes)?;
-    if start > 0 {
-        // The first line was cut: drop it.
-        let cut = memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |at| at + 1);
-        bytes.drain(..cut);
-    }
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 pub(crate) fn argv(parts: &[&str]) -> Vec<String> {

@@ -520,7 +520,7 @@ mod tests {
     fn a_failed_run_charts_its_throughput_the_crash_and_its_checkpoints() {
         let (_dir, store, now) = failed_and_proposed();
         let policy = Policy::from_config(&Config::default().recovery, true);
-        let snapshot = Snapshot::load(&store.db(), &policy, now, Some(1)).unwrap();
+        let snapshot = Snapshot::load(&store.db(), &policy, Some(1)).unwrap();
         let app = show_charts(&snapshot, now);
         let text = render(&app, &snapshot, now, 140, 44);
         let detail = &snapshot.details[0];

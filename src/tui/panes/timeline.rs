@@ -426,7 +426,7 @@ pub(crate) mod tests {
         });
         let now = clock.now();
         let policy = Policy::from_config(&Config::default().recovery, false);
-        let snapshot = Snapshot::load(&engine.store().db(), &policy, now, Some(1)).unwrap();
+        let snapshot = Snapshot::load(&engine.store().db(), &policy, Some(1)).unwrap();
         (dir, snapshot, now)
     }
 
@@ -481,7 +481,7 @@ pub(crate) mod tests {
     fn a_recovery_waiting_for_approval_shows_its_requeue_gap_running() {
         let (_dir, store, now) = failed_and_proposed();
         let policy = Policy::from_config(&Config::default().recovery, true);
-        let snapshot = Snapshot::load(&store.db(), &policy, now, Some(1)).unwrap();
+        let snapshot = Snapshot::load(&store.db(), &policy, Some(1)).unwrap();
         let app = show_timeline(&snapshot, now);
         let text = render(&app, &snapshot, now, 120, 30);
         assert!(text.contains("attempt 0 FAILED"), "{text}");
