@@ -6,7 +6,9 @@ use chrono::{DateTime, Utc};
 use super::observe::attempt_tag;
 use super::{Engine, EngineError, EngineEvent, complete_workflow, with_timeout};
 use crate::backend::BackendError;
-use crate::model::{Action, ActionKind, ActionState, Notification, Severity, WorkflowStatus};
+use crate::model::{
+    Action, ActionKind, ActionState, AlertEvent, JobState, Notification, Severity, WorkflowStatus,
+};
 
 /// How the execution of one action ended.
 enum Execution {
@@ -60,7 +62,7 @@ impl Engine {
                 // Requeued and held by an earlier try that did not get as far as the release (the job
                 // was slow to leave its nodes, or the engine stopped): finish the requeue.
                 if job.restart_count > planned
-                    && job.state == crate::model::JobState::Pending
+                    && job.state == JobState::Pending
                     && job.reason.as_deref().is_some_and(held_after_requeue)
                 {
                     return match with_timeout(self.backend.release(&job_id)).await {
@@ -75,7 +77,7 @@ impl Engine {
                 // a suspected node is worth ending.
                 if params.scheduler_requeued
                     && job.restart_count == planned
-                    && job.state == crate::model::JobState::Running
+                    && job.state == JobState::Running
                     && !job
                         .nodes
                         .iter()
@@ -92,11 +94,36 @@ impl Engine {
                         job.restart_count
                     ));
                 }
-                if job.state == crate::model::JobState::Completed {
+                if job.state == JobState::Completed {
                     return Execution::Superseded(format!("job {job_id} completed by itself"));
                 }
+                // A later run of the job than the one decided on (the scheduler started it again)
+                // is ended on purpose here: its end needs no decision of its own.
+                let ended_on_purpose = if job.state.is_terminal() || job.state == JobState::Pending
+                {
+                    None
+                } else {
+                    self.store
+                        .db()
+                        .attempt_by_job(self.backend.name(), &job_id)
+                        .ok()
+                        .flatten()
+                        .filter(|run| run.index > action.attempt_index)
+                };
                 match with_timeout(self.backend.requeue(&job_id, &params.exclude_nodes)).await {
-                    Ok(outcome) => Execution::Ran(outcome.detail),
+                    Ok(outcome) => {
+                        if let Some(run) = ended_on_purpose
+                            && let Err(err) = self
+                                .store
+                                .write(|db| db.mark_attempt_handled(run.workflow_id, run.index))
+                        {
+                            return Execution::Ran(format!(
+                                "{} (attempt {} could not be marked as ended on purpose: {err})",
+                                outcome.detail, run.index
+                            ));
+                        }
+                        Execution::Ran(outcome.detail)
+                    }
                     Err(err) => retry_or_fail(err),
                 }
             }
@@ -149,7 +176,7 @@ impl Engine {
             }
             ActionKind::Hold | ActionKind::Release => {
                 match with_timeout(self.backend.job(&job_id)).await {
-                    Ok(Some(job)) if job.state != crate::model::JobState::Pending => {
+                    Ok(Some(job)) if job.state != JobState::Pending => {
                         return Execution::Superseded(format!(
                             "job {job_id} is {} now, not pending",
                             job.state_raw
@@ -268,6 +295,7 @@ impl Engine {
                     id: 0,
                     workflow_id: Some(workflow.id),
                     time: now,
+                    event: AlertEvent::RecoveryFailed,
                     severity: Severity::Critical,
                     title: format!(
                         "{}: action {} ({}) failed",

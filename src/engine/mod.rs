@@ -26,8 +26,8 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::detect;
 use crate::model::{
-    Action, ActionState, Anomaly, AnomalyKind, Attempt, JobState, Notification, Severity, Workflow,
-    WorkflowId, WorkflowStatus,
+    Action, ActionState, AlertEvent, Anomaly, AnomalyKind, Attempt, JobState, Notification,
+    Severity, Workflow, WorkflowId, WorkflowStatus,
 };
 use crate::recover::{Policy, decide};
 use crate::store::{CommandKind, Store, StoreError};
@@ -420,6 +420,7 @@ impl Engine {
                 id: 0,
                 workflow_id: Some(workflow.id),
                 time: now,
+                event: AlertEvent::of_warning(finding.kind),
                 severity: Severity::Warning,
                 title: format!(
                     "{}: {}{}",
@@ -723,6 +724,7 @@ impl Engine {
                         id: 0,
                         workflow_id: Some(workflow.id),
                         time: now,
+                        event: AlertEvent::ApprovalNeeded,
                         severity: Severity::Warning,
                         title: format!(
                             "{}: action {} waits for approval",
@@ -764,6 +766,7 @@ impl Engine {
                 id: 0,
                 workflow_id: Some(workflow.id),
                 time: now,
+                event: AlertEvent::Failure,
                 severity: Severity::Critical,
                 title: format!(
                     "{}: {} attributed to {}{culprit}",
@@ -934,7 +937,8 @@ pub(crate) fn set_status(
     reason: Option<String>,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    let changed = workflow.status != status;
+    let previous = workflow.status;
+    let changed = previous != status;
     workflow.status = status;
     if reason.is_some() || changed {
         workflow.status_reason = reason;
@@ -942,20 +946,39 @@ pub(crate) fn set_status(
     workflow.updated_at = now;
     db.update_workflow(workflow)?;
     if changed {
-        let (severity, title) = match status {
-            WorkflowStatus::Completed if workflow.succeeded => {
-                (Severity::Info, format!("{}: completed", workflow.name))
-            }
+        let (event, severity, title) = match status {
+            WorkflowStatus::Completed if workflow.succeeded => (
+                AlertEvent::Completed,
+                Severity::Info,
+                format!("{}: completed", workflow.name),
+            ),
             WorkflowStatus::Completed => (
+                AlertEvent::Stopped,
                 Severity::Critical,
                 format!("{}: recovery stopped", workflow.name),
             ),
-            WorkflowStatus::Recovering => {
-                (Severity::Warning, format!("{}: recovering", workflow.name))
-            }
-            WorkflowStatus::Enabled => (Severity::Info, format!("{}: watching", workflow.name)),
-            WorkflowStatus::Pending => (Severity::Info, format!("{}: enrolling", workflow.name)),
+            WorkflowStatus::Recovering => (
+                AlertEvent::Recovering,
+                Severity::Warning,
+                format!("{}: recovering", workflow.name),
+            ),
+            WorkflowStatus::Enabled if previous == WorkflowStatus::Recovering => (
+                AlertEvent::Recovered,
+                Severity::Info,
+                format!("{}: recovered", workflow.name),
+            ),
+            WorkflowStatus::Enabled => (
+                AlertEvent::Notice,
+                Severity::Info,
+                format!("{}: watching", workflow.name),
+            ),
+            WorkflowStatus::Pending => (
+                AlertEvent::Notice,
+                Severity::Info,
+                format!("{}: enrolling", workflow.name),
+            ),
             WorkflowStatus::CredentialError => (
+                AlertEvent::CredentialError,
                 Severity::Critical,
                 format!("{}: credential error", workflow.name),
             ),
@@ -964,6 +987,7 @@ pub(crate) fn set_status(
             id: 0,
             workflow_id: Some(workflow.id),
             time: now,
+            event,
             severity,
             title,
             body: workflow.status_reason.clone().unwrap_or_default(),

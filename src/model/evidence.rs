@@ -212,12 +212,100 @@ impl Severity {
     }
 }
 
+/// What a notification is about: alert channels filter on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertEvent {
+    /// A failure was attributed and a recovery decided.
+    Failure,
+    /// The workflow entered `recovering`.
+    Recovering,
+    /// The recovery is done: a new attempt runs.
+    Recovered,
+    /// A recovery action failed.
+    RecoveryFailed,
+    /// The workflow stopped without success (crash loop, requeue limit, non-recoverable failure).
+    Stopped,
+    /// The workflow's run completed.
+    Completed,
+    /// An action waits for the user's approval.
+    ApprovalNeeded,
+    /// The scheduler refused the engine's credentials.
+    CredentialError,
+    /// A recovery has not brought the run back within the watchdog's time.
+    Watchdog,
+    /// No checkpoint for much longer than usual.
+    CheckpointStall,
+    /// Throughput stayed below the baseline.
+    ThroughputDrop,
+    /// One rank or node lags behind the others.
+    Straggler,
+    /// A job has waited in the queue far longer than expected.
+    StuckPending,
+    /// Anything else worth a line in the history (enrolment, watching again).
+    Notice,
+}
+
+impl AlertEvent {
+    pub const ALL: [AlertEvent; 14] = [
+        Self::Failure,
+        Self::Recovering,
+        Self::Recovered,
+        Self::RecoveryFailed,
+        Self::Stopped,
+        Self::Completed,
+        Self::ApprovalNeeded,
+        Self::CredentialError,
+        Self::Watchdog,
+        Self::CheckpointStall,
+        Self::ThroughputDrop,
+        Self::Straggler,
+        Self::StuckPending,
+        Self::Notice,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Failure => "failure",
+            Self::Recovering => "recovering",
+            Self::Recovered => "recovered",
+            Self::RecoveryFailed => "recovery_failed",
+            Self::Stopped => "stopped",
+            Self::Completed => "completed",
+            Self::ApprovalNeeded => "approval_needed",
+            Self::CredentialError => "credential_error",
+            Self::Watchdog => "watchdog",
+            Self::CheckpointStall => "checkpoint_stall",
+            Self::ThroughputDrop => "throughput_drop",
+            Self::Straggler => "straggler",
+            Self::StuckPending => "stuck_pending",
+            Self::Notice => "notice",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|event| event.as_str() == name)
+    }
+
+    /// The alert raised by a warning-only anomaly.
+    pub fn of_warning(kind: AnomalyKind) -> Self {
+        match kind {
+            AnomalyKind::CheckpointStall => Self::CheckpointStall,
+            AnomalyKind::ThroughputDrop => Self::ThroughputDrop,
+            AnomalyKind::Straggler => Self::Straggler,
+            AnomalyKind::StuckPending => Self::StuckPending,
+            AnomalyKind::Crash | AnomalyKind::Hang | AnomalyKind::CrashLoop => Self::Failure,
+        }
+    }
+}
+
 /// A message for the user about a workflow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Notification {
     pub id: i64,
     pub workflow_id: Option<WorkflowId>,
     pub time: DateTime<Utc>,
+    pub event: AlertEvent,
     pub severity: Severity,
     pub title: String,
     pub body: String,

@@ -10,8 +10,8 @@ mod workflow;
 pub use action::{Action, ActionKind, ActionParams, ActionState};
 pub use attempt::{Attempt, JobState};
 pub use evidence::{
-    Anomaly, AnomalyKind, Attribution, Checkpoint, Component, Culprit, EvidenceLine, JournalEntry,
-    Notification, Remedy, Severity, ThroughputSample,
+    AlertEvent, Anomaly, AnomalyKind, Attribution, Checkpoint, Component, Culprit, EvidenceLine,
+    JournalEntry, Notification, Remedy, Severity, ThroughputSample,
 };
 pub use workflow::{JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
 

@@ -8,9 +8,9 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::{StoreError, time_from_text, time_to_text};
 use crate::model::{
-    Action, ActionId, ActionKind, ActionState, Anomaly, AnomalyKind, Attempt, Attribution,
-    Checkpoint, Component, EvidenceLine, JobState, JournalEntry, Notification, Severity,
-    ThroughputSample, Workflow, WorkflowId, WorkflowStatus,
+    Action, ActionId, ActionKind, ActionState, AlertEvent, Anomaly, AnomalyKind, Attempt,
+    Attribution, Checkpoint, Component, EvidenceLine, JobState, JournalEntry, Notification,
+    Severity, ThroughputSample, Workflow, WorkflowId, WorkflowStatus,
 };
 
 /// Evidence lines kept per attempt; older ones are dropped so a log full of errors cannot grow the store.
@@ -950,13 +950,14 @@ impl<'c> Db<'c> {
 
     pub fn insert_notification(&self, notification: &Notification) -> Result<i64, StoreError> {
         self.conn.execute(
-            "INSERT INTO notifications (workflow_id, time, severity, title, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO notifications (workflow_id, time, severity, title, body, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
                 notification.workflow_id,
                 time_to_text(notification.time),
                 notification.severity.as_str(),
                 notification.title,
                 notification.body,
+                notification.event.as_str(),
             ],
         )?;
         Ok(self.conn.last_insert_rowid())
@@ -964,26 +965,31 @@ impl<'c> Db<'c> {
 
     /// The newest `limit` notifications, newest first.
     pub fn notifications(&self, limit: u32) -> Result<Vec<Notification>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, workflow_id, time, severity, title, body FROM notifications ORDER BY id DESC LIMIT ?1",
-        )?;
-        collect(stmt.query_map([limit], |row| {
-            let time: String = row.get(2)?;
-            let severity: String = row.get(3)?;
-            let (id, workflow_id, title, body) =
-                (row.get(0)?, row.get(1)?, row.get(4)?, row.get(5)?);
-            Ok((|| {
-                Ok(Notification {
-                    id,
-                    workflow_id,
-                    time: time_from_text(&time)?,
-                    severity: Severity::parse(&severity)
-                        .ok_or_else(|| StoreError::Corrupt(format!("severity {severity:?}")))?,
-                    title,
-                    body,
-                })
-            })())
-        })?)
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {NOTIFICATION_COLUMNS} FROM notifications ORDER BY id DESC LIMIT ?1"
+        ))?;
+        collect(stmt.query_map([limit], notification_from_row)?)
+    }
+
+    /// Notifications after `after_id`, oldest first, at most `limit`.
+    pub fn notifications_after(
+        &self,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<Notification>, StoreError> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {NOTIFICATION_COLUMNS} FROM notifications WHERE id > ?1 ORDER BY id LIMIT ?2"
+        ))?;
+        collect(stmt.query_map(params![after_id, limit], notification_from_row)?)
+    }
+
+    /// The highest notification id, 0 when there is none.
+    pub fn last_notification_id(&self) -> Result<i64, StoreError> {
+        Ok(self.conn.query_row(
+            "SELECT COALESCE(MAX(id), 0) FROM notifications",
+            [],
+            |row| row.get(0),
+        )?)
     }
 
     /// Records a decision of the engine, executed or not, with its evidence.
@@ -1161,4 +1167,28 @@ impl<'c> Db<'c> {
         )?;
         Ok(())
     }
+}
+
+const NOTIFICATION_COLUMNS: &str = "id, workflow_id, time, severity, title, body, event";
+
+fn notification_from_row(
+    row: &rusqlite::Row<'_>,
+) -> rusqlite::Result<Result<Notification, StoreError>> {
+    let time: String = row.get(2)?;
+    let severity: String = row.get(3)?;
+    let event: String = row.get(6)?;
+    let (id, workflow_id, title, body) = (row.get(0)?, row.get(1)?, row.get(4)?, row.get(5)?);
+    Ok((|| {
+        Ok(Notification {
+            id,
+            workflow_id,
+            time: time_from_text(&time)?,
+            // An event name written by a newer version reads as a plain notice.
+            event: AlertEvent::parse(&event).unwrap_or(AlertEvent::Notice),
+            severity: Severity::parse(&severity)
+                .ok_or_else(|| StoreError::Corrupt(format!("severity {severity:?}")))?,
+            title,
+            body,
+        })
+    })())
 }

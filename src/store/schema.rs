@@ -185,4 +185,40 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX actions_by_state ON actions(state);
     CREATE INDEX journal_by_workflow ON journal(workflow_id);
     "#,
+    // 8: alerts. What each notification is about; one delivery per notification and channel, kept until
+    // delivered so that a restart resumes it; how far the notifications were read for alerting; the
+    // narratives a language model wrote for failures.
+    r#"
+    ALTER TABLE notifications ADD COLUMN event TEXT NOT NULL DEFAULT 'notice';
+    CREATE TABLE alert_deliveries (
+        id INTEGER PRIMARY KEY,
+        notification_id INTEGER NOT NULL,
+        workflow_id INTEGER,
+        channel TEXT NOT NULL,
+        event TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        dedupe_key TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_try_at TEXT NOT NULL,
+        last_error TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE INDEX alert_deliveries_by_state ON alert_deliveries(state, next_try_at);
+    CREATE INDEX alert_deliveries_by_key ON alert_deliveries(channel, dedupe_key, created_at);
+    CREATE TABLE alert_cursor (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        last_notification_id INTEGER NOT NULL
+    );
+    CREATE TABLE narratives (
+        workflow_id INTEGER NOT NULL REFERENCES workflows(id) ON DELETE CASCADE,
+        anomaly_id INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        text TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (workflow_id, anomaly_id)
+    );
+    "#,
 ];

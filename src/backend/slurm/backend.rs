@@ -283,9 +283,18 @@ impl Backend for SlurmBackend {
         job_id: &str,
         exclude: &[String],
     ) -> Result<ActionOutcome, BackendError> {
-        let Some(job) = self.job(job_id).await? else {
+        let Some(mut job) = self.job(job_id).await? else {
             return Err(BackendError::NoSuchJob(job_id.to_string()));
         };
+        if job.state == JobState::Completing {
+            // Still leaving its nodes: requeued by Slurm itself (a node failure) it turns pending,
+            // otherwise it ends. Which path to take is only known then.
+            job = self
+                .wait_for(job_id, "did not finish completing", |job| {
+                    job.state != JobState::Completing
+                })
+                .await?;
+        }
         let exclude_step = Operation::ExcludeNodes {
             job_id: job_id.to_string(),
             nodes: exclude.to_vec(),
