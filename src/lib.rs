@@ -15,6 +15,7 @@ pub mod headless;
 pub mod model;
 pub mod paths;
 pub mod recover;
+pub mod redact;
 pub mod status;
 pub mod store;
 pub mod telemetry;

@@ -99,8 +99,7 @@ impl Engine {
                 }
                 // A later run of the job than the one decided on (the scheduler started it again)
                 // is ended on purpose here: its end needs no decision of its own.
-                let ended_on_purpose = if job.state.is_terminal() || job.state == JobState::Pending
-                {
+                let ended_on_purpose = if job.state != JobState::Running {
                     None
                 } else {
                     self.store
