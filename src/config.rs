@@ -35,7 +35,19 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub sim: SimConfig,
     pub slurm: SlurmConfig,
+    pub alerts: crate::alert::AlertsConfig,
+    pub metrics: MetricsConfig,
+
     pub tui: TuiConfig,
+}
+
+/// The Prometheus endpoint of the headless engine.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Where `/metrics` is served, e.g. "127.0.0.1:9464"; unset: not served. Loopback unless the
+    /// address says otherwise.
+    pub listen: Option<String>,
 }
 
 /// The terminal cockpit.
@@ -366,6 +378,28 @@ impl Config {
 
     /// Range checks serde cannot express; the message starts with the dotted key.
     fn validate(&self) -> Result<(), String> {
+        let mut channel_names = std::collections::HashSet::new();
+        for channel in &self.alerts.channels {
+            channel
+                .validate()
+                .map_err(|message| format!("alerts.channels: {message}"))?;
+            if !channel_names.insert(channel.name.as_str()) {
+                return Err(format!(
+                    "alerts.channels: two channels are named {:?}",
+                    channel.name
+                ));
+            }
+        }
+        if self.alerts.max_attempts == 0 || self.alerts.timeout_secs == 0 {
+            return Err("alerts.max_attempts and alerts.timeout_secs: must be at least 1".into());
+        }
+        if let Some(listen) = &self.metrics.listen
+            && listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(format!(
+                "metrics.listen: {listen:?} is not an address like 127.0.0.1:9464"
+            ));
+        }
         if !(self.engine.poll_interval_secs > 0.0 && self.engine.poll_interval_secs <= 3600.0) {
             return Err("engine.poll_interval_secs: must be > 0 and at most 3600".into());
         }

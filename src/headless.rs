@@ -38,6 +38,39 @@ pub enum HeadlessError {
     Signals(std::io::Error),
     #[error("slurm: {0}")]
     Slurm(String),
+    #[error(transparent)]
+    Alert(#[from] crate::alert::AlertError),
+    #[error("metrics endpoint: {0}")]
+    Metrics(String),
+}
+
+/// What runs beside the engine of this process: alert delivery and the metrics endpoint. Only the
+/// process that holds the engine lock runs them.
+pub struct Services {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Services {
+    /// Starts what the config asks for; call after the engine is built (a fresh demo forgets old
+    /// notifications first).
+    pub async fn start(config: &Config, store_path: &Path) -> Result<Self, HeadlessError> {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mut tasks = Vec::new();
+        if let Some(dispatcher) = crate::alert::Dispatcher::new(config, store_path)? {
+            tasks.push(tokio::spawn(dispatcher.run(stopped.clone())));
+        }
+        let _ = stopped;
+        Ok(Self { stop, tasks })
+    }
+
+    /// Stops them; alerts still undelivered get `alerts.flush_on_exit_secs` to go out.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
 }
 
 /// The way to Slurm the config asks for.
@@ -180,12 +213,19 @@ pub fn build_engine(
 /// Runs the engine until a signal (or until settled); returns how it ended.
 pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome, HeadlessError> {
     let _lock = EngineLock::acquire(&options.store_path)?;
-    let mut engine = build_engine(config, &options.store_path, options.auto, options.fresh_sim)?;
+    let mut engine = build_engine(
+        config.clone(),
+        &options.store_path,
+        options.auto,
+        options.fresh_sim,
+    )?;
+    let services = Services::start(&config, &options.store_path).await?;
     let events = engine.subscribe();
     let printer = tokio::spawn(print_events(events, options.event_log));
     let shutdown = shutdown_signal().await?;
     let outcome = engine.run(shutdown, options.until_settled).await;
     drop(engine);
+    services.stop().await;
     // The engine's sender is gone; the printer drains what is left and ends.
     let _ = printer.await;
     let outcome = outcome?;

@@ -4,6 +4,7 @@
 //! The engine is a library with no UI code; the CLI, the headless mode and the TUI drive it through
 //! events out and commands in.
 
+pub mod alert;
 pub mod attribute;
 pub mod backend;
 pub mod clock;
@@ -12,6 +13,7 @@ pub mod detect;
 pub mod engine;
 pub mod explain;
 pub mod headless;
+pub mod http;
 pub mod model;
 pub mod paths;
 pub mod recover;

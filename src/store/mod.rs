@@ -3,6 +3,7 @@
 //! One engine writes at a time (see [`lock::EngineLock`]); other processes may read concurrently and
 //! leave commands (approve, reject) in a table the engine polls.
 
+mod alerts;
 pub mod lock;
 mod queries;
 mod schema;
@@ -14,6 +15,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 pub use crate::model::EvidenceLine;
+pub use alerts::{Delivery, DeliveryState};
 pub use queries::{CheckpointCount, Command, CommandKind, Db, WorkflowSummary};
 
 /// A store that could not be opened, read or written.

@@ -68,7 +68,7 @@ pub struct WorkflowSummary {
 
 /// Queries over a connection; inside [`super::Store::write`] they all share one transaction.
 pub struct Db<'c> {
-    conn: &'c Connection,
+    pub(super) conn: &'c Connection,
 }
 
 fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {
@@ -84,7 +84,7 @@ fn opt_time(text: Option<String>) -> Result<Option<DateTime<Utc>>, StoreError> {
 }
 
 /// Collects rows through a fallible mapper that may fail on SQL or on content.
-fn collect<T>(
+pub(super) fn collect<T>(
     rows: impl Iterator<Item = rusqlite::Result<Result<T, StoreError>>>,
 ) -> Result<Vec<T>, StoreError> {
     let mut out = Vec::new();

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::backend::sim::timeline;
 use crate::clock::{Clock, RealClock};
 use crate::config::{BackendKind, Config};
-use crate::headless::{HeadlessError, build_engine, sim_dir};
+use crate::headless::{HeadlessError, Services, build_engine, sim_dir};
 use crate::recover::Policy;
 use crate::store::lock::{EngineLock, LockError};
 use crate::store::{CommandKind, Store, StoreError};
@@ -86,8 +86,10 @@ pub async fn run(config: Config, options: CockpitOptions) -> Result<Exit, TuiErr
     // Times are the engine's: the simulated cluster runs on its own timeline.
     let mut clock: Arc<dyn Clock> = Arc::new(RealClock);
     let mut waker = None;
+    let mut services = None;
     if lock.is_some() {
         let mut engine = build_engine(config.clone(), &options.store_path, options.auto, false)?;
+        services = Some(Services::start(&config, &options.store_path).await?);
         clock = Arc::clone(engine.clock());
         waker = Some(engine.waker());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -138,6 +140,9 @@ pub async fn run(config: Config, options: CockpitOptions) -> Result<Exit, TuiErr
     if let Some((task, stop)) = engine_task {
         let _ = stop.send(());
         let _ = task.await;
+    }
+    if let Some(services) = services {
+        services.stop().await;
     }
     drop(lock);
     match outcome {

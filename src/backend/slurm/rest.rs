@@ -414,7 +414,7 @@ impl SlurmRest {
             value.set_sensitive(secret);
             headers.insert(HeaderName::from_static(name), value);
         }
-        let builder = reqwest::Client::builder()
+        let builder = crate::http::client_builder()
             .timeout(options.timeout)
             .default_headers(headers)
             // A fresh connection per request: runguard asks every few seconds, and a pooled
