@@ -261,6 +261,9 @@ pub struct RecoveryConfig {
     /// Do not restart a job when fewer usable nodes than this remain in its partition once the bad ones
     /// are excluded; 0 means the job's own node count.
     pub min_nodes: u32,
+    /// A recovery that has not brought the run back this long after the failure raises the watchdog
+    /// alert (0: never).
+    pub watchdog_secs: u64,
 }
 
 impl Default for RecoveryConfig {
@@ -276,6 +279,7 @@ impl Default for RecoveryConfig {
             ],
             drain_culprit_nodes: true,
             min_nodes: 0,
+            watchdog_secs: 1800,
         }
     }
 }

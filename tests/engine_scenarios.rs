@@ -12,7 +12,7 @@ use runguard::backend::sim::{Scenario, SimCluster, SimOptions};
 use runguard::clock::{Clock, ManualClock};
 use runguard::config::Config;
 use runguard::engine::{Engine, EngineOptions};
-use runguard::model::{ActionKind, ActionState, AnomalyKind, WorkflowStatus};
+use runguard::model::{ActionKind, ActionState, AlertEvent, AnomalyKind, Severity, WorkflowStatus};
 use runguard::status::{StatusReport, WorkflowView, report};
 use runguard::store::{CommandKind, Store};
 
@@ -320,6 +320,53 @@ async fn an_action_outside_the_whitelist_waits_for_approval() {
     assert_eq!(view.attempts.len(), 2);
     let requeue = view.actions.iter().find(|a| a.id == requeue.id).unwrap();
     assert_eq!(requeue.state, ActionState::Done);
+}
+
+#[tokio::test]
+async fn a_recovery_waiting_past_the_watchdog_raises_one_critical_alert() {
+    let mut config = Config::default();
+    config.recovery.whitelist = vec![ActionKind::Cancel];
+    config.recovery.watchdog_secs = 600;
+    let harness = Harness::new("nccl-timeout", config);
+    let mut engine = harness.engine(true);
+    let status = harness
+        .run(&mut engine, |status| {
+            status.workflows.iter().any(|w| !w.actions.is_empty())
+        })
+        .await;
+    let failed_at = only_workflow(&status).anomalies[0].time;
+    let stalled = |status: &StatusReport| {
+        only_workflow(status)
+            .anomalies
+            .iter()
+            .filter(|a| a.kind == AnomalyKind::RecoveryStalled)
+            .count()
+    };
+    // Not before the watchdog's time...
+    while harness.clock.now() < failed_at + chrono::TimeDelta::seconds(590) {
+        harness.clock.advance(TICK);
+        engine.tick().await.unwrap();
+    }
+    assert_eq!(stalled(&harness.status()), 0);
+    // ...then once, however long it goes on.
+    for _ in 0..100 {
+        harness.clock.advance(TICK);
+        engine.tick().await.unwrap();
+    }
+    let status = harness.status();
+    assert_eq!(stalled(&status), 1);
+    let alert = status
+        .notifications
+        .iter()
+        .find(|n| n.event == AlertEvent::Watchdog)
+        .expect("a watchdog notification");
+    assert_eq!(alert.severity, Severity::Critical);
+    assert!(alert.body.contains("waits for approval"), "{}", alert.body);
+    assert!(
+        alert.body.contains("recovering for 10 min"),
+        "{}",
+        alert.body
+    );
 }
 
 #[tokio::test]

@@ -252,6 +252,9 @@ impl Engine {
             let Some(attempt) = attempts.pop() else {
                 continue;
             };
+            if workflow.status == WorkflowStatus::Recovering {
+                self.watch_recovery(&workflow, &attempt, now)?;
+            }
             // An attempt the scheduler requeued by itself (a node failure with JobRequeue=1): its end
             // was never decided on, and the next attempt waits in the queue, possibly for the same node.
             if let Some(previous) = attempts.pop()
@@ -325,6 +328,77 @@ impl Engine {
             self.raise_warning(workflow, attempt, finding, now)?;
         }
         Ok(())
+    }
+
+    /// The recovery watchdog: a workflow still recovering long after its failure needs a person.
+    fn watch_recovery(
+        &mut self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let limit = self.config.recovery.watchdog_secs;
+        if limit == 0 {
+            return Ok(());
+        }
+        let failure = self
+            .store
+            .db()
+            .anomalies(workflow.id)?
+            .into_iter()
+            .rev()
+            .find(|anomaly| {
+                matches!(
+                    anomaly.kind,
+                    AnomalyKind::Crash | AnomalyKind::Hang | AnomalyKind::CrashLoop
+                )
+            });
+        let Some(failure) = failure else {
+            return Ok(());
+        };
+        let waited = now - failure.time;
+        if waited.num_seconds() < i64::try_from(limit).unwrap_or(i64::MAX) {
+            return Ok(());
+        }
+        let actions = self.store.db().actions(workflow.id)?;
+        let waiting_for_approval: Vec<String> = actions
+            .iter()
+            .filter(|action| {
+                action.attempt_index == failure.attempt_index
+                    && action.state == ActionState::Proposed
+                    && action.kind.restarts_the_run()
+            })
+            .map(|action| format!("action {} ({})", action.id, action.kind.as_str()))
+            .collect();
+        let stuck_at = if !waiting_for_approval.is_empty() {
+            format!("{} waits for approval", waiting_for_approval.join(", "))
+        } else if attempt.index > failure.attempt_index {
+            format!(
+                "attempt {} (job {}) is {}{}",
+                attempt.index,
+                attempt.job_id,
+                attempt.state_raw.to_lowercase(),
+                attempt
+                    .reason
+                    .as_deref()
+                    .map(|reason| format!(" ({reason})"))
+                    .unwrap_or_default()
+            )
+        } else {
+            "no new attempt has started".to_string()
+        };
+        let finding = detect::Finding {
+            kind: AnomalyKind::RecoveryStalled,
+            summary: format!(
+                "recovering for {} min since the {} of attempt {} and the run is not back: {stuck_at}",
+                waited.num_minutes(),
+                failure.kind.as_str(),
+                failure.attempt_index
+            ),
+            evidence: vec![failure.summary.clone()],
+            node: None,
+        };
+        self.raise_warning(workflow, attempt, finding, now)
     }
 
     /// A pending job whose upstream dependency failed waits forever: the upstream failure is the cause,
@@ -421,7 +495,11 @@ impl Engine {
                 workflow_id: Some(workflow.id),
                 time: now,
                 event: AlertEvent::of_warning(finding.kind),
-                severity: Severity::Warning,
+                severity: if finding.kind == AnomalyKind::RecoveryStalled {
+                    Severity::Critical
+                } else {
+                    Severity::Warning
+                },
                 title: format!(
                     "{}: {}{}",
                     workflow.name,

@@ -46,10 +46,12 @@ pub enum AnomalyKind {
     CheckpointStall,
     CrashLoop,
     StuckPending,
+    /// A recovery has not brought the run back within `recovery.watchdog_secs`.
+    RecoveryStalled,
 }
 
 impl AnomalyKind {
-    const ALL: [AnomalyKind; 7] = [
+    const ALL: [AnomalyKind; 8] = [
         Self::Crash,
         Self::Hang,
         Self::ThroughputDrop,
@@ -57,6 +59,7 @@ impl AnomalyKind {
         Self::CheckpointStall,
         Self::CrashLoop,
         Self::StuckPending,
+        Self::RecoveryStalled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -68,6 +71,7 @@ impl AnomalyKind {
             Self::CheckpointStall => "checkpoint_stall",
             Self::CrashLoop => "crash_loop",
             Self::StuckPending => "stuck_pending",
+            Self::RecoveryStalled => "recovery_stalled",
         }
     }
 
@@ -294,6 +298,7 @@ impl AlertEvent {
             AnomalyKind::ThroughputDrop => Self::ThroughputDrop,
             AnomalyKind::Straggler => Self::Straggler,
             AnomalyKind::StuckPending => Self::StuckPending,
+            AnomalyKind::RecoveryStalled => Self::Watchdog,
             AnomalyKind::Crash | AnomalyKind::Hang | AnomalyKind::CrashLoop => Self::Failure,
         }
     }
