@@ -110,6 +110,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The alerts sent to the configured channels: delivered, waiting for a retry, given up or dropped.
+    Alerts {
+        /// How many, newest first.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Explain every case of a labelled manifest and score the attributions.
     Eval {
         /// The manifest (`[[case]]` entries with file, category, component, culprit, recoverable_by_requeue).
@@ -237,6 +246,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Alerts { limit, json } => print_alerts(&store_path, limit, json),
         Command::Eval { manifest, json } => {
             let catalog = catalog()?;
             let evaluation = runguard::explain::evaluate(&catalog, &config, &manifest)?;
@@ -300,6 +310,49 @@ fn open_existing(store_path: &Path) -> Result<Store> {
         );
     }
     Ok(Store::open(store_path)?)
+}
+
+fn print_alerts(store_path: &Path, limit: u32, json: bool) -> Result<()> {
+    let store = open_existing(store_path)?;
+    let deliveries = store.db().deliveries(limit)?;
+    if json {
+        // The payload is the alert as sent: shown as an object, not as a string of JSON.
+        let rows: Vec<serde_json::Value> = deliveries
+            .iter()
+            .map(|delivery| {
+                let mut row = serde_json::to_value(delivery).unwrap_or_default();
+                row["payload"] = serde_json::from_str(&delivery.payload).unwrap_or_default();
+                row
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    if deliveries.is_empty() {
+        println!("no alerts in {}", store_path.display());
+        return Ok(());
+    }
+    println!(
+        "{:>5}  {:<16} {:<16} {:<9} {:<10} {:>5}  {:<20} detail",
+        "id", "channel", "event", "severity", "state", "tries", "updated"
+    );
+    for delivery in deliveries {
+        println!(
+            "{:>5}  {:<16} {:<16} {:<9} {:<10} {:>5}  {:<20} {}",
+            delivery.id,
+            delivery.channel,
+            delivery.event.as_str(),
+            delivery.severity.as_str(),
+            delivery.state.as_str(),
+            delivery.attempts,
+            delivery.updated_at.format("%Y-%m-%d %H:%M:%S"),
+            delivery
+                .last_error
+                .as_deref()
+                .unwrap_or(&delivery.dedupe_key)
+        );
+    }
+    Ok(())
 }
 
 fn print_status(

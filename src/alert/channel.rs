@@ -234,10 +234,10 @@ impl Channel {
                 if let Some(token) = token {
                     request = request.bearer_auth(token);
                 }
-                let response = request.send().await.map_err(|err| {
-                    // The URL is the secret of a webhook: never in a message.
-                    SendError::Transient(err.without_url().to_string())
-                })?;
+                let response = request
+                    .send()
+                    .await
+                    .map_err(|err| SendError::Transient(describe_http_error(err, self.timeout)))?;
                 let status = response.status();
                 if status.is_success() {
                     return Ok(format!("HTTP {}", status.as_u16()));
@@ -352,6 +352,29 @@ impl Channel {
                 self.timeout.as_secs()
             ))),
         }
+    }
+}
+
+/// A failed HTTP call in words, with its cause, and without the URL (the secret of a webhook).
+fn describe_http_error(err: reqwest::Error, timeout: Duration) -> String {
+    if err.is_timeout() {
+        return format!("no answer within {} s", timeout.as_secs());
+    }
+    let what = if err.is_connect() {
+        "cannot connect"
+    } else {
+        "request failed"
+    };
+    let err = err.without_url();
+    let mut causes = Vec::new();
+    let mut source = std::error::Error::source(&err);
+    while let Some(cause) = source {
+        causes.push(cause.to_string());
+        source = cause.source();
+    }
+    match causes.last() {
+        Some(root) => format!("{what}: {root}"),
+        None => format!("{what}: {err}"),
     }
 }
 

@@ -267,12 +267,13 @@ impl Dispatcher {
                 };
                 let mut stopping_since: Option<tokio::time::Instant> = None;
                 loop {
-                    match this.deliver_due(&mut store, &channel, Utc::now()).await {
-                        Ok(report) if stopping_since.is_some() && report == PassReport::default() => {
-                            return;
-                        }
-                        Ok(_) => {}
-                        Err(err) => tracing::warn!(channel = channel.name(), %err, "alert delivery pass"),
+                    if let Err(err) = this.deliver_due(&mut store, &channel, Utc::now()).await {
+                        tracing::warn!(channel = channel.name(), %err, "alert delivery pass");
+                    }
+                    if stopping_since.is_some()
+                        && store.db().pending_deliveries(channel.name()).unwrap_or(0) == 0
+                    {
+                        return;
                     }
                     if let Some(since) = stopping_since
                         && since.elapsed() >= flush
@@ -318,4 +319,164 @@ impl Dispatcher {
 
 fn seconds(secs: u64) -> TimeDelta {
     TimeDelta::seconds(i64::try_from(secs).unwrap_or(i64::MAX / 1000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AlertEvent, Notification};
+
+    fn notification(event: AlertEvent, severity: Severity, title: &str) -> Notification {
+        Notification {
+            id: 0,
+            workflow_id: None,
+            time: Utc::now(),
+            event,
+            severity,
+            title: title.to_string(),
+            body: String::new(),
+        }
+    }
+
+    fn dispatcher(dir: &Path, rate_limit: u32) -> (Dispatcher, Store) {
+        let mut config = Config::default();
+        config.alerts.rate_limit = rate_limit;
+        config.alerts.channels = vec![
+            toml::from_str("name = \"ok\"\nkind = \"command\"\nargv = [\"true\"]")
+                .unwrap_or_else(|err| unreachable!("{err}")),
+        ];
+        let path = dir.join("store.sqlite");
+        let mut store = Store::open(&path).unwrap_or_else(|err| unreachable!("{err}"));
+        // History before alerts were configured is not sent.
+        store
+            .write(|db| {
+                db.insert_notification(&notification(
+                    AlertEvent::Failure,
+                    Severity::Critical,
+                    "old",
+                ))
+            })
+            .unwrap_or_else(|err| unreachable!("{err}"));
+        let dispatcher = Dispatcher::new(&config, &path)
+            .unwrap_or_else(|err| unreachable!("{err}"))
+            .unwrap_or_else(|| unreachable!("a channel is configured"));
+        (dispatcher, store)
+    }
+
+    fn states(store: &Store) -> Vec<(String, DeliveryState)> {
+        let mut all = store.db().deliveries(100).unwrap_or_default();
+        all.reverse();
+        all.into_iter().map(|d| (d.dedupe_key, d.state)).collect()
+    }
+
+    #[tokio::test]
+    async fn the_same_alert_again_within_the_window_is_dropped_as_a_duplicate() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| unreachable!("{err}"));
+        let (dispatcher, mut store) = dispatcher(dir.path(), 30);
+        store
+            .write(|db| {
+                for title in ["a", "a", "b", "a"] {
+                    db.insert_notification(&notification(
+                        AlertEvent::Stopped,
+                        Severity::Critical,
+                        title,
+                    ))?;
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|err| unreachable!("{err}"));
+        assert_eq!(
+            dispatcher
+                .enqueue(&mut store, Utc::now())
+                .unwrap_or_default(),
+            2
+        );
+        // Nothing is queued twice.
+        assert_eq!(
+            dispatcher
+                .enqueue(&mut store, Utc::now())
+                .unwrap_or_default(),
+            0
+        );
+        let found = states(&store);
+        assert_eq!(
+            found.iter().map(|(_, state)| *state).collect::<Vec<_>>(),
+            vec![
+                DeliveryState::Pending,
+                DeliveryState::Dropped,
+                DeliveryState::Pending,
+                DeliveryState::Dropped
+            ]
+        );
+        assert!(found.iter().all(|(key, _)| !key.ends_with("/old")));
+        let dropped = store.db().deliveries(100).unwrap_or_default();
+        assert!(
+            dropped[0]
+                .last_error
+                .as_deref()
+                .unwrap_or_default()
+                .starts_with("duplicate of delivery")
+        );
+    }
+
+    #[tokio::test]
+    async fn over_the_rate_limit_warnings_are_dropped_and_critical_alerts_wait() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| unreachable!("{err}"));
+        let (dispatcher, mut store) = dispatcher(dir.path(), 2);
+        store
+            .write(|db| {
+                for (index, severity) in [
+                    Severity::Warning,
+                    Severity::Warning,
+                    Severity::Warning,
+                    Severity::Critical,
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    db.insert_notification(&notification(
+                        AlertEvent::CheckpointStall,
+                        severity,
+                        &format!("stall {index}"),
+                    ))?;
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|err| unreachable!("{err}"));
+        dispatcher
+            .enqueue(&mut store, Utc::now())
+            .unwrap_or_default();
+        let channel = Arc::clone(&dispatcher.channels[0]);
+        let report = dispatcher
+            .deliver_due(&mut store, &channel, Utc::now())
+            .await
+            .unwrap_or_else(|err| unreachable!("{err}"));
+        assert_eq!(report.delivered, 2);
+        assert_eq!(report.dropped, 1);
+        let all = store.db().deliveries(100).unwrap_or_default();
+        let critical = &all[0];
+        assert_eq!(critical.state, DeliveryState::Pending);
+        assert!(
+            critical.next_try_at > Utc::now() + TimeDelta::minutes(59),
+            "{critical:?}"
+        );
+        assert_eq!(all[1].state, DeliveryState::Dropped);
+        assert!(
+            all[1]
+                .last_error
+                .as_deref()
+                .unwrap_or_default()
+                .contains("rate limit of 2 per 3600 s")
+        );
+    }
+
+    #[test]
+    fn retries_back_off_doubling_up_to_the_cap() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| unreachable!("{err}"));
+        let (dispatcher, _store) = dispatcher(dir.path(), 30);
+        let waits: Vec<i64> = (1..=9)
+            .map(|n| dispatcher.backoff(n).num_seconds())
+            .collect();
+        assert_eq!(waits, vec![5, 10, 20, 40, 80, 160, 320, 600, 600]);
+    }
 }

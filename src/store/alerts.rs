@@ -216,6 +216,15 @@ impl Db<'_> {
         )
     }
 
+    /// How many deliveries of `channel` still wait, due or not.
+    pub fn pending_deliveries(&self, channel: &str) -> Result<u32, StoreError> {
+        Ok(self.conn.query_row(
+            "SELECT COUNT(*) FROM alert_deliveries WHERE channel = ?1 AND state = 'pending'",
+            [channel],
+            |row| row.get(0),
+        )?)
+    }
+
     /// The newest `limit` deliveries, newest first.
     pub fn deliveries(&self, limit: u32) -> Result<Vec<Delivery>, StoreError> {
         let mut stmt = self.conn.prepare(&format!(
