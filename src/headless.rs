@@ -60,7 +60,15 @@ impl Services {
         if let Some(dispatcher) = crate::alert::Dispatcher::new(config, store_path)? {
             tasks.push(tokio::spawn(dispatcher.run(stopped.clone())));
         }
-        let _ = stopped;
+        if let Some(listen) = &config.metrics.listen {
+            let address = listen
+                .parse()
+                .map_err(|err| HeadlessError::Metrics(format!("{listen:?}: {err}")))?;
+            let server = crate::metrics::serve(address, store_path.to_path_buf(), stopped)
+                .await
+                .map_err(|err| HeadlessError::Metrics(err.to_string()))?;
+            tasks.push(server);
+        }
         Ok(Self { stop, tasks })
     }
 

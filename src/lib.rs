@@ -14,6 +14,7 @@ pub mod engine;
 pub mod explain;
 pub mod headless;
 pub mod http;
+pub mod metrics;
 pub mod model;
 pub mod paths;
 pub mod recover;

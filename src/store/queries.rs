@@ -629,6 +629,14 @@ impl<'c> Db<'c> {
         collect(stmt.query_map([], attribution_from_row)?)
     }
 
+    /// Every action, oldest first.
+    pub fn all_actions(&self) -> Result<Vec<Action>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("SELECT {ACTION_COLUMNS} FROM actions ORDER BY id"))?;
+        collect(stmt.query_map([], action_from_row)?)
+    }
+
     /// The latest `limit` actions that ended (done, failed, rejected), newest first.
     pub fn recent_finished_actions(&self, limit: u32) -> Result<Vec<Action>, StoreError> {
         let mut stmt = self.conn.prepare(&format!(
