@@ -35,6 +35,7 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub sim: SimConfig,
     pub slurm: SlurmConfig,
+    pub kubernetes: crate::backend::kube::KubernetesConfig,
     pub alerts: crate::alert::AlertsConfig,
     pub metrics: MetricsConfig,
 
@@ -216,6 +217,8 @@ pub enum BackendKind {
     Sim,
     /// Slurm through its command-line tools.
     Slurm,
+    /// Kubernetes workloads (Job, PyTorchJob, RayJob) through the API server.
+    Kubernetes,
 }
 
 impl BackendKind {
@@ -224,6 +227,7 @@ impl BackendKind {
         match self {
             Self::Sim => "sim",
             Self::Slurm => "slurm",
+            Self::Kubernetes => "kubernetes",
         }
     }
 }

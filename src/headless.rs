@@ -42,6 +42,8 @@ pub enum HeadlessError {
     Alert(#[from] crate::alert::AlertError),
     #[error("metrics endpoint: {0}")]
     Metrics(String),
+    #[error("kubernetes: {0}")]
+    Kubernetes(String),
 }
 
 /// What runs beside the engine of this process: alert delivery and the metrics endpoint. Only the
@@ -161,7 +163,7 @@ pub fn catalog() -> Result<Catalog, CatalogError> {
 }
 
 /// Builds the engine the config describes over the store at `store_path`; the caller holds the lock.
-pub fn build_engine(
+pub async fn build_engine(
     config: Config,
     store_path: &Path,
     auto: bool,
@@ -207,6 +209,18 @@ pub fn build_engine(
             let clock: Arc<dyn Clock> = Arc::new(crate::clock::RealClock);
             (Arc::new(backend), clock)
         }
+        BackendKind::Kubernetes => {
+            let data_dir = config
+                .kubernetes
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| crate::backend::kube::backend::default_data_dir(store_path));
+            let backend = crate::backend::kube::KubeBackend::connect(&config.kubernetes, data_dir)
+                .await
+                .map_err(|err| HeadlessError::Kubernetes(err.to_string()))?;
+            let clock: Arc<dyn Clock> = Arc::new(crate::clock::RealClock);
+            (Arc::new(backend), clock)
+        }
     };
     Ok(Engine::new(
         store,
@@ -226,7 +240,8 @@ pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome,
         &options.store_path,
         options.auto,
         options.fresh_sim,
-    )?;
+    )
+    .await?;
     let services = Services::start(&config, &options.store_path).await?;
     let events = engine.subscribe();
     let printer = tokio::spawn(print_events(events, options.event_log));

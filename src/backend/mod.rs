@@ -1,5 +1,6 @@
 //! The schedulers runguard talks to, behind one trait: the engine never knows which one it drives.
 
+pub mod kube;
 pub mod sim;
 pub mod slurm;
 
@@ -9,7 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits};
+use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits, SpecChange};
 
 /// A backend operation that did not work.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +29,10 @@ pub enum BackendError {
     Invalid(String),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// The scheduler refused runguard's credentials (expired token, RBAC); nothing can be watched or
+    /// done until they are fixed.
+    #[error("credentials refused: {0}")]
+    Credentials(String),
 }
 
 /// What the scheduler says about one watched job right now.
@@ -101,6 +106,24 @@ pub trait Backend: Send + Sync {
         exclude: &[String],
         tag: &str,
     ) -> Result<ActionOutcome, BackendError>;
+
+    /// Re-creates the workload from its saved spec with `changes`, never to run on `exclude`.
+    async fn recreate(
+        &self,
+        job_id: &str,
+        _exclude: &[String],
+        _changes: &[SpecChange],
+    ) -> Result<ActionOutcome, BackendError> {
+        Err(BackendError::Invalid(format!(
+            "{} cannot change the spec of job {job_id}",
+            self.name()
+        )))
+    }
+
+    /// Whether [`Backend::recreate`] can change a workload's spec.
+    fn can_recreate(&self) -> bool {
+        false
+    }
 
     /// Cancels the job.
     async fn cancel(&self, job_id: &str) -> Result<ActionOutcome, BackendError>;

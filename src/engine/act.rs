@@ -198,6 +198,32 @@ impl Engine {
                     Err(err) => retry_or_fail(err),
                 }
             }
+            ActionKind::Recreate => {
+                let planned = params.restart_count.unwrap_or(0);
+                match with_timeout(self.backend.job(&job_id)).await {
+                    Ok(Some(job)) if job.restart_count > planned => {
+                        return Execution::AlreadyDone(format!(
+                            "{job_id} was already re-created (restart {})",
+                            job.restart_count
+                        ));
+                    }
+                    Ok(_) => {}
+                    Err(err) => return retry_or_fail(err),
+                }
+                match with_timeout(self.backend.recreate(
+                    &job_id,
+                    &params.exclude_nodes,
+                    &params.changes,
+                ))
+                .await
+                {
+                    Ok(outcome) => Execution::Ran(outcome.detail),
+                    Err(BackendError::Refused { command, message }) => Execution::Failed(format!(
+                        "would have done `{command}` but the scheduler refused: {message}"
+                    )),
+                    Err(err) => retry_or_fail(err),
+                }
+            }
             ActionKind::DrainNode => {
                 let node = params.node.clone().unwrap_or_default();
                 let reason = params

@@ -247,7 +247,11 @@ impl Engine {
     /// has been silent longer than the heartbeat timeout is a hang. Each is attributed and decided once.
     async fn detect_and_decide(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
         let workflows = self.store.db().workflows()?;
-        for workflow in workflows.into_iter().filter(|w| w.status.is_active()) {
+        // Without access to the scheduler nothing is decided: the refusal is the user's to fix.
+        for workflow in workflows
+            .into_iter()
+            .filter(|w| w.status.is_active() && w.status != WorkflowStatus::CredentialError)
+        {
             let mut attempts = self.store.db().attempts(workflow.id)?;
             let Some(attempt) = attempts.pop() else {
                 continue;

@@ -163,6 +163,9 @@ impl Engine {
             Err(err @ (BackendError::Unavailable(_) | BackendError::Io(_))) => {
                 return self.scheduler_failed(format!("listing jobs: {err}"), now);
             }
+            Err(BackendError::Credentials(message)) => {
+                return self.credentials_refused(message, now);
+            }
             Err(err) => {
                 return self.warn("backend_unavailable", format!("listing jobs: {err}"), now);
             }

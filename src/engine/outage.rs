@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::{Engine, EngineError, EngineEvent};
+use super::{Engine, EngineError, EngineEvent, set_status};
+use crate::model::WorkflowStatus;
 
 /// The current outage of the scheduler.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,7 +77,11 @@ impl Engine {
         let reason = mark(since, &error);
         self.store.write(|db| {
             for mut workflow in db.workflows()? {
-                if !workflow.status.is_active() || workflow.backend != backend {
+                // A refusal of the credentials keeps its own words.
+                if !workflow.status.is_active()
+                    || workflow.backend != backend
+                    || workflow.status == WorkflowStatus::CredentialError
+                {
                     continue;
                 }
                 if journaled.insert(workflow.id) {
@@ -102,7 +107,79 @@ impl Engine {
     }
 
     /// The scheduler answered: an outage ends, and the workflows' marks are taken off.
+    /// The scheduler refused runguard's credentials: every active workflow of this backend moves to
+    /// `credential_error` with the scheduler's message, and nothing runs until it accepts them again.
+    pub(super) fn credentials_refused(
+        &mut self,
+        message: String,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        self.scheduler_failed(format!("credentials refused: {message}"), now)?;
+        let backend = self.backend.name().to_string();
+        let reason = format!("the scheduler refused runguard's credentials: {message}");
+        let mut events = Vec::new();
+        self.store.write(|db| {
+            for mut workflow in db.workflows()? {
+                if !workflow.status.is_active()
+                    || workflow.backend != backend
+                    || workflow.status == WorkflowStatus::CredentialError
+                {
+                    continue;
+                }
+                db.journal(Some(workflow.id), now, &reason, &[])?;
+                set_status(
+                    db,
+                    &mut workflow,
+                    WorkflowStatus::CredentialError,
+                    Some(reason.clone()),
+                    now,
+                )?;
+                events.push(EngineEvent::WorkflowStatusChanged {
+                    workflow_id: workflow.id,
+                    status: WorkflowStatus::CredentialError,
+                    reason: Some(reason.clone()),
+                });
+            }
+            Ok(())
+        })?;
+        self.pending_events.extend(events);
+        self.flush_events();
+        Ok(())
+    }
+
+    /// Workflows left in `credential_error` by a refusal are watched again once the scheduler answers.
+    fn credentials_accepted(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        let backend = self.backend.name().to_string();
+        let mut events = Vec::new();
+        self.store.write(|db| {
+            for mut workflow in db.workflows()? {
+                if workflow.backend != backend || workflow.status != WorkflowStatus::CredentialError
+                {
+                    continue;
+                }
+                let reason = "credentials accepted again".to_string();
+                db.journal(Some(workflow.id), now, &reason, &[])?;
+                set_status(
+                    db,
+                    &mut workflow,
+                    WorkflowStatus::Enabled,
+                    Some(reason.clone()),
+                    now,
+                )?;
+                events.push(EngineEvent::WorkflowStatusChanged {
+                    workflow_id: workflow.id,
+                    status: WorkflowStatus::Enabled,
+                    reason: Some(reason),
+                });
+            }
+            Ok(())
+        })?;
+        self.pending_events.extend(events);
+        Ok(())
+    }
+
     pub(super) fn scheduler_answered(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        self.credentials_accepted(now)?;
         let Some(outage) = self.outage.take() else {
             return Ok(());
         };

@@ -19,16 +19,21 @@ pub enum ActionKind {
     Hold,
     /// Let a held job be scheduled again.
     Release,
+    /// Re-create the workload from its saved spec with a change (more /dev/shm, fewer DataLoader
+    /// workers, an env var...), excluding nodes: a change to the user's run, so never whitelisted by
+    /// default.
+    Recreate,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 6] = [
+    pub const ALL: [ActionKind; 7] = [
         Self::Requeue,
         Self::Resubmit,
         Self::Cancel,
         Self::DrainNode,
         Self::Hold,
         Self::Release,
+        Self::Recreate,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -39,6 +44,7 @@ impl ActionKind {
             Self::DrainNode => "drain_node",
             Self::Hold => "hold",
             Self::Release => "release",
+            Self::Recreate => "recreate",
         }
     }
 
@@ -48,7 +54,7 @@ impl ActionKind {
 
     /// The action starts the run again (a requeue or a resubmission).
     pub fn restarts_the_run(self) -> bool {
-        matches!(self, Self::Requeue | Self::Resubmit)
+        matches!(self, Self::Requeue | Self::Resubmit | Self::Recreate)
     }
 }
 
@@ -105,6 +111,56 @@ impl ActionState {
     }
 }
 
+/// A change to a workload's spec made when it is re-created, from the catalog's recommended fix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub enum SpecChange {
+    /// Set an environment variable in every training container.
+    Env { name: String, value: String },
+    /// Fewer DataLoader workers: the container's `--num-workers`-style argument, else an env var.
+    DataLoaderWorkers { workers: u32 },
+    /// A smaller micro-batch: halve the container's `--micro-batch-size`-style argument.
+    HalveMicroBatch,
+    /// Mount a memory-backed emptyDir of this size at /dev/shm.
+    SharedMemory { size_limit: String },
+    /// Tolerate a taint.
+    Toleration {
+        key: String,
+        operator: String,
+        value: Option<String>,
+        effect: Option<String>,
+    },
+    /// Turn on KubeRay's GCS fault tolerance, so the Ray cluster survives its head.
+    RayGcsFaultTolerance,
+}
+
+impl SpecChange {
+    /// One line for approvals and the journal.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Env { name, value } => format!("env {name}={value}"),
+            Self::DataLoaderWorkers { workers } => format!("DataLoader workers → {workers}"),
+            Self::HalveMicroBatch => "micro-batch size halved".to_string(),
+            Self::SharedMemory { size_limit } => {
+                format!("/dev/shm as a memory emptyDir of {size_limit}")
+            }
+            Self::Toleration {
+                key,
+                operator,
+                effect,
+                ..
+            } => format!(
+                "tolerate {key} ({operator}{})",
+                effect
+                    .as_deref()
+                    .map(|e| format!(", {e}"))
+                    .unwrap_or_default()
+            ),
+            Self::RayGcsFaultTolerance => "Ray GCS fault tolerance on".to_string(),
+        }
+    }
+}
+
 /// Parameters of an action; which fields matter depends on the kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActionParams {
@@ -127,6 +183,9 @@ pub struct ActionParams {
     /// requeue only sets the exclusion and starts it now.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub scheduler_requeued: bool,
+    /// Changes to the spec a re-creation makes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<SpecChange>,
 }
 
 /// A recovery action, proposed or executed, with why and whether the whitelist permits it.

@@ -7,7 +7,7 @@ mod attempt;
 mod evidence;
 mod workflow;
 
-pub use action::{Action, ActionKind, ActionParams, ActionState};
+pub use action::{Action, ActionKind, ActionParams, ActionState, SpecChange};
 pub use attempt::{Attempt, JobState};
 pub use evidence::{
     AlertEvent, Anomaly, AnomalyKind, Attribution, Checkpoint, Component, Culprit, EvidenceLine,

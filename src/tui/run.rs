@@ -88,7 +88,8 @@ pub async fn run(config: Config, options: CockpitOptions) -> Result<Exit, TuiErr
     let mut waker = None;
     let mut services = None;
     if lock.is_some() {
-        let mut engine = build_engine(config.clone(), &options.store_path, options.auto, false)?;
+        let mut engine =
+            build_engine(config.clone(), &options.store_path, options.auto, false).await?;
         services = Some(Services::start(&config, &options.store_path).await?);
         clock = Arc::clone(engine.clock());
         waker = Some(engine.waker());

@@ -386,6 +386,9 @@ impl World {
                     .replace('"', "'");
                 format!("scontrol update NodeName={node} State=DRAIN Reason=\"{reason}\"")
             }
+            ActionKind::Recreate => {
+                format!("(a simulated job's spec cannot be changed) re-create {job_id}")
+            }
         }
     }
 }

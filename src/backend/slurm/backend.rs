@@ -423,6 +423,17 @@ impl Backend for SlurmBackend {
     fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String {
         let job_id = params.job_id.clone().unwrap_or_default();
         let operations = match kind {
+            ActionKind::Recreate => {
+                return format!(
+                    "(Slurm cannot change a batch job's spec; resubmit it yourself with: {})",
+                    params
+                        .changes
+                        .iter()
+                        .map(|change| change.describe())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
             ActionKind::Requeue => Self::requeue_operations(&job_id, &params.exclude_nodes),
             ActionKind::Resubmit => vec![Operation::Submit(Submission {
                 script: PathBuf::from("<batch script of the job>"),

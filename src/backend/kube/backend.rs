@@ -1,0 +1,819 @@
+//! The Kubernetes backend: reflectors (watch streams, never polling) keep the workloads, their pods,
+//! the events and the nodes in memory; the engine's listing reads them. Actions are API calls:
+//! re-creating a workload from its saved spec, cordoning and tainting a node, deleting a workload.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::KubernetesConfig;
+use super::logs::{Follow, LogHub};
+use super::recreate::{clean, next_incarnation, spec_diff};
+use super::workload::{
+    self, WorkloadKind, WorkloadRef, enrolled, evidence, node_usable, pods_of, snapshot, str_at,
+};
+use crate::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
+use crate::model::{ActionKind, ActionParams, SpecChange};
+
+/// The taint runguard puts on a node it takes out of scheduling.
+pub const SUSPECT_TAINT: &str = "runguard.io/suspect";
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What the watchers last heard from the API server, per stream.
+#[derive(Debug, Default)]
+struct WatchHealth {
+    /// The server refused the credentials (401) or the permissions (403), with its message.
+    refused: HashMap<String, String>,
+    /// Other errors, with their message.
+    failing: HashMap<String, String>,
+}
+
+/// One resource watched in one namespace (or all).
+struct Watched {
+    store: Store<DynamicObject>,
+}
+
+/// Kubernetes through its API server.
+pub struct KubeBackend {
+    client: Client,
+    config: KubernetesConfig,
+    data_dir: PathBuf,
+    default_namespace: String,
+    cluster: Option<String>,
+    workloads: Vec<(WorkloadKind, Vec<Watched>)>,
+    pods: Vec<Watched>,
+    events: Vec<Watched>,
+    nodes: Watched,
+    health: Arc<Mutex<WatchHealth>>,
+    watched: Mutex<BTreeSet<String>>,
+    logs: Arc<LogHub>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for KubeBackend {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn api_error(err: kube::Error) -> BackendError {
+    match err {
+        kube::Error::Api(status) if status.code == 401 => {
+            BackendError::Credentials(format!("{} (401 Unauthorized)", status.message))
+        }
+        kube::Error::Api(status) if status.code == 404 => BackendError::NoSuchJob(status.message),
+        kube::Error::Api(status) => BackendError::Unavailable(format!(
+            "{} ({} {})",
+            status.message, status.code, status.reason
+        )),
+        other => BackendError::Unavailable(other.to_string()),
+    }
+}
+
+/// An error of an action: a refusal (RBAC) becomes "would have done" with the exact request.
+fn action_error(err: kube::Error, request: &str) -> BackendError {
+    match err {
+        kube::Error::Api(status) if status.code == 403 => BackendError::Refused {
+            command: request.to_string(),
+            message: status.message,
+        },
+        other => api_error(other),
+    }
+}
+
+impl KubeBackend {
+    /// Connects with the kubeconfig (or the pod's service account) and starts the watchers.
+    pub async fn connect(
+        config: &KubernetesConfig,
+        data_dir: PathBuf,
+    ) -> Result<Self, BackendError> {
+        let options = kube::config::KubeConfigOptions {
+            context: config.context.clone(),
+            ..Default::default()
+        };
+        let client_config = match &config.kubeconfig {
+            Some(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|err| {
+                    BackendError::Invalid(format!("kubeconfig {}: {err}", path.display()))
+                })?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .map_err(|err| {
+                        BackendError::Invalid(format!("kubeconfig {}: {err}", path.display()))
+                    })?
+            }
+            None if config.context.is_some() => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|err| BackendError::Invalid(format!("kubeconfig: {err}")))?,
+            None => kube::Config::infer().await.map_err(|err| {
+                BackendError::Invalid(format!(
+                    "no kubeconfig and not inside a pod (set kubernetes.kubeconfig): {err}"
+                ))
+            })?,
+        };
+        let default_namespace = client_config.default_namespace.clone();
+        crate::http::install_tls_provider();
+        let client = Client::try_from(client_config)
+            .map_err(|err| BackendError::Unavailable(format!("Kubernetes client: {err}")))?;
+        Ok(Self::start(client, config, data_dir, default_namespace).await)
+    }
+
+    /// Starts the watchers over an existing client.
+    pub async fn start(
+        client: Client,
+        config: &KubernetesConfig,
+        data_dir: PathBuf,
+        default_namespace: String,
+    ) -> Self {
+        let health = Arc::new(Mutex::new(WatchHealth::default()));
+        let mut tasks = Vec::new();
+        let namespaces: Vec<Option<String>> = if config.namespaces.is_empty() {
+            vec![None]
+        } else {
+            config.namespaces.iter().cloned().map(Some).collect()
+        };
+        let mut watch = |resource: ApiResource, namespace: Option<&str>, label: String| {
+            let api: Api<DynamicObject> = match namespace {
+                Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+                None => Api::all_with(client.clone(), &resource),
+            };
+            let writer = reflector::store::Writer::new(resource.clone());
+            let store = writer.as_reader();
+            let health = Arc::clone(&health);
+            let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+                .default_backoff();
+            tasks.push(tokio::spawn(async move {
+                stream
+                    .for_each(|event| {
+                        let mut health = lock(&health);
+                        match event {
+                            Ok(_) => {
+                                health.refused.remove(&label);
+                                health.failing.remove(&label);
+                            }
+                            Err(err) => {
+                                let status = match &err {
+                                    watcher::Error::InitialListFailed(kube::Error::Api(status))
+                                    | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+                                    | watcher::Error::WatchFailed(kube::Error::Api(status)) => {
+                                        Some((status.code, status.message.clone()))
+                                    }
+                                    watcher::Error::WatchError(status) => {
+                                        Some((status.code, status.message.clone()))
+                                    }
+                                    _ => None,
+                                };
+                                match status {
+                                    Some((401 | 403, message)) => {
+                                        health.refused.insert(label.clone(), message);
+                                    }
+                                    _ => {
+                                        health.failing.insert(label.clone(), err.to_string());
+                                    }
+                                }
+                            }
+                        }
+                        futures::future::ready(())
+                    })
+                    .await;
+            }));
+            Watched { store }
+        };
+        let mut workloads = Vec::new();
+        for kind in WorkloadKind::ALL {
+            let resource = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(kind.group(), kind.version(), kind.kind()),
+                kind.plural(),
+            );
+            let watched = namespaces
+                .iter()
+                .map(|ns| {
+                    watch(
+                        resource.clone(),
+                        ns.as_deref(),
+                        format!("{}s", kind.short()),
+                    )
+                })
+                .collect();
+            workloads.push((kind, watched));
+        }
+        let pod_resource = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        let pods = namespaces
+            .iter()
+            .map(|ns| watch(pod_resource.clone(), ns.as_deref(), "pods".to_string()))
+            .collect();
+        let event_resource = ApiResource::erase::<k8s_openapi::api::core::v1::Event>(&());
+        let events = namespaces
+            .iter()
+            .map(|ns| watch(event_resource.clone(), ns.as_deref(), "events".to_string()))
+            .collect();
+        let node_resource = ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&());
+        let nodes = watch(node_resource, None, "nodes".to_string());
+        let watched = config.watch.iter().cloned().collect();
+        Self {
+            client,
+            config: config.clone(),
+            data_dir,
+            default_namespace,
+            cluster: config.context.clone(),
+            workloads,
+            pods,
+            events,
+            nodes,
+            health,
+            watched: Mutex::new(watched),
+            logs: Arc::new(LogHub::default()),
+            tasks,
+        }
+    }
+
+    /// The namespace a `KIND/NAME` reference without one falls in.
+    pub fn default_namespace(&self) -> &str {
+        &self.default_namespace
+    }
+
+    /// Containers whose logs are followed now.
+    pub fn following(&self) -> usize {
+        self.logs.following()
+    }
+
+    fn values(stores: &[Watched]) -> Vec<Value> {
+        stores
+            .iter()
+            .flat_map(|watched| watched.store.state())
+            .filter_map(|object| serde_json::to_value(object.as_ref()).ok())
+            .collect()
+    }
+
+    /// Waits for the first listing of every watcher; reports a refusal or an unreachable server.
+    async fn ready(&self) -> Result<(), BackendError> {
+        let all = self
+            .workloads
+            .iter()
+            .flat_map(|(_, stores)| stores.iter())
+            .chain(self.pods.iter())
+            .chain(self.events.iter())
+            .chain(std::iter::once(&self.nodes));
+        let timeout = Duration::from_secs(self.config.sync_timeout_secs.max(1));
+        for watched in all {
+            // A kind the cluster does not have (no CRD) never becomes ready and is skipped.
+            let ready = tokio::time::timeout(timeout, watched.store.wait_until_ready()).await;
+            if ready.is_err() {
+                break;
+            }
+        }
+        let health = lock(&self.health);
+        if let Some((stream, message)) = health.refused.iter().next() {
+            return Err(BackendError::Credentials(format!(
+                "the API server refused to list {stream}: {message}"
+            )));
+        }
+        let core_failing = ["pods", "nodes"]
+            .iter()
+            .find_map(|stream| health.failing.get(*stream).map(|m| (stream, m)));
+        if let Some((stream, message)) = core_failing {
+            return Err(BackendError::Unavailable(format!(
+                "watching {stream}: {message}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn workload_values(&self) -> Vec<(WorkloadKind, Value)> {
+        self.workloads
+            .iter()
+            .flat_map(|(kind, stores)| Self::values(stores).into_iter().map(move |v| (*kind, v)))
+            .collect()
+    }
+
+    fn wanted(&self, reference: &WorkloadRef, workload: &Value) -> bool {
+        enrolled(workload) || lock(&self.watched).contains(&reference.id())
+    }
+
+    fn log_path(&self, reference: &WorkloadRef, restart: u32) -> PathBuf {
+        self.data_dir
+            .join("logs")
+            .join(&reference.namespace)
+            .join(format!("{}-{}", reference.kind.short(), reference.name))
+            .join(format!("restart-{restart}.log"))
+    }
+
+    fn spec_file(&self, reference: &WorkloadRef) -> PathBuf {
+        self.data_dir.join("specs").join(format!(
+            "{}_{}_{}.json",
+            reference.kind.short(),
+            reference.namespace,
+            reference.name
+        ))
+    }
+
+    fn resource(kind: WorkloadKind) -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(kind.group(), kind.version(), kind.kind()),
+            kind.plural(),
+        )
+    }
+
+    fn workload_api(&self, reference: &WorkloadRef) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &reference.namespace,
+            &Self::resource(reference.kind),
+        )
+    }
+
+    fn pod_api(&self, namespace: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn node_api(&self) -> Api<DynamicObject> {
+        Api::all_with(
+            self.client.clone(),
+            &ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&()),
+        )
+    }
+
+    fn reference(&self, job_id: &str) -> Result<WorkloadRef, BackendError> {
+        WorkloadRef::parse(job_id, &self.default_namespace).ok_or_else(|| {
+            BackendError::Invalid(format!(
+                "{job_id:?} is not a workload reference (KIND/NAMESPACE/NAME, e.g. pytorchjob/ml/llama)"
+            ))
+        })
+    }
+
+    /// Keeps the user's spec of each incarnation, for a re-creation after the object is gone.
+    async fn save_spec(&self, reference: &WorkloadRef, workload: &Value) {
+        let path = self.spec_file(reference);
+        let manifest = clean(reference.kind, workload);
+        let text = match serde_json::to_string_pretty(&manifest) {
+            Ok(text) => text,
+            Err(_) => return,
+        };
+        if tokio::fs::read_to_string(&path).await.ok().as_deref() == Some(text.as_str()) {
+            return;
+        }
+        if let Some(dir) = path.parent() {
+            let _ = tokio::fs::create_dir_all(dir).await;
+        }
+        if let Err(err) = tokio::fs::write(&path, text).await {
+            tracing::warn!(path = %path.display(), %err, "saving a workload's spec");
+        }
+    }
+
+    /// The workload as the API server has it now, else its saved spec.
+    async fn current_spec(&self, reference: &WorkloadRef) -> Result<Value, BackendError> {
+        match self.workload_api(reference).get_opt(&reference.name).await {
+            Ok(Some(object)) => serde_json::to_value(&object)
+                .map_err(|err| BackendError::Unavailable(err.to_string())),
+            Ok(None) => {
+                let path = self.spec_file(reference);
+                let text = tokio::fs::read_to_string(&path).await.map_err(|_| {
+                    BackendError::NoSuchJob(format!(
+                        "{} is gone and its spec was never saved",
+                        reference.id()
+                    ))
+                })?;
+                serde_json::from_str(&text).map_err(|err| {
+                    BackendError::Invalid(format!("saved spec {}: {err}", path.display()))
+                })
+            }
+            Err(err) => Err(api_error(err)),
+        }
+    }
+
+    fn recreate_request(reference: &WorkloadRef) -> String {
+        format!(
+            "DELETE {} ; POST {}",
+            reference
+                .kind
+                .path(&reference.namespace, Some(&reference.name)),
+            reference.kind.path(&reference.namespace, None)
+        )
+    }
+
+    fn cordon_patch(&self, node: &str, reason: &str) -> Value {
+        let mut taints: Vec<Value> = self
+            .nodes
+            .store
+            .state()
+            .iter()
+            .find(|object| object.metadata.name.as_deref() == Some(node))
+            .and_then(|object| object.data.pointer("/spec/taints").cloned())
+            .and_then(|taints| taints.as_array().cloned())
+            .unwrap_or_default();
+        taints.retain(|taint| str_at(taint, "/key") != Some(SUSPECT_TAINT));
+        taints.push(json!({
+            "key": SUSPECT_TAINT,
+            "value": taint_value(reason),
+            "effect": "NoSchedule",
+        }));
+        json!({"spec": {"unschedulable": true, "taints": taints}})
+    }
+}
+
+/// A reason as a taint value: at most 63 characters of letters, digits, `-`, `_` and `.`.
+fn taint_value(reason: &str) -> String {
+    let cleaned: String = reason
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let trimmed = cleaned.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    trimmed
+        .chars()
+        .take(63)
+        .collect::<String>()
+        .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
+
+#[async_trait]
+impl Backend for KubeBackend {
+    fn name(&self) -> &str {
+        "kubernetes"
+    }
+
+    async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
+        self.ready().await?;
+        let pods = Self::values(&self.pods);
+        let nodes = Self::values(std::slice::from_ref(&self.nodes));
+        let events = Self::values(&self.events);
+        let mut snapshots = Vec::new();
+        for (kind, workload) in self.workload_values() {
+            let Some(reference) = WorkloadRef::of(kind, &workload) else {
+                continue;
+            };
+            if !self.wanted(&reference, &workload) {
+                continue;
+            }
+            let restart = workload::restart_count(&workload);
+            let log = self.log_path(&reference, restart);
+            let mine = pods_of(kind, &workload, &pods);
+            let Some(snapshot) = snapshot(
+                kind,
+                &workload,
+                &mine,
+                &nodes,
+                Some(log.clone()),
+                self.cluster.as_deref(),
+            ) else {
+                continue;
+            };
+            self.save_spec(&reference, &workload).await;
+            let lines = evidence(kind, &workload, &mine, &nodes, &events);
+            if let Err(err) = self.logs.write_evidence(&log, &lines).await {
+                tracing::warn!(log = %log.display(), %err, "writing evidence");
+            }
+            let pod_api = self.pod_api(&reference.namespace);
+            for (rank, pod) in workload::ranked(&mine) {
+                let Some(pod_name) = str_at(pod, "/metadata/name") else {
+                    continue;
+                };
+                let started = pod
+                    .pointer("/status/containerStatuses")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|status| {
+                        status.pointer("/state/running").is_some()
+                            || status.pointer("/state/terminated").is_some()
+                    })
+                    .filter_map(|status| str_at(status, "/name"));
+                for container in started {
+                    self.logs.ensure_followed(
+                        pod_api.clone(),
+                        Follow {
+                            namespace: reference.namespace.clone(),
+                            pod: pod_name.to_string(),
+                            pod_uid: str_at(pod, "/metadata/uid").unwrap_or(pod_name).to_string(),
+                            container: container.to_string(),
+                            rank,
+                            log: log.clone(),
+                        },
+                    );
+                }
+            }
+            snapshots.push(snapshot);
+        }
+        Ok(snapshots)
+    }
+
+    async fn job(&self, job_id: &str) -> Result<Option<JobSnapshot>, BackendError> {
+        let reference = self.reference(job_id)?;
+        self.ready().await?;
+        let Some(workload) = self
+            .workload_values()
+            .into_iter()
+            .filter(|(kind, _)| *kind == reference.kind)
+            .map(|(_, workload)| workload)
+            .find(|workload| {
+                WorkloadRef::of(reference.kind, workload).as_ref() == Some(&reference)
+            })
+        else {
+            return Ok(None);
+        };
+        let pods = Self::values(&self.pods);
+        let nodes = Self::values(std::slice::from_ref(&self.nodes));
+        let restart = workload::restart_count(&workload);
+        let mine = pods_of(reference.kind, &workload, &pods);
+        Ok(snapshot(
+            reference.kind,
+            &workload,
+            &mine,
+            &nodes,
+            Some(self.log_path(&reference, restart)),
+            self.cluster.as_deref(),
+        ))
+    }
+
+    async fn requeue(
+        &self,
+        job_id: &str,
+        exclude: &[String],
+    ) -> Result<ActionOutcome, BackendError> {
+        self.recreate(job_id, exclude, &[]).await
+    }
+
+    async fn recreate(
+        &self,
+        job_id: &str,
+        exclude: &[String],
+        changes: &[SpecChange],
+    ) -> Result<ActionOutcome, BackendError> {
+        let reference = self.reference(job_id)?;
+        let current = self.current_spec(&reference).await?;
+        if !enrolled(&current) && !lock(&self.watched).contains(&reference.id()) {
+            return Err(BackendError::Invalid(format!(
+                "{} did not opt in (label {}=true) and is not watched: runguard does not touch it",
+                reference.id(),
+                workload::ENABLED_LABEL
+            )));
+        }
+        let restart = workload::restart_count(&current) + 1;
+        let manifest = next_incarnation(reference.kind, &current, restart, exclude, changes);
+        let request = Self::recreate_request(&reference);
+        let api = self.workload_api(&reference);
+        // Pods of the old incarnation on a node that is gone never finish terminating: they are
+        // deleted at once, as the node cannot confirm it anyway.
+        let pods = Self::values(&self.pods);
+        let nodes = Self::values(std::slice::from_ref(&self.nodes));
+        let stuck: Vec<String> = pods_of(reference.kind, &current, &pods)
+            .into_iter()
+            .filter(|pod| {
+                str_at(pod, "/spec/nodeName").is_some_and(|node| {
+                    nodes
+                        .iter()
+                        .find(|n| str_at(n, "/metadata/name") == Some(node))
+                        .and_then(workload::node_readiness)
+                        .is_some_and(|(status, _, _)| status != "True")
+                })
+            })
+            .filter_map(|pod| str_at(pod, "/metadata/name").map(str::to_string))
+            .collect();
+        match api
+            .delete(&reference.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(action_error(err, &request)),
+        }
+        let pod_api = self.pod_api(&reference.namespace);
+        for pod in &stuck {
+            let force = DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::background()
+            };
+            if let Err(err) = pod_api.delete(pod, &force).await {
+                tracing::warn!(pod, %err, "deleting a pod stuck on a lost node");
+            }
+        }
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_secs(self.config.recreate_timeout_secs);
+        loop {
+            match api.get_opt(&reference.name).await {
+                Ok(None) => break,
+                Ok(Some(_)) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Ok(Some(_)) => {
+                    return Err(BackendError::Unavailable(format!(
+                        "{} was deleted but is still there after {} s (finalizers?); it is \
+                         re-created on the next try",
+                        reference.id(),
+                        self.config.recreate_timeout_secs
+                    )));
+                }
+                Err(err) => return Err(api_error(err)),
+            }
+        }
+        let object: DynamicObject = serde_json::from_value(manifest)
+            .map_err(|err| BackendError::Invalid(format!("the new manifest: {err}")))?;
+        api.create(&PostParams::default(), &object)
+            .await
+            .map_err(|err| action_error(err, &request))?;
+        let mut detail = format!("re-created {} as restart {restart}", reference.id());
+        if !exclude.is_empty() {
+            detail.push_str(&format!(", excluding {}", exclude.join(",")));
+        }
+        if !changes.is_empty() {
+            detail.push_str(&format!(
+                ", with {}",
+                changes
+                    .iter()
+                    .map(SpecChange::describe)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if !stuck.is_empty() {
+            detail.push_str(&format!(
+                "; force-deleted {} stuck on a lost node",
+                stuck.join(",")
+            ));
+        }
+        Ok(ActionOutcome {
+            detail,
+            new_job_id: None,
+        })
+    }
+
+    fn can_recreate(&self) -> bool {
+        true
+    }
+
+    async fn resubmit(
+        &self,
+        spec: &crate::model::JobSpec,
+        _exclude: &[String],
+        _tag: &str,
+    ) -> Result<ActionOutcome, BackendError> {
+        Err(BackendError::Invalid(format!(
+            "a Kubernetes workload is re-created, not resubmitted ({}): use mode = \"requeue\"",
+            spec.name
+        )))
+    }
+
+    async fn cancel(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
+        let reference = self.reference(job_id)?;
+        let request = format!(
+            "DELETE {}",
+            reference
+                .kind
+                .path(&reference.namespace, Some(&reference.name))
+        );
+        match self
+            .workload_api(&reference)
+            .delete(&reference.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => Ok(ActionOutcome {
+                detail: format!("deleted {}", reference.id()),
+                new_job_id: None,
+            }),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(ActionOutcome {
+                detail: format!("{} was already gone", reference.id()),
+                new_job_id: None,
+            }),
+            Err(err) => Err(action_error(err, &request)),
+        }
+    }
+
+    async fn drain_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
+        let patch = self.cordon_patch(node, reason);
+        let request = format!("PATCH /api/v1/nodes/{node} (merge) {patch}");
+        self.node_api()
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|err| action_error(err, &request))?;
+        Ok(ActionOutcome {
+            detail: format!("cordoned {node} and tainted it {SUSPECT_TAINT}:NoSchedule"),
+            new_job_id: None,
+        })
+    }
+
+    fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String {
+        let job_id = params.job_id.as_deref().unwrap_or_default();
+        let reference = WorkloadRef::parse(job_id, &self.default_namespace);
+        match (kind, reference) {
+            (ActionKind::Requeue | ActionKind::Recreate, Some(reference)) => {
+                let mut command = Self::recreate_request(&reference);
+                // The diff against the workload as the watchers have it now.
+                let current = self
+                    .workload_values()
+                    .into_iter()
+                    .find(|(k, w)| {
+                        *k == reference.kind && WorkloadRef::of(*k, w).as_ref() == Some(&reference)
+                    })
+                    .map(|(_, workload)| workload)
+                    .or_else(|| {
+                        std::fs::read_to_string(self.spec_file(&reference))
+                            .ok()
+                            .and_then(|text| serde_json::from_str(&text).ok())
+                    });
+                if let Some(current) = current {
+                    let restart = workload::restart_count(&current) + 1;
+                    let next = next_incarnation(
+                        reference.kind,
+                        &current,
+                        restart,
+                        &params.exclude_nodes,
+                        &params.changes,
+                    );
+                    command.push_str(" with the spec changed:\n");
+                    command.push_str(&spec_diff(&clean(reference.kind, &current), &next));
+                }
+                command
+            }
+            (ActionKind::Cancel, Some(reference)) => format!(
+                "DELETE {}",
+                reference
+                    .kind
+                    .path(&reference.namespace, Some(&reference.name))
+            ),
+            (ActionKind::DrainNode, _) => {
+                let node = params.node.as_deref().unwrap_or("<node>");
+                let patch = self.cordon_patch(node, params.reason.as_deref().unwrap_or("runguard"));
+                format!("PATCH /api/v1/nodes/{node} (merge) {patch}")
+            }
+            (kind, _) => format!(
+                "({} is not available on Kubernetes for {job_id})",
+                kind.as_str()
+            ),
+        }
+    }
+
+    fn node_log(&self, _node: &str) -> Option<PathBuf> {
+        None
+    }
+
+    fn set_watched(&self, job_refs: &[String]) {
+        let mut watched = lock(&self.watched);
+        watched.clear();
+        watched.extend(self.config.watch.iter().cloned());
+        watched.extend(job_refs.iter().filter_map(|reference| {
+            WorkloadRef::parse(reference, &self.default_namespace).map(|r| r.id())
+        }));
+    }
+
+    async fn usable_nodes(
+        &self,
+        _partition: Option<&str>,
+    ) -> Result<Option<Vec<String>>, BackendError> {
+        let nodes = Self::values(std::slice::from_ref(&self.nodes));
+        Ok(Some(
+            nodes
+                .iter()
+                .filter(|node| node_usable(node))
+                .filter_map(|node| str_at(node, "/metadata/name").map(str::to_string))
+                .collect(),
+        ))
+    }
+}
+
+/// Where the Kubernetes backend writes pod logs and saved specs when the config does not say.
+pub fn default_data_dir(store_path: &Path) -> PathBuf {
+    store_path
+        .parent()
+        .map(|dir| dir.join("kube"))
+        .unwrap_or_else(|| PathBuf::from("kube"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reason_becomes_a_valid_taint_value() {
+        assert_eq!(
+            taint_value("runguard: node_failure on n2"),
+            "runguard--node_failure-on-n2"
+        );
+        assert_eq!(taint_value(&"x".repeat(100)).len(), 63);
+        assert_eq!(taint_value("  :xid_79: "), "xid_79");
+    }
+}

@@ -1,0 +1,421 @@
+//! Pod logs followed through the API into one unified log per attempt, `RANK: line` as `srun -l`
+//! writes them, so the same telemetry reads Kubernetes and Slurm runs. A dropped stream is resumed
+//! from the last timestamp without repeating a line, also across engine restarts (each follower keeps
+//! its position beside the log).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::{AsyncBufReadExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::LogParams;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+
+use super::workload::EvidenceLine;
+
+/// How long a follower waits before reconnecting a stream that ended while the container runs.
+const RECONNECT_WAIT: Duration = Duration::from_secs(1);
+/// Positions are written at most this often while lines flow.
+const POSITION_EVERY: Duration = Duration::from_secs(1);
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Where a follower is in its container's log: the last timestamp written and how many lines with
+/// exactly that timestamp were written (a resumed stream starts at that second again).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    pub last: Option<String>,
+    pub seen_at_last: u32,
+}
+
+impl Position {
+    /// Whether a line stamped `stamp` (RFC 3339 with nanoseconds, as the kubelet writes it) is new;
+    /// counts it when it is.
+    pub fn admit(&mut self, stamp: &str, seen_now: &mut u32) -> bool {
+        match self.last.as_deref() {
+            Some(last) if stamp < last => false,
+            Some(last) if stamp == last => {
+                *seen_now += 1;
+                if *seen_now <= self.seen_at_last {
+                    return false;
+                }
+                self.seen_at_last = *seen_now;
+                true
+            }
+            _ => {
+                self.last = Some(stamp.to_string());
+                self.seen_at_last = 1;
+                *seen_now = 1;
+                true
+            }
+        }
+    }
+}
+
+/// Splits the kubelet's `TIMESTAMP line` (with `timestamps=true`).
+pub fn split_stamp(line: &str) -> (Option<&str>, &str) {
+    match line.split_once(' ') {
+        Some((stamp, rest))
+            if stamp.len() >= 20
+                && stamp.as_bytes().get(4) == Some(&b'-')
+                && stamp.contains('T') =>
+        {
+            (Some(stamp), rest)
+        }
+        _ => (None, line),
+    }
+}
+
+/// One container to follow.
+#[derive(Debug, Clone)]
+pub struct Follow {
+    pub namespace: String,
+    pub pod: String,
+    pub pod_uid: String,
+    pub container: String,
+    pub rank: u32,
+    pub log: PathBuf,
+}
+
+/// The unified logs and their followers.
+#[derive(Default)]
+pub struct LogHub {
+    files: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    followers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    written: Mutex<HashMap<PathBuf, HashSet<String>>>,
+}
+
+impl Drop for LogHub {
+    fn drop(&mut self) {
+        for (_, task) in lock(&self.followers).drain() {
+            task.abort();
+        }
+    }
+}
+
+impl LogHub {
+    fn file_lock(&self, path: &Path) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(
+            lock(&self.files)
+                .entry(path.to_path_buf())
+                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(()))),
+        )
+    }
+
+    /// Appends whole lines to a unified log.
+    pub async fn append(&self, path: &Path, lines: &[String]) -> std::io::Result<()> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let guard = self.file_lock(path);
+        let _held = guard.lock().await;
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir).await?;
+        }
+        let mut file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .await?;
+        let mut text = String::new();
+        for line in lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+        file.write_all(text.as_bytes()).await?;
+        file.flush().await
+    }
+
+    /// Writes the evidence lines not written to `path` before (kept beside it, so a restart does not
+    /// write them again).
+    pub async fn write_evidence(&self, path: &Path, lines: &[EvidenceLine]) -> std::io::Result<()> {
+        let keys_file = sidecar(path, "evidence");
+        let fresh: Vec<EvidenceLine> = {
+            let mut written = lock(&self.written);
+            let known = written.entry(path.to_path_buf()).or_insert_with(|| {
+                std::fs::read_to_string(&keys_file)
+                    .unwrap_or_default()
+                    .lines()
+                    .map(str::to_string)
+                    .collect()
+            });
+            lines
+                .iter()
+                .filter(|line| known.insert(line.key.clone()))
+                .cloned()
+                .collect()
+        };
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        self.append(
+            path,
+            &fresh
+                .iter()
+                .map(|line| line.text.clone())
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        let mut keys = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&keys_file)
+            .await?;
+        let mut text = String::new();
+        for line in &fresh {
+            text.push_str(&line.key);
+            text.push('\n');
+        }
+        keys.write_all(text.as_bytes()).await?;
+        // tokio writes a file in the background: what is not flushed may be lost with the handle.
+        keys.flush().await
+    }
+
+    /// Follows `follow`'s container unless a follower already does.
+    pub fn ensure_followed(self: &Arc<Self>, pods: Api<Pod>, follow: Follow) {
+        let key = format!("{}/{}", follow.pod_uid, follow.container);
+        let mut followers = lock(&self.followers);
+        if followers.get(&key).is_some_and(|task| !task.is_finished()) {
+            return;
+        }
+        let hub = Arc::clone(self);
+        followers.insert(
+            key,
+            tokio::spawn(async move { hub.follow(pods, follow).await }),
+        );
+    }
+
+    /// How many containers are followed now.
+    pub fn following(&self) -> usize {
+        lock(&self.followers)
+            .values()
+            .filter(|task| !task.is_finished())
+            .count()
+    }
+
+    async fn follow(self: Arc<Self>, pods: Api<Pod>, follow: Follow) {
+        let position_file = sidecar(
+            &follow.log,
+            &format!("{}.{}.position", follow.pod, follow.container),
+        );
+        let mut position: Position = std::fs::read_to_string(&position_file)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default();
+        loop {
+            let mut params = LogParams {
+                container: Some(follow.container.clone()),
+                follow: true,
+                timestamps: true,
+                ..LogParams::default()
+            };
+            if let Some(last) = &position.last {
+                params.since_time = last.parse().ok();
+            }
+            match pods.log_stream(&follow.pod, &params).await {
+                Ok(stream) => {
+                    let mut lines = stream.lines();
+                    let mut batch = Vec::new();
+                    let mut seen_now = 0;
+                    let mut saved_at = tokio::time::Instant::now();
+                    loop {
+                        // Lines arrive one by one; a pause flushes what has come.
+                        let next =
+                            tokio::time::timeout(Duration::from_millis(200), lines.next()).await;
+                        let line = match next {
+                            Ok(Some(Ok(line))) => Some(line),
+                            Ok(Some(Err(err))) => {
+                                tracing::debug!(pod = %follow.pod, %err, "log stream broke");
+                                None
+                            }
+                            Ok(None) => None,
+                            Err(_) => {
+                                self.flush(
+                                    &follow,
+                                    &mut batch,
+                                    &position,
+                                    &position_file,
+                                    &mut saved_at,
+                                    true,
+                                )
+                                .await;
+                                continue;
+                            }
+                        };
+                        let Some(line) = line else {
+                            break;
+                        };
+                        let (stamp, text) = split_stamp(&line);
+                        if let Some(stamp) = stamp
+                            && !position.admit(stamp, &mut seen_now)
+                        {
+                            continue;
+                        }
+                        batch.push(format!("{}: {text}", follow.rank));
+                        if batch.len() >= 256 {
+                            self.flush(
+                                &follow,
+                                &mut batch,
+                                &position,
+                                &position_file,
+                                &mut saved_at,
+                                false,
+                            )
+                            .await;
+                        }
+                    }
+                    self.flush(
+                        &follow,
+                        &mut batch,
+                        &position,
+                        &position_file,
+                        &mut saved_at,
+                        true,
+                    )
+                    .await;
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => return,
+                Err(err) => tracing::debug!(pod = %follow.pod, %err, "opening the log stream"),
+            }
+            // The stream ended: the container finished, or the connection dropped.
+            match pods.get_opt(&follow.pod).await {
+                Ok(None) => return,
+                Ok(Some(pod)) => {
+                    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                    if uid != follow.pod_uid || container_finished(&pod, &follow.container) {
+                        return;
+                    }
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(RECONNECT_WAIT).await;
+        }
+    }
+
+    async fn flush(
+        &self,
+        follow: &Follow,
+        batch: &mut Vec<String>,
+        position: &Position,
+        position_file: &Path,
+        saved_at: &mut tokio::time::Instant,
+        force: bool,
+    ) {
+        if batch.is_empty() {
+            return;
+        }
+        if let Err(err) = self.append(&follow.log, batch).await {
+            tracing::warn!(log = %follow.log.display(), %err, "writing a pod's log");
+            return;
+        }
+        batch.clear();
+        if force || saved_at.elapsed() >= POSITION_EVERY {
+            if let Ok(text) = serde_json::to_string(position) {
+                let _ = tokio::fs::write(position_file, text).await;
+            }
+            *saved_at = tokio::time::Instant::now();
+        }
+    }
+}
+
+fn container_finished(pod: &Pod, container: &str) -> bool {
+    let Some(status) = &pod.status else {
+        return false;
+    };
+    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return true;
+    }
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter(|status| status.name == container)
+        .any(|status| {
+            status
+                .state
+                .as_ref()
+                .is_some_and(|state| state.terminated.is_some())
+        })
+}
+
+/// A file kept beside a unified log.
+fn sidecar(log: &Path, what: &str) -> PathBuf {
+    let mut name = log
+        .file_name()
+        .map(|name| name.to_os_string())
+        .unwrap_or_default();
+    name.push(format!(".{what}"));
+    log.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_stream_repeats_no_line_even_within_the_same_second() {
+        let mut position = Position::default();
+        let mut seen = 0;
+        let first = [
+            "2026-01-05T08:00:00.100000000Z",
+            "2026-01-05T08:00:00.100000000Z",
+            "2026-01-05T08:00:01.000000000Z",
+        ];
+        assert!(first.iter().all(|stamp| position.admit(stamp, &mut seen)));
+        // The stream is reopened with sinceTime at the last second: the old lines come again.
+        let mut seen = 0;
+        let again = [
+            ("2026-01-05T08:00:00.100000000Z", false),
+            ("2026-01-05T08:00:01.000000000Z", false),
+            ("2026-01-05T08:00:01.000000000Z", true),
+            ("2026-01-05T08:00:02.000000000Z", true),
+        ];
+        for (stamp, new) in again {
+            assert_eq!(position.admit(stamp, &mut seen), new, "{stamp}");
+        }
+    }
+
+    #[test]
+    fn the_kubelet_timestamp_is_split_off() {
+        assert_eq!(
+            split_stamp("2026-01-05T08:00:00.123456789Z iteration 10 | loss 2.3"),
+            (
+                Some("2026-01-05T08:00:00.123456789Z"),
+                "iteration 10 | loss 2.3"
+            )
+        );
+        assert_eq!(split_stamp("no stamp here"), (None, "no stamp here"));
+    }
+
+    #[tokio::test]
+    async fn evidence_is_written_once_even_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| unreachable!("{err}"));
+        let log = dir.path().join("restart-0.log");
+        let line = |key: &str| EvidenceLine {
+            key: key.to_string(),
+            text: format!("kubernetes: Warning OOMKilled pod/{key}: x"),
+        };
+        let hub = LogHub::default();
+        hub.write_evidence(&log, &[line("a"), line("b")])
+            .await
+            .unwrap_or_default();
+        hub.write_evidence(&log, &[line("a")])
+            .await
+            .unwrap_or_default();
+        let restarted = LogHub::default();
+        restarted
+            .write_evidence(&log, &[line("b"), line("c")])
+            .await
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(text.lines().count(), 3, "{text}");
+    }
+}

@@ -1,0 +1,10 @@
+//! Kubernetes: batch/v1 Jobs, Kubeflow PyTorchJobs and KubeRay RayJobs, watched through the API server.
+
+pub mod backend;
+pub mod config;
+pub mod logs;
+pub mod recreate;
+pub mod workload;
+
+pub use backend::KubeBackend;
+pub use config::KubernetesConfig;
