@@ -4,6 +4,7 @@
 //! leave commands (approve, reject) in a table the engine polls.
 
 pub mod lock;
+mod narratives;
 mod queries;
 mod schema;
 

@@ -68,7 +68,7 @@ pub struct WorkflowSummary {
 
 /// Queries over a connection; inside [`super::Store::write`] they all share one transaction.
 pub struct Db<'c> {
-    conn: &'c Connection,
+    pub(super) conn: &'c Connection,
 }
 
 fn to_json<T: Serialize>(value: &T) -> Result<String, StoreError> {
