@@ -69,6 +69,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A recovery report of one workflow: each failure with its evidence, attribution, the actions taken
+    /// and those runguard would have taken but was not permitted to, and the downtime split.
+    Report {
+        /// Workflow id (see `runguard status`), or a job id one of its attempts ran as.
+        id: String,
+        /// Print JSON instead of text.
+        #[arg(long, conflicts_with = "markdown")]
+        json: bool,
+        /// Print Markdown instead of text.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Approve a proposed action (the running engine executes it on its next tick).
     Approve {
         /// Action id (see `runguard status`).
@@ -212,6 +224,16 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Status { workflow, json } => print_status(&config, &store_path, workflow, json),
+        Command::Report { id, json, markdown } => {
+            let format = if json {
+                ReportFormat::Json
+            } else if markdown {
+                ReportFormat::Markdown
+            } else {
+                ReportFormat::Text
+            };
+            print_report(&config, &store_path, &id, format)
+        }
         Command::Explain {
             logs,
             kernel_logs,
@@ -330,6 +352,47 @@ fn print_status(
             "{}",
             runguard::status::render_table(&report, chrono::Utc::now())
         );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReportFormat {
+    Text,
+    Markdown,
+    Json,
+}
+
+/// The recovery report of the workflow `reference` names.
+fn print_report(
+    config: &Config,
+    store_path: &Path,
+    reference: &str,
+    format: ReportFormat,
+) -> Result<()> {
+    use runguard::report::render;
+
+    let store = open_existing(store_path)?;
+    let Some(id) = runguard::report::resolve(&store.db(), reference)? else {
+        bail!(
+            "no workflow or job {reference:?} in {} (see `runguard status`)",
+            store_path.display()
+        );
+    };
+    let policy = Policy::from_config(&config.recovery, false);
+    let now = chrono::Utc::now();
+    let Some(report) = runguard::report::build(&store.db(), &policy, id, now)? else {
+        bail!("no workflow {id} in {}", store_path.display());
+    };
+    // Evidence lines are the job's own output: what looks like a credential is masked in every format.
+    let redactor = runguard::redact::Redactor::default();
+    match format {
+        ReportFormat::Text => print!("{}", redactor.redact(&render::text(&report))),
+        ReportFormat::Markdown => print!("{}", redactor.redact(&render::markdown(&report))),
+        ReportFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&report.to_redacted_json(&redactor)?)?
+        ),
     }
     Ok(())
 }
