@@ -70,7 +70,8 @@ enum Command {
         json: bool,
     },
     /// A recovery report of one workflow: each failure with its evidence, attribution, the actions taken
-    /// and those runguard would have taken but was not permitted to, and the downtime split.
+    /// and those runguard would have taken but was not permitted to, and the downtime split. With
+    /// `[narrative]` configured, a language model's narrative is appended, labelled as such.
     Report {
         /// Workflow id (see `runguard status`), or a job id one of its attempts ran as.
         id: String,
@@ -363,16 +364,18 @@ enum ReportFormat {
     Json,
 }
 
-/// The recovery report of the workflow `reference` names.
+/// The recovery report of the workflow `reference` names, with a narrative of each failure that has
+/// none yet when an endpoint is configured.
 fn print_report(
     config: &Config,
     store_path: &Path,
     reference: &str,
     format: ReportFormat,
 ) -> Result<()> {
-    use runguard::report::render;
+    use runguard::report::narrative::{self, Narrator};
+    use runguard::report::{NarrativeStatus, render};
 
-    let store = open_existing(store_path)?;
+    let mut store = open_existing(store_path)?;
     let Some(id) = runguard::report::resolve(&store.db(), reference)? else {
         bail!(
             "no workflow or job {reference:?} in {} (see `runguard status`)",
@@ -381,11 +384,31 @@ fn print_report(
     };
     let policy = Policy::from_config(&config.recovery, false);
     let now = chrono::Utc::now();
-    let Some(report) = runguard::report::build(&store.db(), &policy, id, now)? else {
+    let Some(mut report) = runguard::report::build(&store.db(), &policy, id, now)? else {
         bail!("no workflow {id} in {}", store_path.display());
     };
+    let api_key = std::env::var(&config.narrative.api_key_env)
+        .ok()
+        .filter(|key| !key.trim().is_empty());
     // Evidence lines are the job's own output: what looks like a credential is masked in every format.
-    let redactor = runguard::redact::Redactor::default();
+    let redactor = runguard::redact::Redactor::new(api_key.clone());
+    match Narrator::from_config(&config.narrative, api_key) {
+        Ok(None) => {}
+        Ok(Some(narrator)) => {
+            let now = report.generated_at;
+            runtime()?.block_on(narrative::complete(&mut report, &narrator, &mut store, now))?;
+        }
+        Err(err) => {
+            let reason = runguard::redact::redact_patterns(&err.to_string());
+            for failure in &mut report.failures {
+                if failure.narrative.is_none() {
+                    failure.narrative = Some(NarrativeStatus::Unavailable {
+                        reason: reason.clone(),
+                    });
+                }
+            }
+        }
+    }
     match format {
         ReportFormat::Text => print!("{}", redactor.redact(&render::text(&report))),
         ReportFormat::Markdown => print!("{}", redactor.redact(&render::markdown(&report))),

@@ -8,6 +8,7 @@
 
 pub mod downtime;
 mod history;
+pub mod narrative;
 pub mod render;
 
 use chrono::{DateTime, Utc};
