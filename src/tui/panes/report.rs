@@ -86,8 +86,9 @@ pub fn draw(
     frame.render_widget(Paragraph::new(lines).block(block), popup);
 }
 
-/// The text's lines cut to `width` characters, a cut line going on indented by its own indentation
-/// plus two, so that the number of rows, and how far the report scrolls, is known before drawing.
+/// The text's lines cut to `width` characters (at a space when there is one in the second half of the
+/// row), a cut line going on indented by its own indentation plus two, so that the number of rows, and
+/// how far the report scrolls, is known before drawing.
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut rows = Vec::new();
     for line in text.lines() {
@@ -102,14 +103,21 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
         let mut first = true;
         while !rest.is_empty() {
             let room = if first { width } else { width - indent };
-            let take = room.min(rest.len());
+            let mut take = room.min(rest.len());
+            let mut skip = 0;
+            if take < rest.len()
+                && let Some(space) = rest[..take].iter().rposition(|c| *c == ' ')
+                && space > room / 2
+            {
+                (take, skip) = (space, 1);
+            }
             let head: String = rest[..take].iter().collect();
             rows.push(if first {
                 head
             } else {
                 format!("{}{head}", " ".repeat(indent))
             });
-            rest = &rest[take..];
+            rest = &rest[take + skip..];
             first = false;
         }
     }
@@ -126,6 +134,11 @@ mod tests {
         assert_eq!(rows, vec!["title", "    │ abcdefgh", "      ijklmnop"]);
         // Too narrow for the indentation: the rest starts at the left edge.
         assert_eq!(wrap("    abcdefgh", 6), vec!["    ab", "cdefgh"]);
+        // Words stay whole where a space falls in the second half of the row.
+        assert_eq!(
+            wrap("  lost work after the checkpoint", 16),
+            vec!["  lost work", "    after the", "    checkpoint"]
+        );
         assert_eq!(wrap("", 10), Vec::<String>::new());
     }
 }
