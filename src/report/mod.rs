@@ -481,7 +481,8 @@ pub fn build(
 }
 
 /// The workflow a user means by `reference`: a workflow id, else a scheduler job id one of its attempts
-/// ran as (the latest workflow that ran it, on any backend). `None` when nothing matches.
+/// ran as, on any backend (the highest workflow id when several backends know the job id). `None`
+/// when nothing matches.
 pub fn resolve(db: &Db<'_>, reference: &str) -> Result<Option<WorkflowId>, StoreError> {
     let reference = reference.trim();
     if let Ok(id) = reference.parse::<WorkflowId>()

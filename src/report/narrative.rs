@@ -187,15 +187,12 @@ impl Narrator {
             }
         }
         if !status.is_success() {
+            // Shown in a terminal: the other side's control characters stay out.
             let text = String::from_utf8_lossy(&answer);
+            let body: String = text.chars().filter(|c| !c.is_control()).take(200).collect();
             return Err(NarrativeError::Status {
                 status: status.as_u16(),
-                body: text
-                    .chars()
-                    .take(200)
-                    .collect::<String>()
-                    .trim()
-                    .to_string(),
+                body: body.trim().to_string(),
             });
         }
         let narrative = narrative_of(&answer)?;

@@ -590,7 +590,8 @@ impl App {
                 }
             }
             UiAction::ClickRow(index) => {
-                if index < rows {
+                // The rows are hidden under the report.
+                if index < rows && self.report.is_none() {
                     if self.cursor == index {
                         self.pane = Pane::Details;
                     }
