@@ -38,8 +38,8 @@ pub struct Config {
     pub kubernetes: crate::backend::kube::KubernetesConfig,
     pub alerts: crate::alert::AlertsConfig,
     pub metrics: MetricsConfig,
-
     pub tui: TuiConfig,
+    pub narrative: NarrativeConfig,
 }
 
 /// The Prometheus endpoint of the headless engine.
@@ -353,6 +353,62 @@ impl Default for SimConfig {
     }
 }
 
+/// An optional narrative of each failure in `runguard report`, written by a language model behind an
+/// OpenAI-compatible chat-completions endpoint from the report's evidence (redacted, bounded). It is
+/// labelled as such and never decides or runs anything; the engine never asks for one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NarrativeConfig {
+    /// The full chat-completions URL (`http://host:port/v1/chat/completions`); unset: no narrative.
+    pub endpoint: Option<String>,
+    /// The model name sent with each request; required with an endpoint.
+    pub model: Option<String>,
+    /// The environment variable holding the API key, sent as a Bearer token; never the key itself in
+    /// the config. Unset or empty variable: no Authorization header.
+    pub api_key_env: String,
+    /// A request that takes longer is abandoned and the report goes without a narrative.
+    pub timeout_secs: u64,
+    /// Largest evidence bundle sent for one failure; a longer one is cut, with a marker.
+    pub max_bundle_bytes: usize,
+}
+
+impl Default for NarrativeConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            model: None,
+            api_key_env: "RUNGUARD_NARRATIVE_API_KEY".to_string(),
+            timeout_secs: 20,
+            max_bundle_bytes: 16 * 1024,
+        }
+    }
+}
+
+impl NarrativeConfig {
+    /// Range checks; the message starts with the dotted key.
+    fn validate(&self) -> Result<(), String> {
+        if let Some(endpoint) = &self.endpoint {
+            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                return Err("narrative.endpoint: must be an http:// or https:// URL".into());
+            }
+            if self
+                .model
+                .as_deref()
+                .is_none_or(|model| model.trim().is_empty())
+            {
+                return Err("narrative.model: must be set when narrative.endpoint is".into());
+            }
+        }
+        if !(1..=600).contains(&self.timeout_secs) {
+            return Err("narrative.timeout_secs: must be between 1 and 600".into());
+        }
+        if self.max_bundle_bytes < 1024 {
+            return Err("narrative.max_bundle_bytes: must be at least 1024".into());
+        }
+        Ok(())
+    }
+}
+
 impl Config {
     /// Parses and validates a config text; `path` only names the source in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
@@ -408,6 +464,7 @@ impl Config {
                 "metrics.listen: {listen:?} is not an address like 127.0.0.1:9464"
             ));
         }
+        self.narrative.validate()?;
         if !(self.engine.poll_interval_secs > 0.0 && self.engine.poll_interval_secs <= 3600.0) {
             return Err("engine.poll_interval_secs: must be > 0 and at most 3600".into());
         }
@@ -536,6 +593,29 @@ mod tests {
         assert_eq!(config.recovery.crash_loop_threshold, 5);
         assert_eq!(config.recovery.system_max_requeues, 24);
         assert_eq!(config.engine, EngineConfig::default());
+    }
+
+    #[test]
+    fn a_narrative_endpoint_needs_a_model_and_a_sane_timeout() {
+        let text = "[narrative]\nendpoint = \"http://127.0.0.1:8000/v1/chat/completions\"\n";
+        let err = Config::parse(text, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("narrative.model"), "{err}");
+        let text = "[narrative]\nendpoint = \"http://127.0.0.1:8000/v1/chat/completions\"\nmodel = \"m\"\ntimeout_secs = 0\n";
+        let err = Config::parse(text, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 4: narrative.timeout_secs"), "{err}");
+        let text = "[narrative]\nendpoint = \"ftp://example.org\"\nmodel = \"m\"\n";
+        let err = Config::parse(text, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("narrative.endpoint"), "{err}");
+        let text = "[narrative]\nendpoint = \"http://127.0.0.1:8000/v1/chat/completions\"\nmodel = \"m\"\n";
+        let config = Config::parse(text, Path::new("c.toml")).unwrap();
+        assert_eq!(config.narrative.timeout_secs, 20);
+        assert_eq!(config.narrative.max_bundle_bytes, 16384);
     }
 
     #[test]

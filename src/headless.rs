@@ -66,7 +66,8 @@ impl Services {
             let address = listen
                 .parse()
                 .map_err(|err| HeadlessError::Metrics(format!("{listen:?}: {err}")))?;
-            let server = crate::metrics::serve(address, store_path.to_path_buf(), stopped)
+            let policy = crate::recover::Policy::from_config(&config.recovery, false);
+            let server = crate::metrics::serve(address, store_path.to_path_buf(), policy, stopped)
                 .await
                 .map_err(|err| HeadlessError::Metrics(err.to_string()))?;
             tasks.push(server);

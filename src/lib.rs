@@ -19,6 +19,7 @@ pub mod model;
 pub mod paths;
 pub mod recover;
 pub mod redact;
+pub mod report;
 pub mod status;
 pub mod store;
 pub mod telemetry;

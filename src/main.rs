@@ -69,6 +69,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A recovery report of one workflow: each failure with its evidence, attribution, the actions taken
+    /// and those runguard would have taken but was not permitted to, and the downtime split. With
+    /// `[narrative]` configured, a language model's narrative is appended, labelled as such.
+    Report {
+        /// Workflow id (see `runguard status`), or a job id one of its attempts ran as.
+        id: String,
+        /// Print JSON instead of text.
+        #[arg(long, conflicts_with = "markdown")]
+        json: bool,
+        /// Print Markdown instead of text.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Approve a proposed action (the running engine executes it on its next tick).
     Approve {
         /// Action id (see `runguard status`).
@@ -221,6 +234,16 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Status { workflow, json } => print_status(&config, &store_path, workflow, json),
+        Command::Report { id, json, markdown } => {
+            let format = if json {
+                ReportFormat::Json
+            } else if markdown {
+                ReportFormat::Markdown
+            } else {
+                ReportFormat::Text
+            };
+            print_report(&config, &store_path, &id, format)
+        }
         Command::Explain {
             logs,
             kernel_logs,
@@ -383,6 +406,69 @@ fn print_status(
             "{}",
             runguard::status::render_table(&report, chrono::Utc::now())
         );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReportFormat {
+    Text,
+    Markdown,
+    Json,
+}
+
+/// The recovery report of the workflow `reference` names, with a narrative of each failure that has
+/// none yet when an endpoint is configured.
+fn print_report(
+    config: &Config,
+    store_path: &Path,
+    reference: &str,
+    format: ReportFormat,
+) -> Result<()> {
+    use runguard::report::narrative::{self, Narrator};
+    use runguard::report::{NarrativeStatus, render};
+
+    let mut store = open_existing(store_path)?;
+    let Some(id) = runguard::report::resolve(&store.db(), reference)? else {
+        bail!(
+            "no workflow or job {reference:?} in {} (see `runguard status`)",
+            store_path.display()
+        );
+    };
+    let policy = Policy::from_config(&config.recovery, false);
+    let now = chrono::Utc::now();
+    let Some(mut report) = runguard::report::build(&store.db(), &policy, id, now)? else {
+        bail!("no workflow {id} in {}", store_path.display());
+    };
+    let api_key = std::env::var(&config.narrative.api_key_env)
+        .ok()
+        .filter(|key| !key.trim().is_empty());
+    // Evidence lines are the job's own output: what looks like a credential is masked in every format.
+    let redactor = runguard::redact::Redactor::new(api_key.clone());
+    match Narrator::from_config(&config.narrative, api_key) {
+        Ok(None) => {}
+        Ok(Some(narrator)) => {
+            let now = report.generated_at;
+            runtime()?.block_on(narrative::complete(&mut report, &narrator, &mut store, now))?;
+        }
+        Err(err) => {
+            let reason = runguard::redact::redact_patterns(&err.to_string());
+            for failure in &mut report.failures {
+                if failure.narrative.is_none() {
+                    failure.narrative = Some(NarrativeStatus::Unavailable {
+                        reason: reason.clone(),
+                    });
+                }
+            }
+        }
+    }
+    match format {
+        ReportFormat::Text => print!("{}", redactor.redact(&render::text(&report))),
+        ReportFormat::Markdown => print!("{}", redactor.redact(&render::markdown(&report))),
+        ReportFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&report.to_redacted_json(&redactor)?)?
+        ),
     }
     Ok(())
 }

@@ -21,6 +21,8 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use crate::model::{ActionState, AnomalyKind, WorkflowStatus};
+use crate::recover::Policy;
+use crate::report::{WorkflowHistory, downtime};
 use crate::store::{Db, DeliveryState, Store, StoreError};
 
 /// Detection-to-action latency buckets, in seconds: a tick is about a second, an approval minutes.
@@ -55,7 +57,7 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 }
 
 /// The whole exposition, read from the store as it is at `now`.
-pub fn render(db: &Db<'_>, _now: DateTime<Utc>) -> Result<String, MetricsError> {
+pub fn render(db: &Db<'_>, now: DateTime<Utc>, policy: &Policy) -> Result<String, MetricsError> {
     let mut registry = Registry::with_prefix("runguard");
 
     let workflows = db.workflows()?;
@@ -150,6 +152,26 @@ pub fn render(db: &Db<'_>, _now: DateTime<Utc>) -> Result<String, MetricsError> 
     }
     registry.register("actions", "Actions by kind and state", actions_family);
 
+    let goodput = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    for workflow in &workflows {
+        let Some(history) = WorkflowHistory::load(db, policy, workflow.id)? else {
+            continue;
+        };
+        if let Some(ratio) = downtime::goodput(&history, now).map(|g| g.ratio()) {
+            goodput
+                .get_or_create(&labels(&[
+                    ("workflow", &workflow.id.to_string()),
+                    ("name", &workflow.name),
+                ]))
+                .set(ratio);
+        }
+    }
+    registry.register(
+        "goodput_ratio",
+        "Share of a workflow's time spent on work that was kept (not lost to failures and recoveries)",
+        goodput,
+    );
+
     let deliveries = Family::<Labels, Gauge>::default();
     let failures = Family::<Labels, Counter>::default();
     for (channel, state, count) in db.delivery_counts()? {
@@ -183,18 +205,22 @@ pub fn render(db: &Db<'_>, _now: DateTime<Utc>) -> Result<String, MetricsError> 
 pub async fn serve(
     address: SocketAddr,
     store_path: PathBuf,
+    policy: Policy,
     stop: watch::Receiver<bool>,
 ) -> Result<tokio::task::JoinHandle<()>, MetricsError> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|source| MetricsError::Listen { address, source })?;
     tracing::info!(%address, "metrics at http://{address}/metrics");
-    Ok(tokio::spawn(accept_loop(listener, store_path, stop)))
+    Ok(tokio::spawn(accept_loop(
+        listener, store_path, policy, stop,
+    )))
 }
 
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     store_path: PathBuf,
+    policy: Policy,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -210,10 +236,12 @@ async fn accept_loop(
             }
         };
         let store_path = store_path.clone();
+        let policy = policy.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
                 let store_path = store_path.clone();
-                async move { Ok::<_, Infallible>(respond(&request, &store_path).await) }
+                let policy = policy.clone();
+                async move { Ok::<_, Infallible>(respond(&request, &store_path, policy).await) }
             });
             if let Err(err) = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
@@ -225,7 +253,11 @@ async fn accept_loop(
     }
 }
 
-async fn respond(request: &Request<Incoming>, store_path: &Path) -> Response<Full<Bytes>> {
+async fn respond(
+    request: &Request<Incoming>,
+    store_path: &Path,
+    policy: Policy,
+) -> Response<Full<Bytes>> {
     let reply = |status: StatusCode, content_type: &str, body: String| {
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;
@@ -247,7 +279,7 @@ async fn respond(request: &Request<Incoming>, store_path: &Path) -> Response<Ful
     let path = store_path.to_path_buf();
     let rendered = tokio::task::spawn_blocking(move || {
         let store = Store::open(&path)?;
-        render(&store.db(), Utc::now())
+        render(&store.db(), Utc::now(), &policy)
     })
     .await;
     match rendered {

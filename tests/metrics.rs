@@ -149,6 +149,11 @@ fn the_metrics_endpoint_counts_the_recovery_of_a_simulated_failure() {
         )
         .is_none()
     );
+    let goodput = sample(
+        &metrics,
+        "runguard_goodput_ratio{workflow=\"1\",name=\"llama3-8b-pretrain\"}",
+    );
+    assert!(goodput.is_some_and(|g| g > 0.0 && g < 1.0), "{metrics}");
     assert!(metrics.trim_end().ends_with("# EOF"), "{metrics}");
     assert!(not_found.is_some_and(|(status, _)| status.contains("404")));
 

@@ -5,6 +5,7 @@
 mod action;
 mod attempt;
 mod evidence;
+mod narrative;
 mod workflow;
 
 pub use action::{Action, ActionKind, ActionParams, ActionState, SpecChange};
@@ -13,6 +14,7 @@ pub use evidence::{
     AlertEvent, Anomaly, AnomalyKind, Attribution, Checkpoint, Component, Culprit, EvidenceLine,
     JournalEntry, Notification, Remedy, Severity, ThroughputSample,
 };
+pub use narrative::Narrative;
 pub use workflow::{JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
 
 /// Store-assigned identifier of a workflow.

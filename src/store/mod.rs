@@ -5,6 +5,7 @@
 
 mod alerts;
 pub mod lock;
+mod narratives;
 mod queries;
 mod schema;
 

@@ -1,6 +1,7 @@
 //! The cockpit's state and its one way to change: [`App::update`] with a [`UiAction`]. Keys, mouse
 //! clicks, the `:` command line and tests all produce the same actions, so each behaviour is tested once.
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
@@ -215,6 +216,8 @@ pub enum UiAction {
     PreviousError,
     /// In the log: keep its end in view.
     Follow,
+    /// Open the recovery report of the focused workflow, or close it.
+    ToggleReport,
 }
 
 /// What the runner must do after an update.
@@ -238,6 +241,17 @@ pub struct Filters {
     pub user: Option<String>,
     pub partition: Option<String>,
     pub backend: Option<String>,
+}
+
+/// The recovery report overlay: whose report, and how far it is scrolled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportView {
+    pub workflow_id: WorkflowId,
+    /// The first row shown.
+    pub scroll: usize,
+    /// The furthest scroll that still fills the overlay, as the last frame measured it (the rows
+    /// depend on the terminal's width, which only drawing knows).
+    pub max_scroll: Cell<usize>,
 }
 
 /// The cockpit's state between two frames.
@@ -271,6 +285,8 @@ pub struct App {
     pub log: LogView,
     /// Lines the log pane shows at once (from the last frame).
     pub log_height: usize,
+    /// The recovery report overlay, while it is open (`R`).
+    pub report: Option<ReportView>,
 }
 
 impl App {
@@ -296,6 +312,7 @@ impl App {
             owns_engine,
             log: LogView::new(),
             log_height: 20,
+            report: None,
         }
     }
 
@@ -323,6 +340,21 @@ impl App {
                 KeyCode::Char('?') | KeyCode::Esc | KeyCode::Char('q') => {
                     Some(UiAction::ToggleHelp)
                 }
+                _ => None,
+            };
+        }
+        if self.report.is_some() {
+            return match key.code {
+                KeyCode::Char('R') | KeyCode::Esc | KeyCode::Char('q') | KeyCode::Char('h') => {
+                    Some(UiAction::ToggleReport)
+                }
+                KeyCode::Up | KeyCode::Char('k') => Some(UiAction::Up),
+                KeyCode::Down | KeyCode::Char('j') => Some(UiAction::Down),
+                KeyCode::PageUp => Some(UiAction::PageUp),
+                KeyCode::PageDown | KeyCode::Char(' ') => Some(UiAction::PageDown),
+                KeyCode::Home | KeyCode::Char('g') => Some(UiAction::Top),
+                KeyCode::End | KeyCode::Char('G') => Some(UiAction::Bottom),
+                KeyCode::Char('?') => Some(UiAction::ToggleHelp),
                 _ => None,
             };
         }
@@ -362,6 +394,7 @@ impl App {
             KeyCode::Char('n') => UiAction::NextError,
             KeyCode::Char('N') => UiAction::PreviousError,
             KeyCode::Char('f') => UiAction::Follow,
+            KeyCode::Char('R') => UiAction::ToggleReport,
             _ => return None,
         })
     }
@@ -529,6 +562,20 @@ impl App {
             UiAction::Refresh => return Effect::Refresh,
             UiAction::Detach => return Effect::Detach,
             UiAction::ToggleHelp => self.help = !self.help,
+            UiAction::ToggleReport => {
+                if self.report.take().is_none() {
+                    match self.focused(snapshot, now) {
+                        Some(row) => {
+                            self.report = Some(ReportView {
+                                workflow_id: row.workflow_id,
+                                scroll: 0,
+                                max_scroll: Cell::new(0),
+                            });
+                        }
+                        None => self.message = Some("no workflow to report on".into()),
+                    }
+                }
+            }
             UiAction::ToggleAllUsers => self.all_users = !self.all_users,
             UiAction::NextError | UiAction::PreviousError => {
                 if self.pane == Pane::Log && !self.log.jump_to_error(action == UiAction::NextError)
@@ -543,7 +590,8 @@ impl App {
                 }
             }
             UiAction::ClickRow(index) => {
-                if index < rows {
+                // The rows are hidden under the report.
+                if index < rows && self.report.is_none() {
                     if self.cursor == index {
                         self.pane = Pane::Details;
                     }
@@ -555,6 +603,11 @@ impl App {
     }
 
     fn move_cursor(&mut self, by: i64, rows: usize, approvals: usize) {
+        if let Some(report) = &mut self.report {
+            let last = report.max_scroll.get() as i64;
+            report.scroll = (report.scroll as i64).saturating_add(by).clamp(0, last) as usize;
+            return;
+        }
         if self.pane == Pane::Log {
             self.log.scroll(by, self.log_height);
             return;

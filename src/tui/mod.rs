@@ -5,7 +5,6 @@
 pub mod app;
 pub mod log_view;
 pub mod panes;
-pub mod recovery_time;
 pub mod run;
 pub mod snapshot;
 pub mod theme;

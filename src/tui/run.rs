@@ -254,7 +254,7 @@ async fn interact(
                 if let Some(id) = focus(app, &snapshot) {
                     snapshot.ensure_detail(&store.db(), policy, id)?;
                 }
-                ensure_compared(app, &mut snapshot, store, policy)?;
+                ensure_shown(app, &mut snapshot, store, policy)?;
                 if app.pane == Pane::Log && !showing_log {
                     reload_log(app, &snapshot, terminal, clock);
                 }
@@ -267,19 +267,23 @@ async fn interact(
                 // Durations and "ago" columns move every second; the terminal only receives changed cells.
                 dirty = true;
                 snapshot = fresh;
-                ensure_compared(app, &mut snapshot, store, policy)?;
+                ensure_shown(app, &mut snapshot, store, policy)?;
             }
         }
     }
 }
 
-/// In the compare pane, reads every workflow of the selected attempts.
-fn ensure_compared(
+/// In the compare pane, reads every workflow of the selected attempts; with the report open, its
+/// workflow, which the cursor may have left when new attempts moved the rows.
+fn ensure_shown(
     app: &App,
     snapshot: &mut Snapshot,
     store: &Store,
     policy: &Policy,
 ) -> Result<(), StoreError> {
+    if let Some(view) = &app.report {
+        snapshot.ensure_detail(&store.db(), policy, view.workflow_id)?;
+    }
     if app.pane != Pane::Compare {
         return Ok(());
     }

@@ -5,11 +5,9 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{
-    Action, ActionState, Anomaly, Attempt, Attribution, Checkpoint, JournalEntry, Notification,
-    ThroughputSample, Workflow, WorkflowId,
-};
+use crate::model::{Action, ActionState, Attempt, Attribution, Notification, Workflow, WorkflowId};
 use crate::recover::Policy;
+use crate::report::WorkflowHistory;
 use crate::store::{CheckpointCount, Db, StoreError};
 
 /// One row of the overview: an attempt with what the cockpit shows beside it.
@@ -30,20 +28,6 @@ pub struct AttemptRow {
     pub attribution: Option<String>,
 }
 
-/// Everything known about one workflow, for the details, charts and timeline (read for the focused one).
-#[derive(Debug, Clone, PartialEq)]
-pub struct WorkflowDetail {
-    pub workflow: Workflow,
-    pub requeue_limit: u32,
-    pub attempts: Vec<Attempt>,
-    pub checkpoints: Vec<Checkpoint>,
-    pub throughput: Vec<ThroughputSample>,
-    pub anomalies: Vec<Anomaly>,
-    pub attributions: Vec<Attribution>,
-    pub actions: Vec<Action>,
-    pub journal: Vec<JournalEntry>,
-}
-
 /// A proposed action waiting for a human.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Approval {
@@ -57,7 +41,8 @@ pub struct Approval {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Snapshot {
     pub rows: Vec<AttemptRow>,
-    pub details: Vec<WorkflowDetail>,
+    /// Everything about the workflows the details, charts, timeline and report show.
+    pub details: Vec<WorkflowHistory>,
     pub approvals: Vec<Approval>,
     /// Recently executed or failed actions, newest first (their results).
     pub recent_actions: Vec<Action>,
@@ -153,24 +138,13 @@ impl Snapshot {
         if self.detail(workflow_id).is_some() {
             return Ok(());
         }
-        let Some(workflow) = db.workflow(workflow_id)? else {
-            return Ok(());
-        };
-        self.details.push(WorkflowDetail {
-            requeue_limit: policy.requeue_limit(&workflow),
-            attempts: db.attempts(workflow.id)?,
-            checkpoints: db.checkpoints(workflow.id)?,
-            throughput: db.throughput(workflow.id)?,
-            anomalies: db.anomalies(workflow.id)?,
-            attributions: db.attributions(workflow.id)?,
-            actions: db.actions(workflow.id)?,
-            journal: db.journal_entries(workflow.id)?,
-            workflow,
-        });
+        if let Some(history) = WorkflowHistory::load(db, policy, workflow_id)? {
+            self.details.push(history);
+        }
         Ok(())
     }
 
-    pub fn detail(&self, workflow_id: WorkflowId) -> Option<&WorkflowDetail> {
+    pub fn detail(&self, workflow_id: WorkflowId) -> Option<&WorkflowHistory> {
         self.details.iter().find(|d| d.workflow.id == workflow_id)
     }
 }

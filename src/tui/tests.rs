@@ -333,3 +333,90 @@ fn a_click_on_a_heading_finds_its_column() {
         );
     }
 }
+
+#[test]
+fn r_opens_the_recovery_report_of_the_focused_workflow_with_its_kept_narrative() {
+    let (_dir, mut store, now) = failed_and_proposed();
+    let crash = store.db().anomalies(1).unwrap()[0].clone();
+    store
+        .write(|db| {
+            db.save_narrative(&crate::model::Narrative {
+                workflow_id: 1,
+                anomaly_id: crash.id,
+                source: "model test at http://127.0.0.1:8000".into(),
+                text: "node-07's InfiniBand link failed mid-collective.".into(),
+                created_at: now,
+            })
+        })
+        .unwrap();
+    let policy = Policy::from_config(&Config::default().recovery, true);
+    let snapshot = Snapshot::load(&store.db(), &policy, Some(1)).unwrap();
+    let mut app = App::new("alice".into(), true);
+    let key = |app: &App, code| {
+        app.action_for_key(ratatui::crossterm::event::KeyEvent::new(
+            code,
+            ratatui::crossterm::event::KeyModifiers::NONE,
+        ))
+    };
+    use ratatui::crossterm::event::KeyCode;
+    let open = key(&app, KeyCode::Char('R')).unwrap();
+    assert_eq!(open, UiAction::ToggleReport);
+    app.update(open, &snapshot, now);
+    let text = render(&app, &snapshot, now, 150, 60);
+    for expected in [
+        "Recovery report · llama3-8b-pretrain · j/k scroll · Esc closes",
+        "Recovery report: workflow 1 llama3-8b-pretrain (sim)",
+        "status:    recovering",
+        "Failure 1 of 1: crash of attempt 0 (job 4201)",
+        "Watchdog caught collective operation timeout",
+        "attribution: nccl_timeout (network), culprit node-07",
+        "would have done (not permitted or never approved):",
+        "ExcNodeList=node-07",
+        "the engine runs without --auto; waiting for approval (`runguard approve 1`)",
+        "drain_node: proposed, not in the recovery whitelist; waiting for approval",
+        "NodeName=node-07",
+        "detection",
+        "so far since the failure at",
+        "still running",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing:\n{text}");
+    }
+    // The overlay scrolls to the report's end and back, and keys move it, not the workflows.
+    assert_eq!(key(&app, KeyCode::Char('G')), Some(UiAction::Bottom));
+    app.update(UiAction::Bottom, &snapshot, now);
+    let view = app.report.clone().unwrap();
+    assert!(
+        view.scroll > 0 && view.scroll == view.max_scroll.get(),
+        "{view:?}"
+    );
+    let text = render(&app, &snapshot, now, 150, 60);
+    assert!(!text.contains("requeues:  0 of 3"), "{text}");
+    assert!(
+        text.contains(
+            "Narrative (written by a language model from the evidence above; runguard did not use it"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("node-07's InfiniBand link failed mid-collective."),
+        "{text}"
+    );
+    app.update(UiAction::Up, &snapshot, now);
+    assert_eq!(
+        app.report.as_ref().unwrap().scroll,
+        view.max_scroll.get() - 1
+    );
+    assert_eq!(app.cursor, 0);
+    assert_eq!(key(&app, KeyCode::Esc), Some(UiAction::ToggleReport));
+    app.update(UiAction::ToggleReport, &snapshot, now);
+    assert!(app.report.is_none());
+    let text = render(&app, &snapshot, now, 150, 60);
+    assert!(!text.contains("Recovery report"), "{text}");
+    // The key is listed in the help.
+    app.update(UiAction::ToggleHelp, &snapshot, now);
+    let text = render(&app, &snapshot, now, 100, 40);
+    assert!(
+        text.contains("recovery report of the focused workflow"),
+        "{text}"
+    );
+}

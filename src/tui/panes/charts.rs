@@ -12,8 +12,9 @@ use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph};
 
+use crate::report::WorkflowHistory;
 use crate::tui::app::App;
-use crate::tui::snapshot::{Snapshot, WorkflowDetail};
+use crate::tui::snapshot::Snapshot;
 use crate::tui::theme::Theme;
 
 /// Anomalies listed under the throughput chart; more are counted.
@@ -57,7 +58,7 @@ impl TimeAxis {
     /// Spans every sample, checkpoint, anomaly and attempt start, and reaches `now` while the workflow
     /// is active (a run that went quiet shows as a line that stops short). A single moment is widened
     /// by a minute each side so its point has room. `None` when there is nothing to place.
-    fn of(detail: &WorkflowDetail, now: DateTime<Utc>) -> Option<Self> {
+    fn of(detail: &WorkflowHistory, now: DateTime<Utc>) -> Option<Self> {
         let times = detail
             .throughput
             .iter()
@@ -98,7 +99,7 @@ impl TimeAxis {
 }
 
 /// Each attempt's throughput as `(x, TFLOP/s/GPU)` points, by attempt index.
-fn throughput_series(detail: &WorkflowDetail, axis: &TimeAxis) -> Vec<(u32, Vec<(f64, f64)>)> {
+fn throughput_series(detail: &WorkflowHistory, axis: &TimeAxis) -> Vec<(u32, Vec<(f64, f64)>)> {
     let mut series: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
     for sample in &detail.throughput {
         series
@@ -114,7 +115,7 @@ fn throughput_series(detail: &WorkflowDetail, axis: &TimeAxis) -> Vec<(u32, Vec<
 
 /// Each anomaly at its time, at the height of its attempt's throughput then (the last sample at or
 /// before it, else the attempt's first), or on the floor when its attempt reported none.
-fn anomaly_points(detail: &WorkflowDetail, axis: &TimeAxis) -> Vec<(f64, f64)> {
+fn anomaly_points(detail: &WorkflowHistory, axis: &TimeAxis) -> Vec<(f64, f64)> {
     detail
         .anomalies
         .iter()
@@ -136,7 +137,7 @@ fn anomaly_points(detail: &WorkflowDetail, axis: &TimeAxis) -> Vec<(f64, f64)> {
 }
 
 /// X of every attempt start but the first: where one attempt hands over to the next.
-fn attempt_boundaries(detail: &WorkflowDetail, axis: &TimeAxis) -> Vec<f64> {
+fn attempt_boundaries(detail: &WorkflowHistory, axis: &TimeAxis) -> Vec<f64> {
     let mut starts: Vec<DateTime<Utc>> = detail
         .attempts
         .iter()
@@ -147,7 +148,7 @@ fn attempt_boundaries(detail: &WorkflowDetail, axis: &TimeAxis) -> Vec<f64> {
 }
 
 /// The latest saved iteration over time, as a staircase from the axis start to its end.
-fn checkpoint_steps(detail: &WorkflowDetail, axis: &TimeAxis) -> Vec<(f64, f64)> {
+fn checkpoint_steps(detail: &WorkflowHistory, axis: &TimeAxis) -> Vec<(f64, f64)> {
     let mut saved: Vec<(f64, f64)> = detail
         .checkpoints
         .iter()
@@ -166,7 +167,7 @@ fn checkpoint_steps(detail: &WorkflowDetail, axis: &TimeAxis) -> Vec<(f64, f64)>
 }
 
 /// Each attempt's checkpoints as `(x, iteration)` points, by attempt index.
-fn checkpoint_points(detail: &WorkflowDetail, axis: &TimeAxis) -> Vec<(u32, Vec<(f64, f64)>)> {
+fn checkpoint_points(detail: &WorkflowHistory, axis: &TimeAxis) -> Vec<(u32, Vec<(f64, f64)>)> {
     let mut points: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
     for checkpoint in &detail.checkpoints {
         points
@@ -231,7 +232,7 @@ fn legend<'a>(attempts: &[u32], extra: Vec<Span<'a>>, theme: &Theme) -> Line<'a>
 fn draw_throughput(
     frame: &mut Frame<'_>,
     area: Rect,
-    detail: &WorkflowDetail,
+    detail: &WorkflowHistory,
     axis: Option<TimeAxis>,
     theme: &Theme,
 ) {
@@ -354,7 +355,7 @@ fn draw_throughput(
 fn draw_checkpoints(
     frame: &mut Frame<'_>,
     area: Rect,
-    detail: &WorkflowDetail,
+    detail: &WorkflowHistory,
     axis: Option<TimeAxis>,
     theme: &Theme,
 ) {
@@ -453,9 +454,9 @@ mod tests {
     use crate::config::Config;
     use crate::model::{AnomalyKind, JobState, WorkflowStatus};
     use crate::recover::Policy;
+    use crate::report::downtime::tests::{anomaly, attempt, checkpoint, history, sample, t};
     use crate::tui::app::{Pane, UiAction};
     use crate::tui::panes::timeline::tests::recovered;
-    use crate::tui::recovery_time::tests::{anomaly, attempt, checkpoint, detail, sample, t};
     use crate::tui::snapshot::AttemptRow;
     use crate::tui::tests::{failed_and_proposed, render};
 
@@ -467,7 +468,7 @@ mod tests {
     }
 
     /// A snapshot of one hand-built workflow, as the overview would list it.
-    fn snapshot_of(detail: WorkflowDetail) -> Snapshot {
+    fn snapshot_of(detail: WorkflowHistory) -> Snapshot {
         let rows = detail
             .attempts
             .iter()
@@ -562,7 +563,7 @@ mod tests {
 
     #[test]
     fn without_samples_the_chart_says_no_throughput_reported_yet() {
-        let pending = detail(
+        let pending = history(
             WorkflowStatus::Enabled,
             vec![attempt(0, JobState::Running, [Some(0), Some(10), None])],
         );
@@ -576,7 +577,7 @@ mod tests {
 
     #[test]
     fn one_sample_is_drawn_on_a_widened_axis() {
-        let mut one = detail(
+        let mut one = history(
             WorkflowStatus::Completed,
             vec![attempt(0, JobState::Completed, [Some(0), None, None])],
         );
@@ -593,7 +594,7 @@ mod tests {
 
     #[test]
     fn series_are_split_by_attempt_and_anomalies_sit_on_their_attempt_s_line() {
-        let mut two = detail(
+        let mut two = history(
             WorkflowStatus::Completed,
             vec![
                 attempt(0, JobState::Failed, [Some(0), Some(0), Some(100)]),
@@ -630,7 +631,7 @@ mod tests {
 
     #[test]
     fn checkpoints_make_a_staircase_of_the_latest_saved_iteration() {
-        let mut saved = detail(
+        let mut saved = history(
             WorkflowStatus::Enabled,
             vec![attempt(0, JobState::Running, [Some(0), Some(0), None])],
         );

@@ -8,7 +8,7 @@ use ratatui::widgets::{Block, Clear, Paragraph};
 use crate::tui::theme::Theme;
 
 /// Keys and what they do, as shown.
-pub const KEYS: [(&str, &str); 28] = [
+pub const KEYS: [(&str, &str); 29] = [
     ("j/k ↓/↑", "move"),
     ("Ctrl-d/u PgDn/PgUp", "page"),
     ("g/G Home/End", "first / last"),
@@ -19,6 +19,7 @@ pub const KEYS: [(&str, &str); 28] = [
     ("8 / c", "compare the selected attempts side by side"),
     ("n / N / f", "log: next / previous error, follow the end"),
     ("Enter / l", "details of the focused attempt"),
+    ("R", "recovery report of the focused workflow"),
     ("Esc / h", "back to the workflows"),
     ("Space", "select for comparison"),
     ("s", "sort by the next column (again: off)"),

@@ -8,6 +8,7 @@ pub mod help;
 pub mod log;
 pub mod notifications;
 pub mod overview;
+pub mod report;
 pub mod timeline;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -62,6 +63,9 @@ pub fn draw(
         }
     }
     draw_status(frame, status, app, snapshot, theme);
+    if let Some(view) = &app.report {
+        report::draw(frame, body, view, snapshot, theme, now);
+    }
     if app.help {
         help::draw(frame, area, theme);
     }

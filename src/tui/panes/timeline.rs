@@ -1,6 +1,6 @@
 //! The attempts timeline of the focused workflow: each attempt as a bar on a shared time axis (queued,
 //! then running), the recovery gaps between attempts, the work recomputed after each failure and the
-//! workflow's goodput. The arithmetic lives in [`crate::tui::recovery_time`]; this file only draws.
+//! workflow's goodput. The arithmetic lives in [`crate::report::downtime`]; this file only draws.
 
 use std::ops::Range;
 
@@ -13,11 +13,12 @@ use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, Wrap};
 
 use super::format_duration;
 use crate::model::{Attempt, JobState};
-use crate::tui::app::App;
-use crate::tui::recovery_time::{
+use crate::report::WorkflowHistory;
+use crate::report::downtime::{
     GapKind, Goodput, Recovery, goodput, queued_at, recoveries, running_end, timeline_bounds,
 };
-use crate::tui::snapshot::{Snapshot, WorkflowDetail};
+use crate::tui::app::App;
+use crate::tui::snapshot::Snapshot;
 use crate::tui::theme::Theme;
 
 /// Width of the label column left of the bars.
@@ -226,7 +227,7 @@ fn queued_until(attempt: &Attempt, now: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 fn bars<'a>(
-    detail: &WorkflowDetail,
+    detail: &WorkflowHistory,
     recoveries: &[Recovery],
     focused_attempt: Option<u32>,
     width: u16,

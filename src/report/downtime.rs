@@ -1,15 +1,17 @@
 //! Where a workflow's time went: each failure's way back to training split into named gaps, the work
 //! the next attempt had to do again, and the workflow's goodput. Pure functions of a
-//! [`WorkflowDetail`] and a clock reading, so the timeline pane only draws and the arithmetic is
-//! tested on hand-built data.
+//! [`WorkflowHistory`] and a clock reading, shared by the recovery report and the cockpit's timeline,
+//! so neither does arithmetic of its own and it is tested on hand-built data.
 
 use chrono::{DateTime, TimeDelta, Utc};
+use serde::Serialize;
 
-use super::snapshot::WorkflowDetail;
+use super::WorkflowHistory;
 use crate::model::{Action, ActionState, Anomaly, Attempt, Checkpoint, JobState};
 
 /// One part of the time between a failure and the next attempt's first progress, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum GapKind {
     /// From the failure to the anomaly the engine raised on it.
     Detection,
@@ -33,7 +35,7 @@ impl GapKind {
         GapKind::CheckpointLoad,
     ];
 
-    /// The name shown in the timeline.
+    /// The name shown in the timeline and the report.
     pub fn name(self) -> &'static str {
         match self {
             GapKind::Detection => "detection",
@@ -142,12 +144,12 @@ pub fn running_end(attempt: &Attempt, now: DateTime<Utc>) -> Option<DateTime<Utc
 /// When the attempt entered the queue: its submission, but not before an earlier attempt stopped
 /// running, since a Slurm requeue keeps the job's first submit time.
 pub fn queued_at(
-    detail: &WorkflowDetail,
+    history: &WorkflowHistory,
     attempt: &Attempt,
     now: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
     let submitted = attempt.submit_time?;
-    let earlier_end = detail
+    let earlier_end = history
         .attempts
         .iter()
         .filter(|a| a.index < attempt.index)
@@ -157,9 +159,9 @@ pub fn queued_at(
 }
 
 /// The action that restarted the run after `attempt`: the one that was done, else the latest one.
-fn restart_action(detail: &WorkflowDetail, attempt: u32) -> Option<&Action> {
+fn restart_action(history: &WorkflowHistory, attempt: u32) -> Option<&Action> {
     let restarts = || {
-        detail
+        history
             .actions
             .iter()
             .filter(move |a| a.attempt_index == attempt && a.kind.restarts_the_run())
@@ -172,12 +174,12 @@ fn restart_action(detail: &WorkflowDetail, attempt: u32) -> Option<&Action> {
 /// The anomaly the recovery answered: the latest one of the attempt raised before the action was
 /// planned (an earlier straggler warning is not what the requeue was for), else the latest one.
 fn answered_anomaly<'d>(
-    detail: &'d WorkflowDetail,
+    history: &'d WorkflowHistory,
     attempt: u32,
     action: Option<&Action>,
 ) -> Option<&'d Anomaly> {
     let of_attempt = || {
-        detail
+        history
             .anomalies
             .iter()
             .filter(move |a| a.attempt_index == attempt)
@@ -235,25 +237,25 @@ fn resume_checkpoint(
 /// record, and the first sample comes at most one logging interval after training resumed, so this
 /// gap includes those first iterations. While the workflow is active, the first gap that has not
 /// ended runs to `now` and is marked ongoing.
-pub fn recoveries(detail: &WorkflowDetail, now: DateTime<Utc>) -> Vec<Recovery> {
-    let mut attempts: Vec<&Attempt> = detail.attempts.iter().collect();
+pub fn recoveries(history: &WorkflowHistory, now: DateTime<Utc>) -> Vec<Recovery> {
+    let mut attempts: Vec<&Attempt> = history.attempts.iter().collect();
     attempts.sort_by_key(|a| a.index);
-    let active = detail.workflow.status.is_active();
+    let active = history.workflow.status.is_active();
     let mut out = Vec::new();
     for (at, attempt) in attempts.iter().enumerate() {
         if !failed(attempt) {
             continue;
         }
         let next = attempts.get(at + 1).copied();
-        let action = restart_action(detail, attempt.index);
-        let anomaly = answered_anomaly(detail, attempt.index, action);
+        let action = restart_action(history, attempt.index);
+        let anomaly = answered_anomaly(history, attempt.index, action);
         let failed_at = failure_time(attempt, anomaly);
         let action_done = action
             .filter(|a| matches!(a.state, ActionState::Done | ActionState::Failed))
             .map(|a| a.updated_at);
         let first_progress = next.and_then(|next| {
             let start = next.start_time?;
-            detail
+            history
                 .throughput
                 .iter()
                 .filter(|s| s.attempt_index == next.index && s.time >= start)
@@ -268,7 +270,7 @@ pub fn recoveries(detail: &WorkflowDetail, now: DateTime<Utc>) -> Vec<Recovery> 
             (
                 GapKind::Pending,
                 next.and_then(|n| n.start_time),
-                next.and_then(|n| queued_at(detail, n, now)),
+                next.and_then(|n| queued_at(history, n, now)),
             ),
             (GapKind::CheckpointLoad, first_progress, None),
         ];
@@ -313,7 +315,7 @@ pub fn recoveries(detail: &WorkflowDetail, now: DateTime<Utc>) -> Vec<Recovery> 
                 None => cursor = None,
             }
         }
-        let resumed = resume_checkpoint(&detail.checkpoints, attempt.index, failed_at);
+        let resumed = resume_checkpoint(&history.checkpoints, attempt.index, failed_at);
         let resumed_from = resumed.map(|c| c.iteration);
         let lost_iterations = attempt
             .last_iteration
@@ -346,25 +348,25 @@ pub fn recoveries(detail: &WorkflowDetail, now: DateTime<Utc>) -> Vec<Recovery> 
 /// attempt's start to `now` while the workflow is active, else to the last attempt's end. Time spent
 /// loading a checkpoint counts as running (the timeline shows it as a gap of its own). `None` before
 /// any attempt started.
-pub fn goodput(detail: &WorkflowDetail, now: DateTime<Utc>) -> Option<Goodput> {
-    let first_start = detail.attempts.iter().filter_map(|a| a.start_time).min()?;
-    let wall_end = if detail.workflow.status.is_active() {
+pub fn goodput(history: &WorkflowHistory, now: DateTime<Utc>) -> Option<Goodput> {
+    let first_start = history.attempts.iter().filter_map(|a| a.start_time).min()?;
+    let wall_end = if history.workflow.status.is_active() {
         now
     } else {
-        detail
+        history
             .attempts
             .iter()
             .filter_map(|a| running_end(a, now))
             .max()
             .unwrap_or(now)
     };
-    let running = detail
+    let running = history
         .attempts
         .iter()
         .filter_map(|a| Some((a.start_time?, running_end(a, now)?)))
         .map(|(start, end)| (end.min(wall_end) - start).max(TimeDelta::zero()))
         .fold(TimeDelta::zero(), |sum, d| sum + d);
-    let lost = recoveries(detail, now)
+    let lost = recoveries(history, now)
         .iter()
         .map(|r| r.lost_time)
         .fold(TimeDelta::zero(), |sum, d| sum + d)
@@ -380,18 +382,18 @@ pub fn goodput(detail: &WorkflowDetail, now: DateTime<Utc>) -> Option<Goodput> {
 /// The span the timeline shows: from the first submission (or start) to the last end, or to `now`
 /// while the workflow is active. `None` when no attempt has a time yet.
 pub fn timeline_bounds(
-    detail: &WorkflowDetail,
+    history: &WorkflowHistory,
     now: DateTime<Utc>,
 ) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
-    let from = detail
+    let from = history
         .attempts
         .iter()
         .filter_map(|a| a.submit_time.or(a.start_time))
         .min()?;
-    let to = if detail.workflow.status.is_active() {
+    let to = if history.workflow.status.is_active() {
         now
     } else {
-        detail
+        history
             .attempts
             .iter()
             .filter_map(|a| running_end(a, now).or(a.end_time))
@@ -481,7 +483,12 @@ pub(crate) mod tests {
         }
     }
 
-    fn requeue(attempt_index: u32, state: ActionState, planned: i64, done: i64) -> Action {
+    pub(crate) fn requeue(
+        attempt_index: u32,
+        state: ActionState,
+        planned: i64,
+        done: i64,
+    ) -> Action {
         Action {
             id: 1,
             workflow_id: 1,
@@ -498,8 +505,8 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) fn detail(status: WorkflowStatus, attempts: Vec<Attempt>) -> WorkflowDetail {
-        WorkflowDetail {
+    pub(crate) fn history(status: WorkflowStatus, attempts: Vec<Attempt>) -> WorkflowHistory {
+        WorkflowHistory {
             workflow: Workflow {
                 id: 1,
                 name: "llama".into(),
@@ -522,29 +529,30 @@ pub(crate) mod tests {
             attributions: vec![],
             actions: vec![],
             journal: vec![],
+            narratives: vec![],
         }
     }
 
     /// Attempt 0 runs 100..1000 and crashes at iteration 350 after a checkpoint of 300 at 900; the
     /// crash is seen at 1010, the requeue planned at 1012 and done at 1020; attempt 1 is queued until
     /// 1100, reports first at 1130 and completes at 2000.
-    fn recovered_once() -> WorkflowDetail {
+    pub(crate) fn recovered_once() -> WorkflowHistory {
         let mut failed = attempt(0, JobState::Failed, [Some(0), Some(100), Some(1000)]);
         failed.last_iteration = Some(350);
         let done = attempt(1, JobState::Completed, [Some(1020), Some(1100), Some(2000)]);
-        let mut detail = detail(WorkflowStatus::Completed, vec![failed, done]);
-        detail.checkpoints = vec![checkpoint(0, 100, 400), checkpoint(0, 300, 900)];
-        detail.anomalies = vec![
+        let mut history = history(WorkflowStatus::Completed, vec![failed, done]);
+        history.checkpoints = vec![checkpoint(0, 100, 400), checkpoint(0, 300, 900)];
+        history.anomalies = vec![
             anomaly(0, AnomalyKind::Straggler, 500),
             anomaly(0, AnomalyKind::Crash, 1010),
         ];
-        detail.actions = vec![requeue(0, ActionState::Done, 1012, 1020)];
-        detail.throughput = vec![
+        history.actions = vec![requeue(0, ActionState::Done, 1012, 1020)];
+        history.throughput = vec![
             sample(0, 340, 980, 400.0),
             sample(1, 310, 1130, 395.0),
             sample(1, 320, 1160, 401.0),
         ];
-        detail
+        history
     }
 
     fn seconds(recovery: &Recovery, kind: GapKind) -> Option<i64> {
@@ -553,8 +561,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_crash_splits_into_detection_analysis_requeue_pending_and_checkpoint_load() {
-        let detail = recovered_once();
-        let recoveries = recoveries(&detail, t(5000));
+        let history = recovered_once();
+        let recoveries = recoveries(&history, t(5000));
         assert_eq!(recoveries.len(), 1);
         let r = &recoveries[0];
         assert_eq!((r.failed_attempt, r.next_attempt), (0, Some(1)));
@@ -578,9 +586,9 @@ pub(crate) mod tests {
 
     #[test]
     fn without_a_checkpoint_the_whole_attempt_is_recomputed() {
-        let mut detail = recovered_once();
-        detail.checkpoints.clear();
-        let r = &recoveries(&detail, t(5000))[0];
+        let mut history = recovered_once();
+        history.checkpoints.clear();
+        let r = &recoveries(&history, t(5000))[0];
         assert_eq!(r.resumed_from, None);
         assert_eq!(r.lost_iterations, 350);
         assert_eq!(r.lost_time.num_seconds(), 900);
@@ -599,34 +607,34 @@ pub(crate) mod tests {
 
     #[test]
     fn an_active_workflow_counts_its_running_attempt_and_wall_time_to_now() {
-        let mut detail = detail(
+        let mut history = history(
             WorkflowStatus::Enabled,
             vec![attempt(0, JobState::Running, [Some(0), Some(100), None])],
         );
-        detail.attempts[0].updated_at = t(150);
-        let g = goodput(&detail, t(400)).unwrap();
+        history.attempts[0].updated_at = t(150);
+        let g = goodput(&history, t(400)).unwrap();
         assert_eq!((g.running.num_seconds(), g.wall.num_seconds()), (300, 300));
         assert!((g.ratio() - 1.0).abs() < 1e-9);
-        assert!(recoveries(&detail, t(400)).is_empty());
+        assert!(recoveries(&history, t(400)).is_empty());
     }
 
     #[test]
     fn no_goodput_before_anything_started() {
-        let detail = detail(
+        let history = history(
             WorkflowStatus::Pending,
             vec![attempt(0, JobState::Pending, [Some(0), None, None])],
         );
-        assert_eq!(goodput(&detail, t(60)), None);
-        assert_eq!(timeline_bounds(&detail, t(60)), Some((t(0), t(60))));
+        assert_eq!(goodput(&history, t(60)), None);
+        assert_eq!(timeline_bounds(&history, t(60)), Some((t(0), t(60))));
     }
 
     #[test]
     fn a_recovery_waiting_for_approval_has_its_requeue_gap_running_now() {
-        let mut detail = recovered_once();
-        detail.workflow.status = WorkflowStatus::Recovering;
-        detail.attempts.truncate(1);
-        detail.actions = vec![requeue(0, ActionState::Proposed, 1012, 1012)];
-        let r = &recoveries(&detail, t(1100))[0];
+        let mut history = recovered_once();
+        history.workflow.status = WorkflowStatus::Recovering;
+        history.attempts.truncate(1);
+        history.actions = vec![requeue(0, ActionState::Proposed, 1012, 1012)];
+        let r = &recoveries(&history, t(1100))[0];
         assert_eq!(r.next_attempt, None);
         assert_eq!(seconds(r, GapKind::Analysis), Some(2));
         let requeue = r.gap(GapKind::Requeue).unwrap();
@@ -637,13 +645,13 @@ pub(crate) mod tests {
 
     #[test]
     fn a_hang_fails_when_progress_stopped_not_when_the_requeue_ended_it() {
-        let mut detail = recovered_once();
-        let hung = &mut detail.attempts[0];
+        let mut history = recovered_once();
+        let hung = &mut history.attempts[0];
         hung.state = JobState::Requeued;
         hung.last_progress_time = Some(t(700));
         hung.end_time = Some(t(1015));
-        detail.anomalies = vec![anomaly(0, AnomalyKind::Hang, 1010)];
-        let r = &recoveries(&detail, t(5000))[0];
+        history.anomalies = vec![anomaly(0, AnomalyKind::Hang, 1010)];
+        let r = &recoveries(&history, t(5000))[0];
         assert_eq!(r.failed_at, t(700));
         assert_eq!(seconds(r, GapKind::Detection), Some(310));
         // The checkpoint of 300 at 900 came after progress stopped: the restart resumes from 100.
@@ -652,9 +660,9 @@ pub(crate) mod tests {
 
     #[test]
     fn a_scheduler_requeue_without_an_action_measures_pending_from_the_submission() {
-        let mut detail = recovered_once();
-        detail.actions.clear();
-        let r = &recoveries(&detail, t(5000))[0];
+        let mut history = recovered_once();
+        history.actions.clear();
+        let r = &recoveries(&history, t(5000))[0];
         assert_eq!(seconds(r, GapKind::Detection), Some(10));
         assert_eq!(r.gap(GapKind::Analysis), None);
         assert_eq!(r.gap(GapKind::Requeue), None);
@@ -664,26 +672,26 @@ pub(crate) mod tests {
 
     #[test]
     fn a_requeue_that_keeps_the_first_submit_time_is_queued_only_after_the_failure() {
-        let mut detail = recovered_once();
-        detail.actions.clear();
-        detail.attempts[1].submit_time = Some(t(0));
+        let mut history = recovered_once();
+        history.actions.clear();
+        history.attempts[1].submit_time = Some(t(0));
         assert_eq!(
-            queued_at(&detail, &detail.attempts[1], t(5000)),
+            queued_at(&history, &history.attempts[1], t(5000)),
             Some(t(1000))
         );
-        let r = &recoveries(&detail, t(5000))[0];
+        let r = &recoveries(&history, t(5000))[0];
         // Detection ends at 1010; pending does not reach back over it.
         assert_eq!(seconds(r, GapKind::Pending), Some(90));
     }
 
     #[test]
     fn the_answered_anomaly_is_the_last_one_before_the_action_was_planned() {
-        let mut detail = recovered_once();
+        let mut history = recovered_once();
         // A throughput warning after the requeue was planned is not what it answered.
-        detail
+        history
             .anomalies
             .push(anomaly(0, AnomalyKind::ThroughputDrop, 1015));
-        let r = &recoveries(&detail, t(5000))[0];
+        let r = &recoveries(&history, t(5000))[0];
         assert_eq!(r.gap(GapKind::Detection).map(|g| g.end), Some(t(1010)));
     }
 }
