@@ -474,6 +474,8 @@ fn a_slow_receiver_times_out_and_a_refusing_one_is_given_up_without_delaying_the
     let refusing = Server::http(&python, sandbox.path(), "refuse", None);
     let failing = Server::http(&python, sandbox.path(), "error", None);
     let refusing_mail = Server::smtp(&smtp_python, sandbox.path(), "Refusing");
+    let slow_mail = Server::smtp(&smtp_python, sandbox.path(), "Slow");
+    let no_mail_server = free_port();
     sandbox.configure(&format!(
         r#"[alerts]
 timeout_secs = 1
@@ -509,8 +511,28 @@ smtp_security = "none"
 from = "runguard@localhost"
 to = ["nobody@localhost"]
 events = ["failure"]
+
+[[alerts.channels]]
+name = "slow-mail"
+kind = "email"
+smtp_host = "127.0.0.1"
+smtp_port = {}
+smtp_security = "none"
+from = "runguard@localhost"
+to = ["alice@localhost"]
+events = ["failure"]
+
+[[alerts.channels]]
+name = "no-mail"
+kind = "email"
+smtp_host = "127.0.0.1"
+smtp_port = {}
+smtp_security = "none"
+from = "runguard@localhost"
+to = ["alice@localhost"]
+events = ["failure"]
 "#,
-        slow.port, refusing.port, failing.port, refusing_mail.port
+        slow.port, refusing.port, failing.port, refusing_mail.port, slow_mail.port, no_mail_server
     ));
     sandbox.demo();
     assert_eq!(
@@ -562,4 +584,18 @@ events = ["failure"]
         "{bounced:#}"
     );
     assert_eq!(refusing_mail.received()[0]["refused"], "nobody@localhost");
+    // A mail server that never answers the data in time, and one that is not there: tried, given up.
+    for channel in ["slow-mail", "no-mail"] {
+        let delivery = of(channel);
+        assert_eq!(delivery["state"], "failed", "{delivery:#}");
+        assert_eq!(delivery["attempts"], 2, "{delivery:#}");
+        assert!(
+            delivery["last_error"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("SMTP"),
+            "{delivery:#}"
+        );
+    }
+    assert!(slow_mail.received().is_empty());
 }
