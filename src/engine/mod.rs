@@ -95,7 +95,8 @@ impl Engine {
         catalog: Catalog,
         options: EngineOptions,
     ) -> Self {
-        let policy = Policy::from_config(&config.recovery, !options.auto);
+        let mut policy = Policy::from_config(&config.recovery, !options.auto);
+        policy.can_change_spec = backend.can_recreate();
         let (events, _) = broadcast::channel(1024);
         let log_watcher = if config.engine.file_events {
             LogWatcher::new()

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::config::{RecoveryConfig, RecoveryMode};
 use crate::model::{
-    ActionKind, ActionParams, AnomalyKind, Attempt, Attribution, Component, Workflow,
-    WorkflowStatus,
+    ActionKind, ActionParams, AnomalyKind, Attempt, Attribution, Component, Remedy, SpecChange,
+    Workflow, WorkflowStatus,
 };
 
 /// The policy's knobs, from the config and the engine's mode.
@@ -24,6 +24,9 @@ pub struct Policy {
     pub min_nodes: u32,
     /// Without `--auto` nothing runs on its own: every intent waits for approval.
     pub propose_only: bool,
+    /// The backend can re-create a workload with a changed spec (Kubernetes): the catalog's fixes
+    /// become a proposed re-creation instead of a stop.
+    pub can_change_spec: bool,
 }
 
 impl Policy {
@@ -36,6 +39,7 @@ impl Policy {
             drain_culprit_nodes: config.drain_culprit_nodes,
             min_nodes: config.min_nodes,
             propose_only,
+            can_change_spec: false,
         }
     }
 
@@ -117,7 +121,13 @@ pub fn decide(
         .unwrap_or_default();
     let what = format!("{}{where_}", attribution.category);
 
-    let stop_reason = if !attribution.recoverable {
+    // The catalog's fix, where the backend can apply it: the same spec would fail the same way.
+    let changes = if policy.can_change_spec {
+        spec_changes(&attribution.remedies, attribution.recoverable)
+    } else {
+        Vec::new()
+    };
+    let stop_reason = if !attribution.recoverable && changes.is_empty() {
         Some(format!(
             "not recoverable by requeue: {what} ({}); fix the cause and resubmit",
             attribution.component.as_str()
@@ -180,6 +190,33 @@ pub fn decide(
                 format!("cancel the hung job: recovery stopped ({reason})"),
             ));
         }
+    } else if !changes.is_empty() {
+        let exclusion = if exclude.is_empty() {
+            String::new()
+        } else {
+            format!(" excluding {}", exclude.join(","))
+        };
+        let described = changes
+            .iter()
+            .map(SpecChange::describe)
+            .collect::<Vec<_>>()
+            .join(", ");
+        intents.push(intent(
+            ActionKind::Recreate,
+            ActionParams {
+                job_id: Some(attempt.job_id.clone()),
+                exclude_nodes: exclude,
+                restart_count: Some(attempt.restart_count),
+                reason: Some(what.clone()),
+                changes,
+                ..ActionParams::default()
+            },
+            format!(
+                "{what}: re-create from the last checkpoint with {described}{exclusion}, as the catalog \
+                 recommends (restart {} of {limit})",
+                workflow.requeues_used + 1
+            ),
+        ));
     } else {
         let kind = match policy.mode {
             RecoveryMode::Requeue => ActionKind::Requeue,
@@ -255,6 +292,86 @@ pub fn decide(
         failures_since_checkpoint: failures,
         summary,
     }
+}
+
+/// The spec changes of the first recommended fix that names any the backend can make. A failure a
+/// plain requeue recovers only takes an explicit `recreate_with_patch`; one it does not also takes a
+/// `config_fix`.
+pub fn spec_changes(remedies: &[Remedy], recoverable: bool) -> Vec<SpecChange> {
+    remedies
+        .iter()
+        .filter(|remedy| match remedy.kind.as_str() {
+            "recreate_with_patch" => true,
+            "config_fix" => !recoverable,
+            _ => false,
+        })
+        .map(|remedy| changes_of(&remedy.params))
+        .find(|changes| !changes.is_empty())
+        .unwrap_or_default()
+}
+
+fn changes_of(params: &serde_json::Value) -> Vec<SpecChange> {
+    let mut changes = Vec::new();
+    if let Some(workers) = params
+        .get("num_workers")
+        .and_then(serde_json::Value::as_u64)
+    {
+        changes.push(SpecChange::DataLoaderWorkers {
+            workers: u32::try_from(workers).unwrap_or(u32::MAX),
+        });
+    }
+    if params
+        .get("micro_batch_size")
+        .and_then(serde_json::Value::as_str)
+        == Some("half")
+    {
+        changes.push(SpecChange::HalveMicroBatch);
+    }
+    if let Some(size) = params.get("shm_size").and_then(serde_json::Value::as_str) {
+        changes.push(SpecChange::SharedMemory {
+            size_limit: size.to_string(),
+        });
+    }
+    if let Some(env) = params.get("env").and_then(serde_json::Value::as_object) {
+        for (name, value) in env {
+            // A value written for a shell ($USER, $((...))) means nothing in a pod spec.
+            if let Some(value) = value.as_str().filter(|value| !value.contains('$')) {
+                changes.push(SpecChange::Env {
+                    name: name.clone(),
+                    value: value.to_string(),
+                });
+            }
+        }
+    }
+    for toleration in params
+        .get("tolerations")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let field = |key: &str| {
+            toleration
+                .get(key)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string)
+        };
+        if let Some(key) = field("key") {
+            changes.push(SpecChange::Toleration {
+                key,
+                operator: field("operator").unwrap_or_else(|| "Exists".to_string()),
+                value: field("value"),
+                effect: field("effect"),
+            });
+        }
+    }
+    if params
+        .get("ray_gcs_fault_tolerance")
+        .and_then(serde_json::Value::as_bool)
+        == Some(true)
+    {
+        changes.push(SpecChange::RayGcsFaultTolerance);
+    }
+    changes
 }
 
 #[cfg(test)]
@@ -337,6 +454,107 @@ mod tests {
 
     fn policy() -> Policy {
         Policy::from_config(&RecoveryConfig::default(), false)
+    }
+
+    fn remedy(kind: &str, params: serde_json::Value) -> Remedy {
+        Remedy {
+            kind: kind.into(),
+            description: String::new(),
+            params,
+        }
+    }
+
+    #[test]
+    fn where_the_spec_can_change_a_fix_becomes_a_proposed_re_creation_instead_of_a_stop() {
+        let workflow = workflow();
+        let failed = attempt(JobState::Failed);
+        let mut shm = attribution("dataloader_shm", Component::HostMemory, false);
+        shm.remedies = vec![
+            remedy("stop", serde_json::json!({})),
+            remedy(
+                "recreate_with_patch",
+                serde_json::json!({"shm_size": "16Gi"}),
+            ),
+            remedy("config_fix", serde_json::json!({"num_workers": 2})),
+        ];
+        // Slurm: nothing to apply, the run stops.
+        let stopped = decide(
+            &workflow,
+            &failed,
+            AnomalyKind::Crash,
+            &shm,
+            &policy(),
+            None,
+        );
+        assert_eq!(stopped.status, WorkflowStatus::Completed);
+        // Kubernetes: the first fix, proposed (not in the default whitelist).
+        let mut kubernetes = policy();
+        kubernetes.can_change_spec = true;
+        let decision = decide(
+            &workflow,
+            &failed,
+            AnomalyKind::Crash,
+            &shm,
+            &kubernetes,
+            None,
+        );
+        assert_eq!(decision.status, WorkflowStatus::Recovering);
+        let recreate = &decision.intents[0];
+        assert_eq!(recreate.kind, ActionKind::Recreate);
+        assert!(!recreate.permitted && !recreate.auto_approved);
+        assert_eq!(
+            recreate.params.changes,
+            vec![SpecChange::SharedMemory {
+                size_limit: "16Gi".into()
+            }]
+        );
+        assert!(recreate.why.contains("/dev/shm"), "{}", recreate.why);
+    }
+
+    #[test]
+    fn remedy_parameters_map_to_spec_changes() {
+        let changes = spec_changes(
+            &[remedy(
+                "config_fix",
+                serde_json::json!({
+                    "micro_batch_size": "half",
+                    "env": {"NCCL_SOCKET_IFNAME": "ib0", "TMPDIR": "/scratch/$USER/tmp"},
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                }),
+            )],
+            false,
+        );
+        assert_eq!(
+            changes,
+            vec![
+                SpecChange::HalveMicroBatch,
+                SpecChange::Env {
+                    name: "NCCL_SOCKET_IFNAME".into(),
+                    value: "ib0".into()
+                },
+                SpecChange::Toleration {
+                    key: "nvidia.com/gpu".into(),
+                    operator: "Exists".into(),
+                    value: None,
+                    effect: Some("NoSchedule".into())
+                },
+            ]
+        );
+        assert!(
+            spec_changes(
+                &[remedy("requeue", serde_json::json!({"num_workers": 2}))],
+                false
+            )
+            .is_empty()
+        );
+        // A failure a requeue recovers is not changed on a mere suggestion.
+        assert!(
+            spec_changes(
+                &[remedy("config_fix", serde_json::json!({"num_workers": 2}))],
+                true
+            )
+            .is_empty()
+        );
     }
 
     #[test]
