@@ -95,9 +95,12 @@ enum Command {
     /// Watch jobs by id besides those enrolled by their comment or partition; a running engine picks
     /// them up on its next tick.
     Watch {
-        /// Job ids (Slurm) to watch.
+        /// Job ids (Slurm), or workloads as KIND/NAME (Kubernetes: job, pytorchjob, rayjob).
         #[arg(required_unless_present = "list")]
         jobs: Vec<String>,
+        /// The namespace of KIND/NAME workloads (Kubernetes; default: "default").
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
         /// Stop watching these jobs instead.
         #[arg(long)]
         remove: bool,
@@ -280,13 +283,39 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Watch { jobs, remove, list } => watch_jobs(
-            &store_path,
-            config.backend.kind.as_str(),
-            &jobs,
+        Command::Watch {
+            jobs,
+            namespace,
             remove,
             list,
-        ),
+        } => {
+            let jobs = if config.backend.kind == BackendKind::Kubernetes {
+                let namespace = namespace.unwrap_or_else(|| "default".to_string());
+                jobs.iter()
+                    .map(|job| {
+                        runguard::backend::kube::workload::WorkloadRef::parse(job, &namespace)
+                            .map(|reference| reference.id())
+                            .with_context(|| {
+                                format!(
+                                    "{job:?} is not a workload: KIND/NAME or KIND/NAMESPACE/NAME, \
+                                     KIND one of job, pytorchjob, rayjob"
+                                )
+                            })
+                    })
+                    .collect::<Result<Vec<_>>>()?
+            } else if namespace.is_some() {
+                bail!("-n/--namespace is for Kubernetes workloads (backend.kind = \"kubernetes\")");
+            } else {
+                jobs
+            };
+            watch_jobs(
+                &store_path,
+                config.backend.kind.as_str(),
+                &jobs,
+                remove,
+                list,
+            )
+        }
         Command::Approve { action } => decide_action(&store_path, CommandKind::Approve, action),
         Command::Reject { action } => decide_action(&store_path, CommandKind::Reject, action),
     }
