@@ -1,0 +1,171 @@
+//! State shared by the server's tasks and the test driving the scenario, with the signals that wake
+//! open watch and log streams.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::store::Store;
+
+/// One request as the client sent it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    pub method: String,
+    /// The path without the query.
+    pub path: String,
+    /// Query parameters in order, percent-decoded.
+    pub query: Vec<(String, String)>,
+    pub content_type: Option<String>,
+    pub accept: Option<String>,
+    /// The body parsed as JSON, or as a JSON string when it is not JSON; None when empty.
+    pub body: Option<Value>,
+}
+
+impl RecordedRequest {
+    /// The first value of a query parameter.
+    pub fn query_value(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// What the RBAC and authentication stand-ins refuse.
+#[derive(Debug, Default)]
+pub struct Access {
+    /// (verb, resource) pairs refused with 403; the resource may name a subresource (`pods/log`)
+    /// and the verb may be `*`.
+    pub forbidden: HashSet<(String, String)>,
+    /// Every request is refused with 401, as with expired credentials.
+    pub unauthorized: bool,
+}
+
+impl Access {
+    pub fn refuses(&self, verb: &str, resource: &str) -> bool {
+        self.forbidden
+            .contains(&(verb.to_string(), resource.to_string()))
+            || self
+                .forbidden
+                .contains(&("*".to_string(), resource.to_string()))
+    }
+}
+
+pub struct Shared {
+    store: Mutex<Store>,
+    /// Carries the store's resourceVersion; watches wake when it moves.
+    changes: watch::Sender<u64>,
+    /// Carries the count of appended log lines; followers wake when it moves.
+    log_appends: watch::Sender<u64>,
+    /// Moves when the test cuts every open stream.
+    cuts: watch::Sender<u64>,
+    pub access: Mutex<Access>,
+    pub requests: Mutex<Vec<RecordedRequest>>,
+    pub open_watches: AtomicUsize,
+    pub open_log_follows: AtomicUsize,
+    /// `127.0.0.1:PORT`, which `/api` reports.
+    pub address: String,
+}
+
+/// Locks even after a panic elsewhere, so one failed assertion does not cascade into every other.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    pub fn new(address: String) -> Self {
+        Shared {
+            store: Mutex::new(Store::new()),
+            changes: watch::Sender::new(0),
+            log_appends: watch::Sender::new(0),
+            cuts: watch::Sender::new(0),
+            access: Mutex::new(Access::default()),
+            requests: Mutex::new(Vec::new()),
+            open_watches: AtomicUsize::new(0),
+            open_log_follows: AtomicUsize::new(0),
+            address,
+        }
+    }
+
+    pub fn read<T>(&self, reading: impl FnOnce(&Store) -> T) -> T {
+        reading(&lock(&self.store))
+    }
+
+    /// Runs a change on the store, then wakes the streams that may have something new to send.
+    pub fn write<T>(&self, change: impl FnOnce(&mut Store) -> T) -> T {
+        let (result, resource_version, log_serial) = {
+            let mut store = lock(&self.store);
+            let result = change(&mut store);
+            (result, store.resource_version(), store.log_serial)
+        };
+        self.changes.send_if_modified(|current| {
+            let moved = *current != resource_version;
+            *current = resource_version;
+            moved
+        });
+        self.log_appends.send_if_modified(|current| {
+            let moved = *current != log_serial;
+            *current = log_serial;
+            moved
+        });
+        result
+    }
+
+    pub fn subscribe_changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    pub fn subscribe_log_appends(&self) -> watch::Receiver<u64> {
+        self.log_appends.subscribe()
+    }
+
+    pub fn subscribe_cuts(&self) -> watch::Receiver<u64> {
+        self.cuts.subscribe()
+    }
+
+    pub fn cut_streams(&self) {
+        self.cuts.send_modify(|generation| *generation += 1);
+    }
+
+    pub fn record(&self, request: RecordedRequest) {
+        lock(&self.requests).push(request);
+    }
+}
+
+/// Counts a stream as open for as long as it lives.
+pub struct OpenStream {
+    shared: Arc<Shared>,
+    follows_logs: bool,
+}
+
+impl OpenStream {
+    pub fn watch(shared: Arc<Shared>) -> Self {
+        shared.open_watches.fetch_add(1, Ordering::SeqCst);
+        OpenStream {
+            shared,
+            follows_logs: false,
+        }
+    }
+
+    pub fn log_follow(shared: Arc<Shared>) -> Self {
+        shared.open_log_follows.fetch_add(1, Ordering::SeqCst);
+        OpenStream {
+            shared,
+            follows_logs: true,
+        }
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        let counter = if self.follows_logs {
+            &self.shared.open_log_follows
+        } else {
+            &self.shared.open_watches
+        };
+        counter.fetch_sub(1, Ordering::SeqCst);
+    }
+}
