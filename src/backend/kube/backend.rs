@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
 };
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -26,6 +27,9 @@ use super::workload::{
 };
 use crate::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
 use crate::model::{ActionKind, ActionParams, SpecChange};
+
+/// How long an ended workload waits for its last log lines before its end is reported.
+const LOG_SETTLE: Duration = Duration::from_secs(3);
 
 /// The taint runguard puts on a node it takes out of scheduling.
 pub const SUSPECT_TAINT: &str = "runguard.io/suspect";
@@ -62,7 +66,11 @@ pub struct KubeBackend {
     events: Vec<Watched>,
     nodes: Watched,
     health: Arc<Mutex<WatchHealth>>,
+    /// The resource behind each watch label, to ask about it directly.
+    resources: HashMap<String, ApiResource>,
     watched: Mutex<BTreeSet<String>>,
+    /// When each ended workload was first seen ended (see `settle`).
+    ending: Mutex<HashMap<String, std::time::Instant>>,
     logs: Arc<LogHub>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -151,7 +159,9 @@ impl KubeBackend {
         } else {
             config.namespaces.iter().cloned().map(Some).collect()
         };
+        let mut resources = HashMap::new();
         let mut watch = |resource: ApiResource, namespace: Option<&str>, label: String| {
+            resources.insert(label.clone(), resource.clone());
             let api: Api<DynamicObject> = match namespace {
                 Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
                 None => Api::all_with(client.clone(), &resource),
@@ -240,7 +250,9 @@ impl KubeBackend {
             events,
             nodes,
             health,
+            resources,
             watched: Mutex::new(watched),
+            ending: Mutex::new(HashMap::new()),
             logs: Arc::new(LogHub::default()),
             tasks,
         }
@@ -281,6 +293,25 @@ impl KubeBackend {
                 break;
             }
         }
+        // A watch that resumes after a refusal says nothing until an object changes: whether the
+        // credentials work again is asked directly, with the smallest listing of each refused kind.
+        let refused: Vec<String> = lock(&self.health).refused.keys().cloned().collect();
+        for label in refused {
+            let Some(resource) = self.resources.get(&label) else {
+                continue;
+            };
+            let api: Api<DynamicObject> = match self.config.namespaces.first() {
+                Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, resource),
+                None => Api::all_with(self.client.clone(), resource),
+            };
+            if api
+                .list_metadata(&ListParams::default().limit(1))
+                .await
+                .is_ok()
+            {
+                lock(&self.health).refused.remove(&label);
+            }
+        }
         let health = lock(&self.health);
         if let Some((stream, message)) = health.refused.iter().next() {
             return Err(BackendError::Credentials(format!(
@@ -296,6 +327,31 @@ impl KubeBackend {
             )));
         }
         Ok(())
+    }
+
+    /// A workload that just ended is shown as ending until its containers' last log lines are
+    /// written (or `LOG_SETTLE` passes): the kubelet's verdict can arrive before the lines that
+    /// explain it, and the failure is decided once, on the evidence there is.
+    fn settle(&self, snapshot: &mut JobSnapshot, pods: &[&Value]) {
+        let mut ending = lock(&self.ending);
+        if !snapshot.state.is_terminal() {
+            ending.remove(&snapshot.job_id);
+            return;
+        }
+        let since = *ending
+            .entry(snapshot.job_id.clone())
+            .or_insert_with(std::time::Instant::now);
+        let uids: Vec<&str> = pods
+            .iter()
+            .filter_map(|pod| str_at(pod, "/metadata/uid"))
+            .collect();
+        if since.elapsed() < LOG_SETTLE && self.logs.streaming(&uids) {
+            snapshot.reason = Some(format!(
+                "{} (reading the last log lines)",
+                snapshot.state_raw
+            ));
+            snapshot.state = crate::model::JobState::Completing;
+        }
     }
 
     fn workload_values(&self) -> Vec<(WorkloadKind, Value)> {
@@ -473,7 +529,7 @@ impl Backend for KubeBackend {
             let restart = workload::restart_count(&workload);
             let log = self.log_path(&reference, restart);
             let mine = pods_of(kind, &workload, &pods);
-            let Some(snapshot) = snapshot(
+            let Some(mut snapshot) = snapshot(
                 kind,
                 &workload,
                 &mine,
@@ -483,6 +539,7 @@ impl Backend for KubeBackend {
             ) else {
                 continue;
             };
+            self.settle(&mut snapshot, &mine);
             self.save_spec(&reference, &workload).await;
             let lines = evidence(kind, &workload, &mine, &nodes, &events);
             if let Err(err) = self.logs.write_evidence(&log, &lines).await {

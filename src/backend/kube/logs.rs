@@ -193,6 +193,17 @@ impl LogHub {
         );
     }
 
+    /// Whether a container of one of these pods is still being followed.
+    pub fn streaming(&self, pod_uids: &[&str]) -> bool {
+        lock(&self.followers).iter().any(|(key, task)| {
+            !task.is_finished()
+                && pod_uids.iter().any(|uid| {
+                    key.strip_prefix(uid)
+                        .is_some_and(|rest| rest.starts_with('/'))
+                })
+        })
+    }
+
     /// How many containers are followed now.
     pub fn following(&self) -> usize {
         lock(&self.followers)
