@@ -153,6 +153,10 @@ pub trait Backend: Send + Sync {
         )))
     }
 
+    /// Called once with the engine's waker: a backend told of changes by the scheduler (watch streams)
+    /// notifies it so that the engine looks now rather than at its next poll.
+    fn set_waker(&self, _waker: std::sync::Arc<tokio::sync::Notify>) {}
+
     /// Jobs the user asked to watch by reference (`runguard watch JOBID`), besides enrolled ones. The
     /// engine calls this before each listing with the whole current set.
     fn set_watched(&self, _job_refs: &[String]) {}

@@ -103,6 +103,8 @@ impl Engine {
         } else {
             LogWatcher::polling_only()
         };
+        // A backend that hears of changes (watch streams) starts the next tick early, as a log does.
+        backend.set_waker(log_watcher.wake());
         Self {
             store,
             backend,

@@ -68,6 +68,8 @@ pub struct KubeBackend {
     health: Arc<Mutex<WatchHealth>>,
     /// The resource behind each watch label, to ask about it directly.
     resources: HashMap<String, ApiResource>,
+    /// The engine's waker, once it has given it.
+    waker: Arc<Mutex<Option<Arc<tokio::sync::Notify>>>>,
     watched: Mutex<BTreeSet<String>>,
     /// When each ended workload was first seen ended (see `settle`).
     ending: Mutex<HashMap<String, std::time::Instant>>,
@@ -153,6 +155,7 @@ impl KubeBackend {
         default_namespace: String,
     ) -> Self {
         let health = Arc::new(Mutex::new(WatchHealth::default()));
+        let waker: Arc<Mutex<Option<Arc<tokio::sync::Notify>>>> = Arc::new(Mutex::new(None));
         let mut tasks = Vec::new();
         let namespaces: Vec<Option<String>> = if config.namespaces.is_empty() {
             vec![None]
@@ -162,6 +165,9 @@ impl KubeBackend {
         let mut resources = HashMap::new();
         let mut watch = |resource: ApiResource, namespace: Option<&str>, label: String| {
             resources.insert(label.clone(), resource.clone());
+            let waker = Arc::clone(&waker);
+            // Events are evidence only; a change of anything else may call for a decision.
+            let wakes = label != "events";
             let api: Api<DynamicObject> = match namespace {
                 Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
                 None => Api::all_with(client.clone(), &resource),
@@ -179,6 +185,9 @@ impl KubeBackend {
                             Ok(_) => {
                                 health.refused.remove(&label);
                                 health.failing.remove(&label);
+                                if wakes && let Some(waker) = lock(&waker).as_ref() {
+                                    waker.notify_one();
+                                }
                             }
                             Err(err) => {
                                 let status = match &err {
@@ -251,6 +260,7 @@ impl KubeBackend {
             nodes,
             health,
             resources,
+            waker,
             watched: Mutex::new(watched),
             ending: Mutex::new(HashMap::new()),
             logs: Arc::new(LogHub::default()),
@@ -826,6 +836,10 @@ impl Backend for KubeBackend {
 
     fn node_log(&self, _node: &str) -> Option<PathBuf> {
         None
+    }
+
+    fn set_waker(&self, waker: Arc<tokio::sync::Notify>) {
+        *lock(&self.waker) = Some(waker);
     }
 
     fn set_watched(&self, job_refs: &[String]) {
