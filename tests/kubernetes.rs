@@ -2,8 +2,8 @@
 //! in-process API server of `tests/kube_fake/`, which records every request. Each scenario asserts
 //! what runguard concluded and exactly what it wrote to the cluster.
 //!
-//! To run the same backend against a real cluster instead, point `RUNGUARD_KUBECONFIG` at its
-//! kubeconfig and use `runguard --config` with `backend.kind = "kubernetes"` (see README).
+//! `RUNGUARD_KUBECONFIG=path/to/kubeconfig` points the last test at a real cluster, which the backend
+//! then reads (and never writes); the scenarios need the stand-in, whose objects they shape.
 
 #[path = "kube_fake/mod.rs"]
 mod kube_fake;
@@ -668,4 +668,56 @@ async fn expired_credentials_move_the_workflows_to_credential_error_until_they_w
         })
         .await;
     assert!(cluster.backend.following() <= 3);
+}
+
+/// The same backend against a real cluster: `RUNGUARD_KUBECONFIG=~/.kube/config cargo test --test
+/// kubernetes real_cluster -- --nocapture` (optionally `RUNGUARD_KUBE_CONTEXT`, and
+/// `RUNGUARD_KUBE_NAMESPACE` to read one namespace). It only reads: the scenarios above shape the
+/// cluster, which a real one is not for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_cluster_is_read_and_never_written_when_one_is_given() {
+    let Some(kubeconfig) = std::env::var_os("RUNGUARD_KUBECONFIG") else {
+        eprintln!("SKIPPED: set RUNGUARD_KUBECONFIG to a kubeconfig to read a real cluster");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default().kubernetes;
+    config.kubeconfig = Some(kubeconfig.into());
+    config.context = std::env::var("RUNGUARD_KUBE_CONTEXT").ok();
+    config.namespaces = std::env::var("RUNGUARD_KUBE_NAMESPACE")
+        .ok()
+        .into_iter()
+        .collect();
+    let backend = KubeBackend::connect(&config, dir.path().join("kube"))
+        .await
+        .unwrap();
+    let jobs = backend.list_jobs().await.unwrap();
+    for job in &jobs {
+        println!(
+            "{} {} {} on {} ({} GPUs, restart {})",
+            job.job_id,
+            job.state_raw,
+            job.reason.as_deref().unwrap_or("-"),
+            job.nodes.join(","),
+            job.gpus,
+            job.restart_count
+        );
+        assert!(
+            ["job/", "pytorchjob/", "rayjob/"]
+                .iter()
+                .any(|kind| job.job_id.starts_with(kind)),
+            "{}",
+            job.job_id
+        );
+    }
+    let usable = backend
+        .usable_nodes(None)
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    println!(
+        "{} workloads opted in; {} usable nodes",
+        jobs.len(),
+        usable.len()
+    );
 }
