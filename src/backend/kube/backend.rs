@@ -556,7 +556,11 @@ impl Backend for KubeBackend {
                 tracing::warn!(log = %log.display(), %err, "writing evidence");
             }
             let pod_api = self.pod_api(&reference.namespace);
-            for (rank, pod) in workload::ranked(&mine) {
+            // A pod's lines carry the global rank of its first process (torchrun's node rank times
+            // its processes per node), so that ranks map to pods as they map to nodes on Slurm.
+            let ranks_per_pod = snapshot.spec.gpus_per_node.max(1);
+            for (pod_rank, pod) in workload::ranked(&mine) {
+                let rank = pod_rank.saturating_mul(ranks_per_pod);
                 let Some(pod_name) = str_at(pod, "/metadata/name") else {
                     continue;
                 };
