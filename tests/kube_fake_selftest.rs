@@ -315,18 +315,33 @@ fn aggregated_discovery_requests_get_the_legacy_document_as_plain_json() {
 }
 
 #[test]
-fn requests_without_the_token_or_with_expired_credentials_are_unauthorized() {
+fn a_wrong_token_or_expired_credentials_are_unauthorized() {
     let kube = FakeKube::start();
-    let anonymous = call_with(&kube, "GET", "/api/v1/nodes", &[], None);
-    assert_eq!(anonymous.status, 401);
+    let wrong = call_with(
+        &kube,
+        "GET",
+        "/api/v1/nodes",
+        &[("Authorization", "Bearer stale")],
+        None,
+    );
+    assert_eq!(wrong.status, 401);
     assert_eq!(
-        anonymous.json(),
+        wrong.json(),
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
     );
     assert_eq!(get(&kube, "/api/v1/nodes").status, 200);
+    // kubectl sends no credentials over plain HTTP; they pass.
+    assert_eq!(
+        call_with(&kube, "GET", "/api/v1/nodes", &[], None).status,
+        200
+    );
     kube.unauthorized(true);
     assert_eq!(get(&kube, "/api/v1/nodes").status, 401);
+    assert_eq!(
+        call_with(&kube, "GET", "/api/v1/nodes", &[], None).status,
+        401
+    );
     kube.unauthorized(false);
     assert_eq!(get(&kube, "/api/v1/nodes").status, 200);
 }

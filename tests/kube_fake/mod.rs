@@ -109,7 +109,8 @@ async fn serve(
 }
 
 impl FakeKube {
-    /// The bearer token the kubeconfig carries; any other is refused with 401.
+    /// The bearer token the kubeconfig carries; another is refused with 401. None passes, since
+    /// kubectl sends no credentials over plain HTTP.
     pub const TOKEN: &str = server::TOKEN;
     /// The user named in 403 messages.
     pub const USER: &str = status::USER;

@@ -184,6 +184,7 @@ pub async fn handle(
         query: request.query.clone(),
         content_type: Some(request.content_type.clone()).filter(|value| !value.is_empty()),
         accept: Some(request.accept.clone()).filter(|value| !value.is_empty()),
+        authorization: Some(request.authorization.clone()).filter(|value| !value.is_empty()),
         body: (!request.body.is_empty()).then(|| {
             serde_json::from_slice(&request.body).unwrap_or_else(|_| {
                 Value::String(String::from_utf8_lossy(&request.body).into_owned())
@@ -210,11 +211,11 @@ fn route(shared: &Arc<Shared>, request: &ApiRequest) -> Result<Response<Response
         }
         _ => {}
     }
-    let presented = request
-        .authorization
-        .strip_prefix("Bearer ")
-        .unwrap_or_default();
-    if lock(&shared.access).unauthorized || presented != TOKEN {
+    // kubectl sends no credentials over plain HTTP (client-go drops them for insecure servers), so
+    // only a wrong credential is refused; `unauthorized(true)` refuses everyone.
+    let wrong_credential =
+        !request.authorization.is_empty() && request.authorization != format!("Bearer {TOKEN}");
+    if lock(&shared.access).unauthorized || wrong_credential {
         return Err(ApiError::unauthorized());
     }
     if request.method != Method::GET
