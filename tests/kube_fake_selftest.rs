@@ -1128,6 +1128,68 @@ fn followed_logs_stream_appended_lines_until_cut() {
 }
 
 #[test]
+fn a_followed_log_ends_with_the_containers_run() {
+    let kube = with_all_fixtures();
+    kube.append_log(
+        "ml",
+        "bert-finetune-worker-0",
+        "pytorch",
+        "CUDA out of memory",
+    );
+    let finished = get(
+        &kube,
+        "/api/v1/namespaces/ml/pods/bert-finetune-worker-0/log?follow=true",
+    );
+    assert_eq!(
+        finished.text(),
+        "CUDA out of memory\n",
+        "an exited container's log ends at once"
+    );
+
+    let pod = "llama-pretrain-master-0";
+    let stream = send_request(
+        &kube,
+        "GET",
+        &format!("/api/v1/namespaces/ml/pods/{pod}/log?follow=true"),
+        &[AUTHORIZED],
+        None,
+    );
+    let mut reader = BufReader::new(stream);
+    assert_eq!(read_head(&mut reader).0, 200);
+    assert!(kube.wait_until(READ_TIMEOUT, |kube| kube.open_log_follows() == 1));
+    kube.append_log("ml", pod, "pytorch", "last words");
+    assert_eq!(read_chunk(&mut reader).unwrap(), b"last words\n");
+    kube.patch_status(
+        "Pod",
+        "ml",
+        pod,
+        json!({"phase": "Failed", "containerStatuses": [{"name": "pytorch", "ready": false, "restartCount": 0,
+               "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
+    );
+    assert!(
+        read_chunk(&mut reader).is_none(),
+        "the stream ends with the run"
+    );
+
+    let deleted = "llama-pretrain-worker-1";
+    let stream = send_request(
+        &kube,
+        "GET",
+        &format!("/api/v1/namespaces/ml/pods/{deleted}/log?follow=true"),
+        &[AUTHORIZED],
+        None,
+    );
+    let mut reader = BufReader::new(stream);
+    assert_eq!(read_head(&mut reader).0, 200);
+    assert!(kube.wait_until(READ_TIMEOUT, |kube| kube.open_log_follows() == 1));
+    kube.delete("Pod", "ml", deleted);
+    assert!(
+        read_chunk(&mut reader).is_none(),
+        "the stream ends with the pod"
+    );
+}
+
+#[test]
 fn forbidden_verbs_get_the_rbac_message() {
     let kube = with_all_fixtures();
     kube.forbid("patch", "nodes");
