@@ -315,18 +315,33 @@ fn aggregated_discovery_requests_get_the_legacy_document_as_plain_json() {
 }
 
 #[test]
-fn requests_without_the_token_or_with_expired_credentials_are_unauthorized() {
+fn a_wrong_token_or_expired_credentials_are_unauthorized() {
     let kube = FakeKube::start();
-    let anonymous = call_with(&kube, "GET", "/api/v1/nodes", &[], None);
-    assert_eq!(anonymous.status, 401);
+    let wrong = call_with(
+        &kube,
+        "GET",
+        "/api/v1/nodes",
+        &[("Authorization", "Bearer stale")],
+        None,
+    );
+    assert_eq!(wrong.status, 401);
     assert_eq!(
-        anonymous.json(),
+        wrong.json(),
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
     );
     assert_eq!(get(&kube, "/api/v1/nodes").status, 200);
+    // kubectl sends no credentials over plain HTTP; they pass.
+    assert_eq!(
+        call_with(&kube, "GET", "/api/v1/nodes", &[], None).status,
+        200
+    );
     kube.unauthorized(true);
     assert_eq!(get(&kube, "/api/v1/nodes").status, 401);
+    assert_eq!(
+        call_with(&kube, "GET", "/api/v1/nodes", &[], None).status,
+        401
+    );
     kube.unauthorized(false);
     assert_eq!(get(&kube, "/api/v1/nodes").status, 200);
 }
@@ -1110,6 +1125,68 @@ fn followed_logs_stream_appended_lines_until_cut() {
     kube.cut_log_streams();
     assert!(read_chunk(&mut reader).is_none());
     assert!(kube.wait_until(READ_TIMEOUT, |kube| kube.open_log_follows() == 0));
+}
+
+#[test]
+fn a_followed_log_ends_with_the_containers_run() {
+    let kube = with_all_fixtures();
+    kube.append_log(
+        "ml",
+        "bert-finetune-worker-0",
+        "pytorch",
+        "CUDA out of memory",
+    );
+    let finished = get(
+        &kube,
+        "/api/v1/namespaces/ml/pods/bert-finetune-worker-0/log?follow=true",
+    );
+    assert_eq!(
+        finished.text(),
+        "CUDA out of memory\n",
+        "an exited container's log ends at once"
+    );
+
+    let pod = "llama-pretrain-master-0";
+    let stream = send_request(
+        &kube,
+        "GET",
+        &format!("/api/v1/namespaces/ml/pods/{pod}/log?follow=true"),
+        &[AUTHORIZED],
+        None,
+    );
+    let mut reader = BufReader::new(stream);
+    assert_eq!(read_head(&mut reader).0, 200);
+    assert!(kube.wait_until(READ_TIMEOUT, |kube| kube.open_log_follows() == 1));
+    kube.append_log("ml", pod, "pytorch", "last words");
+    assert_eq!(read_chunk(&mut reader).unwrap(), b"last words\n");
+    kube.patch_status(
+        "Pod",
+        "ml",
+        pod,
+        json!({"phase": "Failed", "containerStatuses": [{"name": "pytorch", "ready": false, "restartCount": 0,
+               "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
+    );
+    assert!(
+        read_chunk(&mut reader).is_none(),
+        "the stream ends with the run"
+    );
+
+    let deleted = "llama-pretrain-worker-1";
+    let stream = send_request(
+        &kube,
+        "GET",
+        &format!("/api/v1/namespaces/ml/pods/{deleted}/log?follow=true"),
+        &[AUTHORIZED],
+        None,
+    );
+    let mut reader = BufReader::new(stream);
+    assert_eq!(read_head(&mut reader).0, 200);
+    assert!(kube.wait_until(READ_TIMEOUT, |kube| kube.open_log_follows() == 1));
+    kube.delete("Pod", "ml", deleted);
+    assert!(
+        read_chunk(&mut reader).is_none(),
+        "the stream ends with the pod"
+    );
 }
 
 #[test]

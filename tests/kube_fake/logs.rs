@@ -1,5 +1,6 @@
 //! `pods/{name}/log`: a container's lines as `text/plain`, optionally timestamped the way the kubelet
-//! does it, and with `follow=true` kept open for lines appended later.
+//! does it, and with `follow=true` kept open for lines appended later until the container's run
+//! ends (its status shows it terminated) or the pod is deleted.
 
 use std::sync::Arc;
 
@@ -160,13 +161,28 @@ async fn send_lines(
     true
 }
 
+/// Whether the container's current run is over, after which the kubelet ends a followed log.
+fn run_is_over(store: &Store, container: &ContainerKey) -> bool {
+    let (namespace, pod, name) = container;
+    let Some(pod) = store.get(pods(), namespace, pod) else {
+        return true;
+    };
+    ["containerStatuses", "initContainerStatuses"]
+        .iter()
+        .filter_map(|field| pod["status"][field].as_array())
+        .flatten()
+        .find(|status| status["name"].as_str() == Some(name.as_str()))
+        .is_some_and(|status| status["state"]["terminated"].is_object())
+}
+
 async fn run(shared: Arc<Shared>, request: LogRequest, sender: mpsc::Sender<Chunk>) {
     let _open = request
         .follow
         .then(|| OpenStream::log_follow(shared.clone()));
     let mut appends = shared.subscribe_log_appends();
+    let mut changes = shared.subscribe_changes();
     let mut cuts = shared.subscribe_cuts();
-    let (existing, mut next_index) = shared.read(|store| {
+    let (existing, mut next_index, mut over) = shared.read(|store| {
         let lines = store
             .log_lines(&request.container, request.previous)
             .cloned()
@@ -179,7 +195,11 @@ async fn run(shared: Arc<Shared>, request: LogRequest, sender: mpsc::Sender<Chun
         let first = request
             .tail_lines
             .map_or(0, |tail| wanted.len().saturating_sub(tail));
-        (wanted[first..].to_vec(), lines.len())
+        (
+            wanted[first..].to_vec(),
+            lines.len(),
+            run_is_over(store, &request.container),
+        )
     });
     let mut sent_bytes = 0;
     if !send_lines(&request, &existing, &mut sent_bytes, &sender).await
@@ -188,11 +208,15 @@ async fn run(shared: Arc<Shared>, request: LogRequest, sender: mpsc::Sender<Chun
     {
         return;
     }
-    let (namespace, pod, _) = &request.container;
-    loop {
+    while !over {
         tokio::select! {
             appended = appends.changed() => {
                 if appended.is_err() {
+                    return;
+                }
+            }
+            changed = changes.changed() => {
+                if changed.is_err() {
                     return;
                 }
             }
@@ -202,16 +226,17 @@ async fn run(shared: Arc<Shared>, request: LogRequest, sender: mpsc::Sender<Chun
             }
             _ = sender.closed() => return,
         }
-        let (appended, pod_exists) = shared.read(|store| {
-            let lines = store.log_lines(&request.container, false);
-            let appended = lines
+        let appended;
+        (appended, over) = shared.read(|store| {
+            let appended = store
+                .log_lines(&request.container, false)
                 .and_then(|lines| lines.get(next_index..))
                 .map(<[LogLine]>::to_vec)
                 .unwrap_or_default();
-            (appended, store.get(pods(), namespace, pod).is_some())
+            (appended, run_is_over(store, &request.container))
         });
         next_index += appended.len();
-        if !send_lines(&request, &appended, &mut sent_bytes, &sender).await || !pod_exists {
+        if !send_lines(&request, &appended, &mut sent_bytes, &sender).await {
             return;
         }
     }

@@ -109,13 +109,14 @@ async fn serve(
 }
 
 impl FakeKube {
-    /// The bearer token the kubeconfig carries; any other is refused with 401.
+    /// The bearer token the kubeconfig carries; another is refused with 401. None passes, since
+    /// kubectl sends no credentials over plain HTTP.
     pub const TOKEN: &str = server::TOKEN;
     /// The user named in 403 messages.
     pub const USER: &str = status::USER;
 
     /// Listens on a free port of 127.0.0.1 and serves on a thread with its own runtime, so it works
-    /// from plain and async tests alike.
+    /// from plain and async tests alike. Panics when no socket, thread or runtime can be had.
     pub fn start() -> FakeKube {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .expect("bind 127.0.0.1:0 for the fake API server");
@@ -189,7 +190,9 @@ preferences: {{}}
 
     /// Creates the object or replaces it whole (status included), as the cluster's controllers
     /// would leave it. uid and creationTimestamp are kept when given; resourceVersion is the
-    /// server's. A namespace that does not exist yet is created. Returns the stored object.
+    /// server's. A namespace that does not exist yet is created. An apply that changes nothing is
+    /// no change (no new resourceVersion, no watch event), as on a real server. Returns the stored
+    /// object.
     pub fn apply(&self, object: Value) -> Value {
         let description = format!("{} {}", object["kind"], object["metadata"]["name"]);
         self.shared

@@ -53,20 +53,28 @@ impl ApiRequest {
     }
 
     fn json_body(&self) -> Result<Value, ApiError> {
-        if !self.content_type.is_empty()
-            && !self.content_type.starts_with("application/json")
-            && !self.content_type.contains("+json")
-        {
-            return Err(ApiError::bad_request(format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json; got {}",
-                self.content_type
-            )));
+        let media_type = self
+            .content_type
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim();
+        if !media_type.is_empty() && media_type != "application/json" {
+            return Err(ApiError::unsupported_media_type(
+                media_type,
+                "application/json",
+            ));
         }
         serde_json::from_slice(&self.body).map_err(|error| {
             ApiError::bad_request(format!(
                 "couldn't get version/kind; json parse error: {error}"
             ))
         })
+    }
+
+    /// The DeleteOptions a DELETE carries in its body, or an empty object.
+    fn delete_options(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|_| json!({}))
     }
 }
 
@@ -89,6 +97,7 @@ impl Target {
     }
 }
 
+/// Percent-decodes a query component as Go's `url.ParseQuery` does, `+` standing for a space.
 fn decode_component(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
@@ -184,6 +193,7 @@ pub async fn handle(
         query: request.query.clone(),
         content_type: Some(request.content_type.clone()).filter(|value| !value.is_empty()),
         accept: Some(request.accept.clone()).filter(|value| !value.is_empty()),
+        authorization: Some(request.authorization.clone()).filter(|value| !value.is_empty()),
         body: (!request.body.is_empty()).then(|| {
             serde_json::from_slice(&request.body).unwrap_or_else(|_| {
                 Value::String(String::from_utf8_lossy(&request.body).into_owned())
@@ -210,11 +220,11 @@ fn route(shared: &Arc<Shared>, request: &ApiRequest) -> Result<Response<Response
         }
         _ => {}
     }
-    let presented = request
-        .authorization
-        .strip_prefix("Bearer ")
-        .unwrap_or_default();
-    if lock(&shared.access).unauthorized || presented != TOKEN {
+    // kubectl sends no credentials over plain HTTP (client-go drops them for insecure servers), so
+    // only a wrong credential is refused; `unauthorized(true)` refuses everyone.
+    let wrong_credential =
+        !request.authorization.is_empty() && request.authorization != format!("Bearer {TOKEN}");
+    if lock(&shared.access).unauthorized || wrong_credential {
         return Err(ApiError::unauthorized());
     }
     if request.method != Method::GET
@@ -643,7 +653,12 @@ fn patch(
                 patch::json_patch(&mut object, &patch_document)
                     .map_err(|message| ApiError::invalid(resource_type, &name, message))?;
             }
-            other => return Err(ApiError::unsupported_patch(other)),
+            other => {
+                return Err(ApiError::unsupported_media_type(
+                    other,
+                    "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml",
+                ));
+            }
         }
         store.update(
             target.resource,
@@ -659,17 +674,11 @@ fn patch(
 
 /// Whether a delete also removes dependents: yes unless the client asks to orphan them.
 fn cascades(request: &ApiRequest) -> bool {
-    let body_policy = serde_json::from_slice::<Value>(&request.body)
-        .ok()
-        .and_then(|options| options["propagationPolicy"].as_str().map(str::to_string));
-    let orphan_flag = serde_json::from_slice::<Value>(&request.body)
-        .ok()
-        .is_some_and(|options| options["orphanDependents"] == json!(true));
+    let options = request.delete_options();
     let policy = request
         .param("propagationPolicy")
-        .map(str::to_string)
-        .or(body_policy);
-    policy.as_deref() != Some("Orphan") && !orphan_flag
+        .or_else(|| options["propagationPolicy"].as_str());
+    policy != Some("Orphan") && options["orphanDependents"] != json!(true)
 }
 
 fn delete(
@@ -681,9 +690,7 @@ fn delete(
         return Err(ApiError::method_not_allowed());
     }
     let current = stored(shared, target)?;
-    let preconditions = serde_json::from_slice::<Value>(&request.body)
-        .map(|options| options["preconditions"].clone())
-        .unwrap_or_default();
+    let preconditions = request.delete_options()["preconditions"].clone();
     for field in ["uid", "resourceVersion"] {
         if let Some(expected) = preconditions[field].as_str()
             && current["metadata"][field].as_str() != Some(expected)

@@ -20,6 +20,8 @@ pub struct RecordedRequest {
     pub query: Vec<(String, String)>,
     pub content_type: Option<String>,
     pub accept: Option<String>,
+    /// The `Authorization` header; kubectl sends none over plain HTTP.
+    pub authorization: Option<String>,
     /// The body parsed as JSON, or as a JSON string when it is not JSON; None when empty.
     pub body: Option<Value>,
 }

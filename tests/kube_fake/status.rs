@@ -115,12 +115,13 @@ impl ApiError {
         )
     }
 
-    pub fn unsupported_patch(content_type: &str) -> Self {
+    /// A body in a media type the endpoint does not take; `accepted` lists those it does.
+    pub fn unsupported_media_type(content_type: &str, accepted: &str) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {content_type}"
+                "the body of the request was in an unknown format - accepted media types include: {accepted}; got {content_type}"
             ),
         )
     }
