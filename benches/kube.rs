@@ -275,6 +275,14 @@ fn main() {
     let mut latencies = Vec::new();
     for index in 0..FAILURES {
         let name = format!("train-{:03}", JOBS - 1 - index);
+        // The failing rank says why before its container ends, as a real one does.
+        kube.append_log(
+            "ml",
+            &format!("{name}-worker-2"),
+            "pytorch",
+            "[rank24]:[E1122 06:24:44.904112234 ProcessGroupNCCL.cpp:632] [Rank 24] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600050 milliseconds before timing out.",
+        );
+        std::thread::sleep(Duration::from_millis(200));
         kube.modify("Pod", "ml", &format!("{name}-worker-2"), |pod| {
             pod["status"]["phase"] = json!("Failed");
             pod["status"]["containerStatuses"][0]["state"] = json!({"terminated": {
@@ -288,10 +296,13 @@ fn main() {
             }]);
         });
         while !has_action(&db, &name) {
-            assert!(
-                failed_at.elapsed() < Duration::from_secs(60),
-                "no action for {name}"
-            );
+            if failed_at.elapsed() > Duration::from_secs(60) {
+                let status = store_json(dir.path(), &["status", "--json"]);
+                let workflow = status["workflows"]
+                    .as_array()
+                    .and_then(|all| all.iter().find(|w| w["name"] == name.as_str()).cloned());
+                panic!("no action for {name}: {workflow:#?}");
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
         latencies.push(failed_at.elapsed().as_secs_f64());

@@ -227,7 +227,7 @@ async fn only_opted_in_workloads_are_enrolled_and_their_pod_logs_are_followed_wi
         "{log}"
     );
     assert!(
-        log.contains("2: [llama-pretrain-worker-1] iteration 10/1000"),
+        log.contains("16: [llama-pretrain-worker-1] iteration 10/1000"),
         "{log}"
     );
 
@@ -583,6 +583,12 @@ async fn a_rayjob_whose_head_dies_is_proposed_again_with_gcs_fault_tolerance() {
         "ray-worker",
         "[2025-06-10 09:00:00,000 E 41 41] gcs_rpc_client.h:179: Failed to connect to GCS within 60 seconds. GCS may have been killed.",
     );
+    // The workers lose the GCS before KubeRay gives up on the job.
+    cluster
+        .until("the worker's line", |status| {
+            log_of(workflow(status, "ray-tune-sweep"), 0).contains("Failed to connect to GCS")
+        })
+        .await;
     cluster.kube.modify(
         "Pod",
         "ml",

@@ -259,10 +259,15 @@ impl Engine {
                     next
                 }
                 Some(mut attempt) => {
+                    let before = attempt.clone();
                     if refresh(&mut attempt, snapshot, now) {
                         events.push(state_event(&attempt));
                     }
-                    db.save_attempt(&attempt)?;
+                    // Most listings change nothing: a write per job per tick is what a thousand
+                    // watched jobs would cost.
+                    if attempt != before {
+                        db.save_attempt(&attempt)?;
+                    }
                     attempt
                 }
                 None => {

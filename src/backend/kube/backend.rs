@@ -73,6 +73,8 @@ pub struct KubeBackend {
     watched: Mutex<BTreeSet<String>>,
     /// When each ended workload was first seen ended (see `settle`).
     ending: Mutex<HashMap<String, std::time::Instant>>,
+    /// The resourceVersion whose spec was last saved, per workload.
+    saved: Mutex<HashMap<String, String>>,
     logs: Arc<LogHub>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -263,6 +265,7 @@ impl KubeBackend {
             waker,
             watched: Mutex::new(watched),
             ending: Mutex::new(HashMap::new()),
+            saved: Mutex::new(HashMap::new()),
             logs: Arc::new(LogHub::default()),
             tasks,
         }
@@ -351,8 +354,11 @@ impl KubeBackend {
         let since = *ending
             .entry(snapshot.job_id.clone())
             .or_insert_with(std::time::Instant::now);
+        // Only the pods that ended hold the lines that explain the end; the others may well go on
+        // writing until they are stopped.
         let uids: Vec<&str> = pods
             .iter()
+            .filter(|pod| workload::pod_ended(pod))
             .filter_map(|pod| str_at(pod, "/metadata/uid"))
             .collect();
         if since.elapsed() < LOG_SETTLE && self.logs.streaming(&uids) {
@@ -428,6 +434,14 @@ impl KubeBackend {
 
     /// Keeps the user's spec of each incarnation, for a re-creation after the object is gone.
     async fn save_spec(&self, reference: &WorkloadRef, workload: &Value) {
+        // Written once per version of the object, not on every listing.
+        let version = str_at(workload, "/metadata/resourceVersion")
+            .unwrap_or_default()
+            .to_string();
+        if lock(&self.saved).get(&reference.id()) == Some(&version) {
+            return;
+        }
+        lock(&self.saved).insert(reference.id(), version);
         let path = self.spec_file(reference);
         let manifest = clean(reference.kind, workload);
         let text = match serde_json::to_string_pretty(&manifest) {

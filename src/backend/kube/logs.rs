@@ -40,9 +40,17 @@ impl Position {
     /// Whether a line stamped `stamp` (RFC 3339 with nanoseconds, as the kubelet writes it) is new;
     /// counts it when it is.
     pub fn admit(&mut self, stamp: &str, seen_now: &mut u32) -> bool {
-        match self.last.as_deref() {
-            Some(last) if stamp < last => false,
-            Some(last) if stamp == last => {
+        // RFC3339Nano drops trailing zeros, so stamps are compared as times, not as text.
+        let order =
+            self.last
+                .as_deref()
+                .map(|last| match (parse_stamp(stamp), parse_stamp(last)) {
+                    (Some(stamp), Some(last)) => stamp.cmp(&last),
+                    _ => stamp.cmp(last),
+                });
+        match order {
+            Some(std::cmp::Ordering::Less) => false,
+            Some(std::cmp::Ordering::Equal) => {
                 *seen_now += 1;
                 if *seen_now <= self.seen_at_last {
                     return false;
@@ -58,6 +66,12 @@ impl Position {
             }
         }
     }
+}
+
+fn parse_stamp(stamp: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::parse_from_rfc3339(stamp)
+        .ok()
+        .map(|time| time.with_timezone(&chrono::Utc))
 }
 
 /// Splits the kubelet's `TIMESTAMP line` (with `timestamps=true`).
@@ -88,7 +102,7 @@ pub struct Follow {
 /// The unified logs and their followers.
 #[derive(Default)]
 pub struct LogHub {
-    files: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    files: Mutex<HashMap<PathBuf, std::fs::File>>,
     followers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
     written: Mutex<HashMap<PathBuf, HashSet<String>>>,
 }
@@ -102,36 +116,33 @@ impl Drop for LogHub {
 }
 
 impl LogHub {
-    fn file_lock(&self, path: &Path) -> Arc<tokio::sync::Mutex<()>> {
-        Arc::clone(
-            lock(&self.files)
-                .entry(path.to_path_buf())
-                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(()))),
-        )
-    }
-
-    /// Appends whole lines to a unified log.
+    /// Appends whole lines to a unified log. The file stays open: a thousand containers writing a
+    /// line a second would otherwise cost a thousand opens a second. A small append to a local file
+    /// takes microseconds, so it is written here rather than handed to a blocking thread.
     pub async fn append(&self, path: &Path, lines: &[String]) -> std::io::Result<()> {
         if lines.is_empty() {
             return Ok(());
         }
-        let guard = self.file_lock(path);
-        let _held = guard.lock().await;
-        if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir).await?;
-        }
-        let mut file = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .await?;
         let mut text = String::new();
         for line in lines {
             text.push_str(line);
             text.push('\n');
         }
-        file.write_all(text.as_bytes()).await?;
-        file.flush().await
+        let mut files = lock(&self.files);
+        if !files.contains_key(path) {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?;
+            files.insert(path.to_path_buf(), file);
+        }
+        match files.get_mut(path) {
+            Some(file) => std::io::Write::write_all(file, text.as_bytes()),
+            None => Ok(()),
+        }
     }
 
     /// Writes the evidence lines not written to `path` before (kept beside it, so a restart does not
@@ -228,8 +239,11 @@ impl LogHub {
                 timestamps: true,
                 ..LogParams::default()
             };
-            if let Some(last) = &position.last {
-                params.since_time = last.parse().ok();
+            // The client sends sinceTime rounded to the nearest second, which may be after lines
+            // not read yet: asked from the start of that second, the lines read again are skipped.
+            if let Some(last) = position.last.as_deref().and_then(parse_stamp) {
+                let second = last.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+                params.since_time = second.parse().ok();
             }
             match pods.log_stream(&follow.pod, &params).await {
                 Ok(stream) => {
@@ -392,6 +406,17 @@ mod tests {
         for (stamp, new) in again {
             assert_eq!(position.admit(stamp, &mut seen), new, "{stamp}");
         }
+    }
+
+    #[test]
+    fn stamps_without_trailing_zeros_are_ordered_as_times() {
+        let mut position = Position::default();
+        let mut seen = 0;
+        assert!(position.admit("2026-01-05T08:00:00.5Z", &mut seen));
+        let mut seen = 0;
+        // Later, though "00Z" sorts after "00.5Z" as text... and earlier, though it sorts before.
+        assert!(position.admit("2026-01-05T08:00:01Z", &mut seen));
+        assert!(!position.admit("2026-01-05T08:00:00.999Z", &mut seen));
     }
 
     #[test]

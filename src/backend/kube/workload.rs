@@ -216,7 +216,9 @@ impl WorkloadRef {
             let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
             part.starts_with(alphanumeric)
                 && part.ends_with(alphanumeric)
-                && part.chars().all(|c| alphanumeric(c) || c == '-' || c == '.')
+                && part
+                    .chars()
+                    .all(|c| alphanumeric(c) || c == '-' || c == '.')
         };
         if !valid(namespace) || !valid(name) {
             return None;
@@ -344,6 +346,12 @@ pub fn pods_of<'a>(kind: WorkloadKind, workload: &Value, pods: &'a [Value]) -> V
         .collect();
     mine.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
     mine.into_iter().map(|(_, _, pod)| pod).collect()
+}
+
+/// A pod whose run is over: it finished, or one of its containers terminated.
+pub fn pod_ended(pod: &Value) -> bool {
+    matches!(str_at(pod, "/status/phase"), Some("Succeeded" | "Failed"))
+        || containers(pod).any(|status| status.pointer("/state/terminated").is_some())
 }
 
 /// The Ready condition of a node: (status, reason, message).
@@ -776,7 +784,9 @@ pub fn evidence(
             }
             if let Some(waiting) = status.pointer("/state/waiting")
                 && let Some(reason) = str_at(waiting, "/reason")
-                && (STUCK_WAITING.contains(&reason) || reason == "ErrImagePull")
+                // A first ErrImagePull often passes (a registry hiccup); the back-off that follows
+                // a repeated one does not.
+                && STUCK_WAITING.contains(&reason)
             {
                 out.push(EvidenceLine {
                     key: format!("waiting/{pod_uid}/{container}/{reason}"),
