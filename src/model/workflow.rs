@@ -99,6 +99,10 @@ pub struct RecoveryLimits {
     /// Auto-resume mode the job asked for (`requeue`).
     #[serde(default)]
     pub auto_resume_mode: Option<String>,
+    /// The actions the job's owner allows (a Kubernetes annotation); it can only narrow the
+    /// configured whitelist, never widen it. `None`: the whitelist as configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_actions: Option<Vec<crate::model::ActionKind>>,
 }
 
 /// One training run the user enrolled, followed across all its attempts.

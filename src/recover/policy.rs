@@ -166,7 +166,13 @@ pub fn decide(
     };
 
     let intent = |kind: ActionKind, params: ActionParams, why: String| {
-        let permitted = policy.permits(kind);
+        // The job's own list can only narrow the configured whitelist.
+        let permitted = policy.permits(kind)
+            && workflow
+                .limits
+                .allowed_actions
+                .as_ref()
+                .is_none_or(|allowed| allowed.contains(&kind));
         Intent {
             kind,
             params,
@@ -396,6 +402,7 @@ mod tests {
             limits: RecoveryLimits {
                 max_requeue_times: Some(5),
                 auto_resume_mode: Some("requeue".into()),
+                allowed_actions: None,
             },
             status: WorkflowStatus::Enabled,
             status_reason: None,
@@ -509,6 +516,26 @@ mod tests {
             }]
         );
         assert!(recreate.why.contains("/dev/shm"), "{}", recreate.why);
+    }
+
+    #[test]
+    fn a_job_s_own_whitelist_narrows_the_configured_one_and_never_widens_it() {
+        let mut workflow = workflow();
+        workflow.limits.allowed_actions = Some(vec![ActionKind::Cancel, ActionKind::DrainNode]);
+        let failed = attempt(JobState::Failed);
+        let nccl = attribution("nccl_timeout", Component::Network, true);
+        let decision = decide(&workflow, &failed, AnomalyKind::Crash, &nccl, &policy(), None);
+        let requeue = decision
+            .intents
+            .iter()
+            .find(|intent| intent.kind == ActionKind::Requeue)
+            .unwrap();
+        assert!(!requeue.permitted, "the job does not allow it");
+        let drain = decision
+            .intents
+            .iter()
+            .find(|intent| intent.kind == ActionKind::DrainNode);
+        assert!(drain.is_none_or(|drain| !drain.permitted), "the config does not allow it");
     }
 
     #[test]

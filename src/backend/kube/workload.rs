@@ -15,6 +15,8 @@ use crate::model::{JobSpec, JobState, RecoveryLimits};
 pub const ENABLED_LABEL: &str = "runguard.io/enabled";
 /// The workload's own restart limit.
 pub const MAX_RESTARTS_ANNOTATION: &str = "runguard.io/max-restarts";
+/// The actions the workload's owner allows, comma-separated (narrows the configured whitelist).
+pub const WHITELIST_ANNOTATION: &str = "runguard.io/whitelist";
 /// How many times runguard has re-created the workload; a re-creation is the next attempt.
 pub const RESTART_ANNOTATION: &str = "runguard.io/restart-count";
 /// The node label a node-affinity exclusion uses.
@@ -708,6 +710,11 @@ pub fn snapshot(
             max_requeue_times: annotation(workload, MAX_RESTARTS_ANNOTATION)
                 .and_then(|n| n.trim().parse().ok()),
             auto_resume_mode: Some("recreate".to_string()),
+            allowed_actions: annotation(workload, WHITELIST_ANNOTATION).map(|list| {
+                list.split(',')
+                    .filter_map(|name| crate::model::ActionKind::parse(name.trim()))
+                    .collect()
+            }),
         },
         tag: None,
     })

@@ -630,6 +630,7 @@ fn limits(spec: &WorkloadSpec) -> RecoveryLimits {
     RecoveryLimits {
         max_requeue_times: Some(spec.max_requeue_times),
         auto_resume_mode: Some("requeue".to_string()),
+        allowed_actions: None,
     }
 }
 

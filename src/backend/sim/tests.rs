@@ -234,7 +234,8 @@ async fn demo_fails_on_node_07_with_lines_the_parsers_recognise() {
         job.limits,
         RecoveryLimits {
             max_requeue_times: Some(3),
-            auto_resume_mode: Some("requeue".to_string())
+            auto_resume_mode: Some("requeue".to_string()),
+            allowed_actions: None,
         }
     );
     assert_eq!(job.spec.nodes, 4);

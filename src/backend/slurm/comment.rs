@@ -72,6 +72,7 @@ pub fn parse(comment: &str) -> Enrolment {
         limits: RecoveryLimits {
             max_requeue_times,
             auto_resume_mode: Some("requeue".to_string()),
+            allowed_actions: None,
         },
         warning,
     }
@@ -90,7 +91,8 @@ mod tests {
             Enrolment::Enrolled {
                 limits: RecoveryLimits {
                     max_requeue_times: Some(3),
-                    auto_resume_mode: Some("requeue".into())
+                    auto_resume_mode: Some("requeue".into()),
+                    allowed_actions: None,
                 },
                 warning: None
             }
