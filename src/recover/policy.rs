@@ -524,7 +524,14 @@ mod tests {
         workflow.limits.allowed_actions = Some(vec![ActionKind::Cancel, ActionKind::DrainNode]);
         let failed = attempt(JobState::Failed);
         let nccl = attribution("nccl_timeout", Component::Network, true);
-        let decision = decide(&workflow, &failed, AnomalyKind::Crash, &nccl, &policy(), None);
+        let decision = decide(
+            &workflow,
+            &failed,
+            AnomalyKind::Crash,
+            &nccl,
+            &policy(),
+            None,
+        );
         let requeue = decision
             .intents
             .iter()
@@ -535,7 +542,10 @@ mod tests {
             .intents
             .iter()
             .find(|intent| intent.kind == ActionKind::DrainNode);
-        assert!(drain.is_none_or(|drain| !drain.permitted), "the config does not allow it");
+        assert!(
+            drain.is_none_or(|drain| !drain.permitted),
+            "the config does not allow it"
+        );
     }
 
     #[test]

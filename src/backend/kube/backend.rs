@@ -377,6 +377,20 @@ impl KubeBackend {
             .collect()
     }
 
+    /// The workload as the watchers have it now.
+    fn cached_workload(&self, reference: &WorkloadRef) -> Option<Value> {
+        self.workloads
+            .iter()
+            .filter(|(kind, _)| *kind == reference.kind)
+            .flat_map(|(_, stores)| stores.iter())
+            .flat_map(|watched| watched.store.state())
+            .find(|object| {
+                object.metadata.name.as_deref() == Some(reference.name.as_str())
+                    && object.metadata.namespace.as_deref() == Some(reference.namespace.as_str())
+            })
+            .and_then(|object| serde_json::to_value(object.as_ref()).ok())
+    }
+
     fn wanted(&self, reference: &WorkloadRef, workload: &Value) -> bool {
         enrolled(workload) || lock(&self.watched).contains(&reference.id())
     }
@@ -610,15 +624,7 @@ impl Backend for KubeBackend {
     async fn job(&self, job_id: &str) -> Result<Option<JobSnapshot>, BackendError> {
         let reference = self.reference(job_id)?;
         self.ready().await?;
-        let Some(workload) = self
-            .workload_values()
-            .into_iter()
-            .filter(|(kind, _)| *kind == reference.kind)
-            .map(|(_, workload)| workload)
-            .find(|workload| {
-                WorkloadRef::of(reference.kind, workload).as_ref() == Some(&reference)
-            })
-        else {
+        let Some(workload) = self.cached_workload(&reference) else {
             return Ok(None);
         };
         let pods = Self::values(&self.pods);
@@ -808,18 +814,11 @@ impl Backend for KubeBackend {
             (ActionKind::Requeue | ActionKind::Recreate, Some(reference)) => {
                 let mut command = Self::recreate_request(&reference);
                 // The diff against the workload as the watchers have it now.
-                let current = self
-                    .workload_values()
-                    .into_iter()
-                    .find(|(k, w)| {
-                        *k == reference.kind && WorkloadRef::of(*k, w).as_ref() == Some(&reference)
-                    })
-                    .map(|(_, workload)| workload)
-                    .or_else(|| {
-                        std::fs::read_to_string(self.spec_file(&reference))
-                            .ok()
-                            .and_then(|text| serde_json::from_str(&text).ok())
-                    });
+                let current = self.cached_workload(&reference).or_else(|| {
+                    std::fs::read_to_string(self.spec_file(&reference))
+                        .ok()
+                        .and_then(|text| serde_json::from_str(&text).ok())
+                });
                 if let Some(current) = current {
                     let restart = workload::restart_count(&current) + 1;
                     let next = next_incarnation(
