@@ -23,7 +23,7 @@ use super::KubernetesConfig;
 use super::logs::{Follow, LogHub};
 use super::recreate::{clean, next_incarnation, spec_diff};
 use super::workload::{
-    self, WorkloadKind, WorkloadRef, enrolled, evidence, node_usable, pods_of, snapshot, str_at,
+    self, WorkloadKind, WorkloadRef, at, enrolled, evidence, node_usable, pods_of, snapshot, str_at,
 };
 use crate::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
 use crate::model::{ActionKind, ActionParams, SpecChange};
@@ -592,14 +592,13 @@ impl Backend for KubeBackend {
                 let Some(pod_name) = str_at(pod, "/metadata/name") else {
                     continue;
                 };
-                let started = pod
-                    .pointer("/status/containerStatuses")
+                let started = at(pod, "/status/containerStatuses")
                     .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
                     .filter(|status| {
-                        status.pointer("/state/running").is_some()
-                            || status.pointer("/state/terminated").is_some()
+                        at(status, "/state/running").is_some()
+                            || at(status, "/state/terminated").is_some()
                     })
                     .filter_map(|status| str_at(status, "/name"));
                 for container in started {

@@ -116,29 +116,25 @@ impl WorkloadKind {
         };
         match self {
             Self::Job => {
-                let parallelism = workload
-                    .pointer("/spec/parallelism")
+                let parallelism = at(workload, "/spec/parallelism")
                     .and_then(Value::as_u64)
                     .map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX));
-                workload
-                    .pointer("/spec/template")
+                at(workload, "/spec/template")
                     .map(|template| vec![(template, parallelism)])
                     .unwrap_or_default()
             }
             Self::PyTorchJob => ["Master", "Worker"]
                 .iter()
-                .filter_map(|role| workload.pointer(&format!("/spec/pytorchReplicaSpecs/{role}")))
+                .filter_map(|role| at(workload, &format!("/spec/pytorchReplicaSpecs/{role}")))
                 .filter_map(|spec| spec.get("template").map(|t| (t, replicas(spec))))
                 .collect(),
             Self::RayJob => {
                 let mut templates = Vec::new();
-                if let Some(head) = workload.pointer("/spec/rayClusterSpec/headGroupSpec/template")
-                {
+                if let Some(head) = at(workload, "/spec/rayClusterSpec/headGroupSpec/template") {
                     templates.push((head, 1));
                 }
-                if let Some(groups) = workload
-                    .pointer("/spec/rayClusterSpec/workerGroupSpecs")
-                    .and_then(Value::as_array)
+                if let Some(groups) =
+                    at(workload, "/spec/rayClusterSpec/workerGroupSpecs").and_then(Value::as_array)
                 {
                     for group in groups {
                         if let Some(template) = group.get("template") {
@@ -243,8 +239,21 @@ impl WorkloadRef {
     }
 }
 
+/// The value at a JSON pointer made of plain keys (`/metadata/name`). Unlike `Value::pointer` it
+/// allocates nothing, which matters when a listing looks into every pod for every workload.
+pub fn at<'a>(value: &'a Value, pointer: &str) -> Option<&'a Value> {
+    pointer
+        .split('/')
+        .skip(1)
+        .try_fold(value, |inner, key| match inner {
+            Value::Object(map) => map.get(key),
+            Value::Array(list) => key.parse::<usize>().ok().and_then(|i| list.get(i)),
+            _ => None,
+        })
+}
+
 pub fn str_at<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
-    value.pointer(pointer).and_then(Value::as_str)
+    at(value, pointer).and_then(Value::as_str)
 }
 
 fn time_at(value: &Value, pointer: &str) -> Option<DateTime<Utc>> {
@@ -254,15 +263,13 @@ fn time_at(value: &Value, pointer: &str) -> Option<DateTime<Utc>> {
 }
 
 fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
-    object
-        .pointer("/metadata/labels")
+    at(object, "/metadata/labels")
         .and_then(|labels| labels.get(key))
         .and_then(Value::as_str)
 }
 
 fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
-    object
-        .pointer("/metadata/annotations")
+    at(object, "/metadata/annotations")
         .and_then(|annotations| annotations.get(key))
         .and_then(Value::as_str)
 }
@@ -289,8 +296,7 @@ pub fn pods_of<'a>(kind: WorkloadKind, workload: &Value, pods: &'a [Value]) -> V
         // A pod left over from the previous incarnation (same name) has the old owner's uid.
         match (
             uid,
-            pod.pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array),
+            at(pod, "/metadata/ownerReferences").and_then(Value::as_array),
         ) {
             (Some(uid), Some(owners)) if !owners.is_empty() => owners
                 .iter()
@@ -353,12 +359,12 @@ pub fn pods_of<'a>(kind: WorkloadKind, workload: &Value, pods: &'a [Value]) -> V
 /// A pod whose run is over: it finished, or one of its containers terminated.
 pub fn pod_ended(pod: &Value) -> bool {
     matches!(str_at(pod, "/status/phase"), Some("Succeeded" | "Failed"))
-        || containers(pod).any(|status| status.pointer("/state/terminated").is_some())
+        || containers(pod).any(|status| at(status, "/state/terminated").is_some())
 }
 
 /// The Ready condition of a node: (status, reason, message).
 pub fn node_readiness(node: &Value) -> Option<(String, String, String)> {
-    node.pointer("/status/conditions")
+    at(node, "/status/conditions")
         .and_then(Value::as_array)?
         .iter()
         .find(|condition| condition.get("type").and_then(Value::as_str) == Some("Ready"))
@@ -383,12 +389,10 @@ fn node_named<'a>(nodes: &'a [Value], name: &str) -> Option<&'a Value> {
 /// A node that can take pods now: Ready, schedulable, and without a NoSchedule/NoExecute taint.
 pub fn node_usable(node: &Value) -> bool {
     let ready = node_readiness(node).is_some_and(|(status, _, _)| status == "True");
-    let cordoned = node
-        .pointer("/spec/unschedulable")
+    let cordoned = at(node, "/spec/unschedulable")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let tainted = node
-        .pointer("/spec/taints")
+    let tainted = at(node, "/spec/taints")
         .and_then(Value::as_array)
         .is_some_and(|taints| {
             taints.iter().any(|taint| {
@@ -404,7 +408,7 @@ pub fn node_usable(node: &Value) -> bool {
 }
 
 fn containers(pod: &Value) -> impl Iterator<Item = &Value> {
-    pod.pointer("/status/containerStatuses")
+    at(pod, "/status/containerStatuses")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -413,9 +417,8 @@ fn containers(pod: &Value) -> impl Iterator<Item = &Value> {
 /// The first terminated container with a failure, as (container, reason, exit code).
 fn failed_container(pod: &Value) -> Option<(String, String, i32)> {
     containers(pod).find_map(|status| {
-        let terminated = status
-            .pointer("/state/terminated")
-            .or_else(|| status.pointer("/lastState/terminated"))?;
+        let terminated =
+            at(status, "/state/terminated").or_else(|| at(status, "/lastState/terminated"))?;
         let code = terminated.get("exitCode").and_then(Value::as_i64)?;
         (code != 0).then(|| {
             (
@@ -430,7 +433,7 @@ fn failed_container(pod: &Value) -> Option<(String, String, i32)> {
 /// A container waiting for a reason that will not pass: (reason, message).
 fn stuck_container(pod: &Value) -> Option<(String, String)> {
     containers(pod).find_map(|status| {
-        let waiting = status.pointer("/state/waiting")?;
+        let waiting = at(status, "/state/waiting")?;
         let reason = str_at(waiting, "/reason")?;
         STUCK_WAITING.contains(&reason).then(|| {
             (
@@ -443,8 +446,7 @@ fn stuck_container(pod: &Value) -> Option<(String, String)> {
 
 /// The workload's own verdict: (state, its words, reason).
 fn workload_state(kind: WorkloadKind, workload: &Value) -> (JobState, String, Option<String>) {
-    let conditions: Vec<&Value> = workload
-        .pointer("/status/conditions")
+    let conditions: Vec<&Value> = at(workload, "/status/conditions")
         .and_then(Value::as_array)
         .map(|c| c.iter().collect())
         .unwrap_or_default();
@@ -470,8 +472,7 @@ fn workload_state(kind: WorkloadKind, workload: &Value) -> (JobState, String, Op
                     Some("Suspended".into()),
                 );
             }
-            let active = workload
-                .pointer("/status/active")
+            let active = at(workload, "/status/active")
                 .and_then(Value::as_u64)
                 .unwrap_or(0);
             if active > 0 {
@@ -528,8 +529,7 @@ fn workload_state(kind: WorkloadKind, workload: &Value) -> (JobState, String, Op
 
 /// Nodes a pod template excludes with `kubernetes.io/hostname NotIn [...]`.
 pub fn excluded_nodes(template: &Value) -> Vec<String> {
-    template
-        .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+    at(template, "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -548,13 +548,12 @@ pub fn excluded_nodes(template: &Value) -> Vec<String> {
 }
 
 fn gpus_of_template(template: &Value) -> u32 {
-    template
-        .pointer("/spec/containers")
+    at(template, "/spec/containers")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .filter_map(|container| {
-            let limits = container.pointer("/resources/limits")?;
+            let limits = at(container, "/resources/limits")?;
             let gpus = limits.get("nvidia.com/gpu")?;
             gpus.as_u64()
                 .or_else(|| gpus.as_str().and_then(|text| text.parse().ok()))
@@ -564,7 +563,7 @@ fn gpus_of_template(template: &Value) -> u32 {
 }
 
 fn command_of_template(template: &Value) -> Option<String> {
-    let container = template.pointer("/spec/containers/0")?;
+    let container = at(template, "/spec/containers/0")?;
     let words: Vec<&str> = ["command", "args"]
         .iter()
         .filter_map(|key| container.get(*key).and_then(Value::as_array))
@@ -618,7 +617,7 @@ pub fn snapshot(
             reason = Some(waiting);
         } else if state == JobState::Pending
             && pods.iter().any(|pod| {
-                pod.pointer("/status/conditions")
+                at(pod, "/status/conditions")
                     .and_then(Value::as_array)
                     .is_some_and(|conditions| {
                         conditions.iter().any(|c| {
@@ -649,8 +648,7 @@ pub fn snapshot(
         .or_else(|| time_at(workload, "/status/endTime"))
         .or_else(|| {
             state.is_terminal().then(|| {
-                workload
-                    .pointer("/status/conditions")
+                at(workload, "/status/conditions")
                     .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
@@ -759,8 +757,8 @@ pub fn evidence(
                 .and_then(Value::as_u64)
                 .unwrap_or(0);
             for (which, terminated) in [
-                ("state", status.pointer("/state/terminated")),
-                ("last", status.pointer("/lastState/terminated")),
+                ("state", at(status, "/state/terminated")),
+                ("last", at(status, "/lastState/terminated")),
             ] {
                 let Some(terminated) = terminated else {
                     continue;
@@ -789,7 +787,7 @@ pub fn evidence(
                     ),
                 });
             }
-            if let Some(waiting) = status.pointer("/state/waiting")
+            if let Some(waiting) = at(status, "/state/waiting")
                 && let Some(reason) = str_at(waiting, "/reason")
                 // A first ErrImagePull often passes (a registry hiccup); the back-off that follows
                 // a repeated one does not.
@@ -839,8 +837,7 @@ pub fn evidence(
         let Some(node) = node_named(nodes, node_name) else {
             continue;
         };
-        for condition in node
-            .pointer("/status/conditions")
+        for condition in at(node, "/status/conditions")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -872,8 +869,7 @@ pub fn evidence(
     if state.is_failure() {
         let message = match kind {
             WorkloadKind::RayJob => str_at(workload, "/status/message"),
-            _ => workload
-                .pointer("/status/conditions")
+            _ => at(workload, "/status/conditions")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
