@@ -23,7 +23,8 @@ use super::KubernetesConfig;
 use super::logs::{Follow, LogHub};
 use super::recreate::{clean, next_incarnation, spec_diff};
 use super::workload::{
-    self, WorkloadKind, WorkloadRef, at, enrolled, evidence, node_usable, pods_of, snapshot, str_at,
+    self, PodIndex, WorkloadKind, WorkloadRef, at, enrolled, evidence, node_usable, pods_of,
+    snapshot, str_at,
 };
 use crate::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
 use crate::model::{ActionKind, ActionParams, SpecChange};
@@ -554,6 +555,7 @@ impl Backend for KubeBackend {
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
         self.ready().await?;
         let pods = Self::values(&self.pods);
+        let index = PodIndex::new(&pods);
         let nodes = Self::values(std::slice::from_ref(&self.nodes));
         let events = Self::values(&self.events);
         let mut snapshots = Vec::new();
@@ -566,7 +568,7 @@ impl Backend for KubeBackend {
             }
             let restart = workload::restart_count(&workload);
             let log = self.log_path(&reference, restart);
-            let mine = pods_of(kind, &workload, &pods);
+            let mine = pods_of(kind, &workload, &index);
             let Some(mut snapshot) = snapshot(
                 kind,
                 &workload,
@@ -629,7 +631,7 @@ impl Backend for KubeBackend {
         let pods = Self::values(&self.pods);
         let nodes = Self::values(std::slice::from_ref(&self.nodes));
         let restart = workload::restart_count(&workload);
-        let mine = pods_of(reference.kind, &workload, &pods);
+        let mine = pods_of(reference.kind, &workload, &PodIndex::new(&pods));
         Ok(snapshot(
             reference.kind,
             &workload,
@@ -671,7 +673,7 @@ impl Backend for KubeBackend {
         // deleted at once, as the node cannot confirm it anyway.
         let pods = Self::values(&self.pods);
         let nodes = Self::values(std::slice::from_ref(&self.nodes));
-        let stuck: Vec<String> = pods_of(reference.kind, &current, &pods)
+        let stuck: Vec<String> = pods_of(reference.kind, &current, &PodIndex::new(&pods))
             .into_iter()
             .filter(|pod| {
                 str_at(pod, "/spec/nodeName").is_some_and(|node| {

@@ -2,7 +2,7 @@
 //! order, what state the workload is in, and which statuses and events are evidence. Pure functions of
 //! the objects as JSON, so they are tested on real-shaped fixtures without an API server.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
@@ -287,7 +287,54 @@ pub fn restart_count(workload: &Value) -> u32 {
 }
 
 /// The pods of this incarnation of the workload, in rank order (rank = index).
-pub fn pods_of<'a>(kind: WorkloadKind, workload: &Value, pods: &'a [Value]) -> Vec<&'a Value> {
+/// The labels by which the operators name a pod's workload (or Ray cluster).
+const OWNER_LABELS: [&str; 4] = [
+    "training.kubeflow.org/job-name",
+    "batch.kubernetes.io/job-name",
+    "job-name",
+    "ray.io/cluster",
+];
+
+/// Pods by namespace and the workload (or Ray cluster) their labels name: a listing finds each
+/// workload's pods without looking at every pod for every workload.
+pub struct PodIndex<'a> {
+    /// namespace → owner → pods.
+    by_owner: HashMap<&'a str, HashMap<&'a str, Vec<&'a Value>>>,
+}
+
+impl<'a> PodIndex<'a> {
+    pub fn new(pods: &'a [Value]) -> Self {
+        let mut by_owner: HashMap<&'a str, HashMap<&'a str, Vec<&'a Value>>> = HashMap::new();
+        for pod in pods {
+            let namespace = str_at(pod, "/metadata/namespace").unwrap_or("default");
+            let mut owners: Vec<&str> = OWNER_LABELS
+                .iter()
+                .filter_map(|key| label(pod, key))
+                .collect();
+            owners.sort_unstable();
+            owners.dedup();
+            for owner in owners {
+                by_owner
+                    .entry(namespace)
+                    .or_default()
+                    .entry(owner)
+                    .or_default()
+                    .push(pod);
+            }
+        }
+        Self { by_owner }
+    }
+
+    fn named(&self, namespace: &str, owner: &str) -> &[&'a Value] {
+        self.by_owner
+            .get(namespace)
+            .and_then(|owners| owners.get(owner))
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+}
+
+pub fn pods_of<'a>(kind: WorkloadKind, workload: &Value, index: &PodIndex<'a>) -> Vec<&'a Value> {
     let namespace = str_at(workload, "/metadata/namespace").unwrap_or("default");
     let name = str_at(workload, "/metadata/name").unwrap_or_default();
     let uid = str_at(workload, "/metadata/uid");
@@ -304,9 +351,15 @@ pub fn pods_of<'a>(kind: WorkloadKind, workload: &Value, pods: &'a [Value]) -> V
             _ => true,
         }
     };
-    let mut mine: Vec<(u64, &str, &'a Value)> = pods
-        .iter()
-        .filter(|pod| str_at(pod, "/metadata/namespace").unwrap_or("default") == namespace)
+    let mut candidates: Vec<&'a Value> = index.named(namespace, name).to_vec();
+    if let Some(cluster) = ray_cluster {
+        candidates.extend(index.named(namespace, cluster));
+    }
+    // A pod named by both (a Ray cluster named like its job) counts once.
+    candidates.sort_by_key(|pod| std::ptr::from_ref::<Value>(*pod) as usize);
+    candidates.dedup_by_key(|pod| std::ptr::from_ref::<Value>(*pod) as usize);
+    let mut mine: Vec<(u64, &str, &'a Value)> = candidates
+        .into_iter()
         .filter_map(|pod| {
             let pod_name = str_at(pod, "/metadata/name").unwrap_or_default();
             let order = match kind {
@@ -980,7 +1033,7 @@ mod tests {
         let (job, pods) = split(fixture(include_str!(
             "../../../tests/fixtures/kube/pytorchjob-running.json"
         )));
-        let mine = pods_of(WorkloadKind::PyTorchJob, &job, &pods);
+        let mine = pods_of(WorkloadKind::PyTorchJob, &job, &PodIndex::new(&pods));
         let names: Vec<&str> = mine
             .iter()
             .filter_map(|pod| str_at(pod, "/metadata/name"))
@@ -1011,7 +1064,7 @@ mod tests {
             "../../../tests/fixtures/kube/pytorchjob-running.json"
         )));
         job["metadata"]["uid"] = Value::from("a-new-uid");
-        assert!(pods_of(WorkloadKind::PyTorchJob, &job, &pods).is_empty());
+        assert!(pods_of(WorkloadKind::PyTorchJob, &job, &PodIndex::new(&pods)).is_empty());
     }
 
     #[test]
@@ -1019,7 +1072,7 @@ mod tests {
         let (job, pods) = split(fixture(include_str!(
             "../../../tests/fixtures/kube/pytorchjob-failed-oom.json"
         )));
-        let mine = pods_of(WorkloadKind::PyTorchJob, &job, &pods);
+        let mine = pods_of(WorkloadKind::PyTorchJob, &job, &PodIndex::new(&pods));
         let snapshot = snapshot(WorkloadKind::PyTorchJob, &job, &mine, &nodes(), None, None)
             .unwrap_or_else(|| unreachable!("a named workload"));
         assert_eq!(snapshot.state, JobState::Failed);
@@ -1051,7 +1104,7 @@ mod tests {
         let (job, pods) = split(fixture(include_str!(
             "../../../tests/fixtures/kube/batch-job.json"
         )));
-        let mine = pods_of(WorkloadKind::Job, &job, &pods);
+        let mine = pods_of(WorkloadKind::Job, &job, &PodIndex::new(&pods));
         assert_eq!(mine.len(), 1);
         let snapshot = snapshot(WorkloadKind::Job, &job, &mine, &nodes(), None, None)
             .unwrap_or_else(|| unreachable!("a named workload"));
@@ -1071,7 +1124,7 @@ mod tests {
             .into_iter()
             .filter(|object| object["kind"] == "Pod")
             .collect();
-        let mine = pods_of(WorkloadKind::RayJob, &job, &pods);
+        let mine = pods_of(WorkloadKind::RayJob, &job, &PodIndex::new(&pods));
         assert_eq!(
             mine.first().and_then(|pod| label(pod, "ray.io/node-type")),
             Some("head")
