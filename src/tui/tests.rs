@@ -176,6 +176,44 @@ fn details_show_the_attempt_its_hardware_recovery_and_the_attribution_with_evide
 }
 
 #[test]
+fn a_kubernetes_workload_shows_its_kind_namespace_and_pods_per_node() {
+    let (dir, mut store, now) = failed_and_proposed();
+    // A workflow keeps its backend for life; the store offers no way to change it.
+    rusqlite::Connection::open(dir.path().join("runguard.sqlite"))
+        .unwrap()
+        .execute(
+            "UPDATE workflows SET backend = 'kubernetes' WHERE id = 1",
+            [],
+        )
+        .unwrap();
+    store
+        .write(|db| {
+            let mut workflow = db.workflow(1)?.unwrap();
+            workflow.spec.partition = Some("ml".into());
+            workflow.spec.nodes = 3;
+            db.update_workflow(&workflow)?;
+            let mut attempt = db.attempts(1)?.remove(0);
+            attempt.job_id = "pytorchjob/ml/llama3-8b-pretrain".into();
+            attempt.nodes = vec!["gpu-1".into(), "gpu-1".into(), "gpu-2".into()];
+            db.save_attempt(&attempt)
+        })
+        .unwrap();
+    let policy = Policy::from_config(&Config::default().recovery, true);
+    let snapshot = Snapshot::load(&store.db(), &policy, Some(1)).unwrap();
+    let mut app = App::new("alice".into(), true);
+    app.update(UiAction::Enter, &snapshot, now);
+    let text = render(&app, &snapshot, now, 160, 50);
+    for expected in [
+        "pytorchjob/ml/llama3-8b-pretrain (attempt 0)",
+        "workload      llama3-8b-pretrain (pytorchjob)",
+        "namespace     ml",
+        "pods          3 of 3 replicas (gpu-1 ×2, gpu-2 ×1)",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing:\n{text}");
+    }
+}
+
+#[test]
 fn approvals_show_why_the_command_the_whitelist_and_the_evidence() {
     let (_dir, snapshot, now) = setup();
     let mut app = App::new("alice".into(), true);

@@ -47,6 +47,7 @@ pub fn draw(
         .rev()
         .find(|s| s.attempt_index == attempt.index);
     let failures = workflow.failures_since_checkpoint;
+    let kubernetes = workflow.backend == "kubernetes";
 
     let mut left = vec![
         Line::styled("Basic", theme.accent()),
@@ -54,7 +55,13 @@ pub fn draw(
             "job",
             format!("{} (attempt {})", attempt.job_id, attempt.index),
         ),
-        field("name", workflow.name.clone()),
+        field(
+            if kubernetes { "workload" } else { "name" },
+            match attempt.job_id.split_once('/') {
+                Some((kind, _)) if kubernetes => format!("{} ({kind})", workflow.name),
+                _ => workflow.name.clone(),
+            },
+        ),
         field("user", workflow.spec.user.clone()),
         Line::from(vec![
             label("state"),
@@ -80,8 +87,9 @@ pub fn draw(
             "cluster",
             workflow.spec.cluster.clone().unwrap_or_else(|| "-".into()),
         ),
+        // A Kubernetes workload's partition is its namespace.
         field(
-            "partition",
+            if kubernetes { "namespace" } else { "partition" },
             workflow
                 .spec
                 .partition
@@ -106,10 +114,34 @@ pub fn draw(
         ),
         Line::raw(""),
         Line::styled("Hardware", theme.accent()),
-        field(
-            "nodes",
-            format!("{} ({})", attempt.nodes.len(), list(&attempt.nodes)),
-        ),
+        if kubernetes {
+            // One node entry per pod, in rank order: how many pods each node runs.
+            let mut per_node: Vec<(&str, usize)> = Vec::new();
+            for node in &attempt.nodes {
+                match per_node.iter_mut().find(|(name, _)| name == node) {
+                    Some((_, pods)) => *pods += 1,
+                    None => per_node.push((node, 1)),
+                }
+            }
+            field(
+                "pods",
+                format!(
+                    "{} of {} replicas ({})",
+                    attempt.nodes.len(),
+                    workflow.spec.nodes,
+                    per_node
+                        .iter()
+                        .map(|(node, pods)| format!("{node} ×{pods}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        } else {
+            field(
+                "nodes",
+                format!("{} ({})", attempt.nodes.len(), list(&attempt.nodes)),
+            )
+        },
         field("gpus", attempt.gpus.to_string()),
         field(
             "cpus",
