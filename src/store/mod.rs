@@ -184,11 +184,12 @@ pub(crate) fn time_from_text(text: &str) -> Result<DateTime<Utc>, StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::{JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
 
-    fn workflow() -> Workflow {
+    /// A plain enabled workflow, for tests of the store's parts.
+    pub(crate) fn workflow() -> Workflow {
         let now = Utc::now();
         Workflow {
             id: 0,

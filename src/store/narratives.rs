@@ -52,7 +52,7 @@ impl Db<'_> {
 mod tests {
     use chrono::{DateTime, Utc};
 
-    use crate::model::{JobSpec, Narrative, RecoveryLimits, Workflow, WorkflowStatus};
+    use crate::model::Narrative;
     use crate::store::Store;
 
     fn at(text: &str) -> DateTime<Utc> {
@@ -63,24 +63,8 @@ mod tests {
 
     fn store_with_a_workflow() -> (Store, i64) {
         let mut store = Store::open_in_memory().unwrap();
-        let now = at("2026-01-05T08:00:00Z");
         let id = store
-            .write(|db| {
-                db.insert_workflow(&Workflow {
-                    id: 0,
-                    name: "run".into(),
-                    backend: "sim".into(),
-                    spec: JobSpec::default(),
-                    limits: RecoveryLimits::default(),
-                    status: WorkflowStatus::Enabled,
-                    status_reason: None,
-                    succeeded: false,
-                    requeues_used: 0,
-                    failures_since_checkpoint: 0,
-                    created_at: now,
-                    updated_at: now,
-                })
-            })
+            .write(|db| db.insert_workflow(&crate::store::tests::workflow()))
             .unwrap();
         (store, id)
     }
