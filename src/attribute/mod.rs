@@ -98,6 +98,18 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
     if culprit.node.is_none() {
         culprit.node = culprit.rank.and_then(|rank| node_of_rank(evidence, rank));
     }
+    // A rank on another node than the culprit is a victim reporting the failure (every rank's
+    // watchdog does): the culprit's rank is one of its own node's, or unknown.
+    if let (Some(node), Some(rank)) = (culprit.node.as_deref(), culprit.rank)
+        && node_of_rank(evidence, rank).is_some_and(|of_rank| of_rank != node)
+    {
+        culprit.rank = lines
+            .iter()
+            .copied()
+            .chain(evidence.lines.iter())
+            .filter_map(|line| line.rank)
+            .find(|rank| node_of_rank(evidence, *rank).as_deref() == Some(node));
+    }
     let mut confidence = signature.spec.confidence;
     if culprit.node.is_none() && signature.recoverable {
         // Without a culprit the requeue may land on the same bad node again.
@@ -283,6 +295,26 @@ mod tests {
         ["node-01", "node-02", "node-07", "node-08"]
             .map(String::from)
             .to_vec()
+    }
+
+    #[test]
+    fn the_culprit_s_rank_is_one_of_its_node_s_not_a_victim_s() {
+        let catalog = Catalog::builtin().unwrap();
+        // Rank 0's watchdog speaks first; the NCCL warning from rank 20 names node-07.
+        let lines = [
+            line(
+                Some(0),
+                "[rank0]:[E1122 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600050 milliseconds before timing out.",
+            ),
+            line(
+                Some(20),
+                "node-07:48213:48890 [4] NCCL WARN NET/IB : Got completion from peer with error 12",
+            ),
+        ];
+        let nodes = nodes();
+        let attribution = attribute(&catalog, &evidence(&lines, &nodes));
+        assert_eq!(attribution.culprit.node.as_deref(), Some("node-07"));
+        assert_eq!(attribution.culprit.rank, Some(20), "{attribution:#?}");
     }
 
     #[test]
