@@ -84,6 +84,9 @@ pub struct Engine {
     tracebacks: HashMap<(WorkflowId, u32), crate::telemetry::traceback::TracebackAssembler>,
     /// The scheduler is not answering: since when, and when to call it again.
     outage: Option<outage::Outage>,
+    /// Workflows may sit in `credential_error` (a refusal, or a store from an earlier run): the
+    /// next answer of the scheduler lets them be watched again.
+    credentials_in_doubt: bool,
 }
 
 impl Engine {
@@ -119,6 +122,7 @@ impl Engine {
             node_probes: nodes::NodeProbes::default(),
             tracebacks: HashMap::new(),
             outage: None,
+            credentials_in_doubt: true,
         }
     }
 

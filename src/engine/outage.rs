@@ -106,7 +106,6 @@ impl Engine {
         Ok(())
     }
 
-    /// The scheduler answered: an outage ends, and the workflows' marks are taken off.
     /// The scheduler refused runguard's credentials: every active workflow of this backend moves to
     /// `credential_error` with the scheduler's message, and nothing runs until it accepts them again.
     pub(super) fn credentials_refused(
@@ -115,61 +114,53 @@ impl Engine {
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
         self.scheduler_failed(format!("credentials refused: {message}"), now)?;
-        let backend = self.backend.name().to_string();
+        self.credentials_in_doubt = true;
         let reason = format!("the scheduler refused runguard's credentials: {message}");
-        let mut events = Vec::new();
-        self.store.write(|db| {
-            for mut workflow in db.workflows()? {
-                if !workflow.status.is_active()
-                    || workflow.backend != backend
-                    || workflow.status == WorkflowStatus::CredentialError
-                {
-                    continue;
-                }
-                db.journal(Some(workflow.id), now, &reason, &[])?;
-                set_status(
-                    db,
-                    &mut workflow,
-                    WorkflowStatus::CredentialError,
-                    Some(reason.clone()),
-                    now,
-                )?;
-                events.push(EngineEvent::WorkflowStatusChanged {
-                    workflow_id: workflow.id,
-                    status: WorkflowStatus::CredentialError,
-                    reason: Some(reason.clone()),
-                });
-            }
-            Ok(())
-        })?;
-        self.pending_events.extend(events);
+        self.move_workflows(
+            |status| status.is_active() && status != WorkflowStatus::CredentialError,
+            WorkflowStatus::CredentialError,
+            &reason,
+            now,
+        )?;
         self.flush_events();
         Ok(())
     }
 
-    /// Workflows left in `credential_error` by a refusal are watched again once the scheduler answers.
+    /// Workflows left in `credential_error` by a refusal (in this run or an earlier one) are watched
+    /// again once the scheduler answers. Checked once per refusal, not on every listing.
     fn credentials_accepted(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        if !std::mem::take(&mut self.credentials_in_doubt) {
+            return Ok(());
+        }
+        self.move_workflows(
+            |status| status == WorkflowStatus::CredentialError,
+            WorkflowStatus::Enabled,
+            "credentials accepted again",
+            now,
+        )
+    }
+
+    /// Moves this backend's workflows whose status `pick` selects to `status`, journaling why.
+    fn move_workflows(
+        &mut self,
+        pick: impl Fn(WorkflowStatus) -> bool,
+        status: WorkflowStatus,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
         let backend = self.backend.name().to_string();
         let mut events = Vec::new();
         self.store.write(|db| {
             for mut workflow in db.workflows()? {
-                if workflow.backend != backend || workflow.status != WorkflowStatus::CredentialError
-                {
+                if workflow.backend != backend || !pick(workflow.status) {
                     continue;
                 }
-                let reason = "credentials accepted again".to_string();
-                db.journal(Some(workflow.id), now, &reason, &[])?;
-                set_status(
-                    db,
-                    &mut workflow,
-                    WorkflowStatus::Enabled,
-                    Some(reason.clone()),
-                    now,
-                )?;
+                db.journal(Some(workflow.id), now, reason, &[])?;
+                set_status(db, &mut workflow, status, Some(reason.to_string()), now)?;
                 events.push(EngineEvent::WorkflowStatusChanged {
                     workflow_id: workflow.id,
-                    status: WorkflowStatus::Enabled,
-                    reason: Some(reason),
+                    status,
+                    reason: Some(reason.to_string()),
                 });
             }
             Ok(())
@@ -178,6 +169,7 @@ impl Engine {
         Ok(())
     }
 
+    /// The scheduler answered: an outage ends, and the workflows' marks are taken off.
     pub(super) fn scheduler_answered(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
         self.credentials_accepted(now)?;
         let Some(outage) = self.outage.take() else {
