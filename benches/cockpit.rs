@@ -8,17 +8,17 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
-use runguard::config::Config;
-use runguard::model::{
-    Attempt, Checkpoint, JobSpec, JobState, RecoveryLimits, ThroughputSample, Workflow,
-    WorkflowStatus,
-};
-use runguard::recover::Policy;
-use runguard::store::Store;
 use runguard::tui::app::{App, Column, UiAction};
 use runguard::tui::panes;
 use runguard::tui::snapshot::Snapshot;
 use runguard::tui::theme::Theme;
+use runguard_engine::config::Config;
+use runguard_engine::model::{
+    Attempt, Checkpoint, JobSpec, JobState, RecoveryLimits, ThroughputSample, Workflow,
+    WorkflowStatus,
+};
+use runguard_engine::recover::Policy;
+use runguard_engine::store::Store;
 
 const WORKFLOWS: usize = 10_000;
 const FRAMES: usize = 100;

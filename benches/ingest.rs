@@ -11,12 +11,12 @@ use std::process::Command;
 use std::time::Instant;
 
 use chrono::{TimeDelta, Utc};
-use runguard::attribute::Catalog;
-use runguard::config::DetectConfig;
-use runguard::detect::{StragglerTracker, throughput_drop};
-use runguard::model::ThroughputSample;
-use runguard::telemetry::pipeline::Digester;
-use runguard::telemetry::tail::{Chunk, TailLimits, read_new_lines_reusing};
+use runguard_engine::attribute::Catalog;
+use runguard_engine::config::DetectConfig;
+use runguard_engine::detect::{StragglerTracker, throughput_drop};
+use runguard_engine::model::ThroughputSample;
+use runguard_engine::telemetry::pipeline::Digester;
+use runguard_engine::telemetry::tail::{Chunk, TailLimits, read_new_lines_reusing};
 
 /// Time spent in the whole-read signature scan, reported apart.
 static SCAN_SECONDS: std::sync::Mutex<f64> = std::sync::Mutex::new(0.0);

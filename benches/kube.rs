@@ -130,7 +130,7 @@ fn store_json(dir: &Path, args: &[&str]) -> Value {
 
 /// The store's view of one workflow's actions, read directly (cheaper than `runguard status`).
 fn has_action(db: &Path, name: &str) -> bool {
-    let Ok(store) = runguard::store::Store::open(db) else {
+    let Ok(store) = runguard_engine::store::Store::open(db) else {
         return false;
     };
     let db = store.db();

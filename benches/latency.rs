@@ -9,13 +9,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use runguard::attribute::Catalog;
-use runguard::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
-use runguard::clock::RealClock;
-use runguard::config::Config;
-use runguard::engine::{Engine, EngineEvent, EngineOptions};
-use runguard::model::{ActionKind, ActionParams, AnomalyKind, JobSpec, JobState, RecoveryLimits};
-use runguard::store::Store;
+use runguard_engine::attribute::Catalog;
+use runguard_engine::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
+use runguard_engine::clock::RealClock;
+use runguard_engine::config::Config;
+use runguard_engine::engine::{Engine, EngineEvent, EngineOptions};
+use runguard_engine::model::{
+    ActionKind, ActionParams, AnomalyKind, JobSpec, JobState, RecoveryLimits,
+};
+use runguard_engine::store::Store;
 
 const ROUNDS: usize = 5;
 

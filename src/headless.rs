@@ -1,125 +1,15 @@
 //! The headless frontend (`runguard run --auto`, `runguard demo`): the engine without a UI, its events
 //! logged as JSON lines (or as readable lines for the demo), stopped cleanly by SIGINT/SIGTERM.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::PathBuf;
 
 use tokio::sync::broadcast;
 
-use crate::attribute::{Catalog, CatalogError};
-use crate::backend::Backend;
-use crate::backend::sim::{Scenario, SimCluster, SimError, SimOptions, timeline};
-use crate::backend::slurm::api::SlurmApi;
-use crate::backend::slurm::backend::{SlurmBackend, SlurmOptions};
-use crate::backend::slurm::cli::SlurmCli;
-use crate::backend::slurm::rest::{RestEndpoint, RestOptions, SlurmRest};
-use crate::backend::slurm::via_rest::SlurmViaRest;
-use crate::clock::Clock;
-use crate::config::{BackendKind, Config, SlurmApiKind, SlurmConfig};
-use crate::engine::{Engine, EngineError, EngineEvent, EngineOptions, RunOutcome};
-use crate::store::lock::{EngineLock, LockError};
-use crate::store::{Store, StoreError};
+use runguard_engine::config::Config;
+use runguard_engine::engine::{EngineEvent, RunOutcome};
+use runguard_engine::store::lock::EngineLock;
 
-/// Why the headless engine could not start or stopped early.
-#[derive(Debug, thiserror::Error)]
-pub enum HeadlessError {
-    #[error(transparent)]
-    Lock(#[from] LockError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    #[error(transparent)]
-    Sim(#[from] SimError),
-    #[error(transparent)]
-    Catalog(#[from] CatalogError),
-    #[error("cannot listen for signals: {0}")]
-    Signals(std::io::Error),
-    #[error("slurm: {0}")]
-    Slurm(String),
-    #[error(transparent)]
-    Alert(#[from] crate::alert::AlertError),
-    #[error("metrics endpoint: {0}")]
-    Metrics(String),
-    #[error("kubernetes: {0}")]
-    Kubernetes(String),
-}
-
-/// What runs beside the engine of this process: alert delivery and the metrics endpoint. Only the
-/// process that holds the engine lock runs them.
-pub struct Services {
-    stop: tokio::sync::watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Services {
-    /// Starts what the config asks for; call after the engine is built (a fresh demo forgets old
-    /// notifications first).
-    pub async fn start(config: &Config, store_path: &Path) -> Result<Self, HeadlessError> {
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let mut tasks = Vec::new();
-        if let Some(dispatcher) = crate::alert::Dispatcher::new(config, store_path)? {
-            tasks.push(tokio::spawn(dispatcher.run(stopped.clone())));
-        }
-        if let Some(listen) = &config.metrics.listen {
-            let address = listen
-                .parse()
-                .map_err(|err| HeadlessError::Metrics(format!("{listen:?}: {err}")))?;
-            let policy = crate::recover::Policy::from_config(&config.recovery, false);
-            let server = crate::metrics::serve(address, store_path.to_path_buf(), policy, stopped)
-                .await
-                .map_err(|err| HeadlessError::Metrics(err.to_string()))?;
-            tasks.push(server);
-        }
-        Ok(Self { stop, tasks })
-    }
-
-    /// Stops them; alerts still undelivered get `alerts.flush_on_exit_secs` to go out.
-    pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        for task in self.tasks {
-            let _ = task.await;
-        }
-    }
-}
-
-/// The way to Slurm the config asks for.
-fn slurm_api(config: &SlurmConfig) -> Result<Arc<dyn SlurmApi>, HeadlessError> {
-    let cli = SlurmCli::new(
-        Duration::from_secs(config.command_timeout_secs),
-        config.listing,
-    )
-    .with_jobcomp(config.jobcomp_path.clone())
-    .with_slurm_conf(config.slurm_conf.clone());
-    match config.api {
-        SlurmApiKind::Cli => Ok(Arc::new(cli)),
-        SlurmApiKind::Rest => {
-            let Some(endpoint) = config.rest_endpoint.as_deref() else {
-                return Err(HeadlessError::Slurm(
-                    "slurm.api = \"rest\" needs slurm.rest_endpoint (unix:/path or http://host:port)"
-                        .into(),
-                ));
-            };
-            let endpoint = match endpoint.strip_prefix("unix:") {
-                Some(path) => RestEndpoint::Unix(path.into()),
-                None => RestEndpoint::Http(endpoint.to_string()),
-            };
-            let mut options = RestOptions::new(endpoint);
-            options.timeout = Duration::from_secs(config.command_timeout_secs);
-            if matches!(options.endpoint, RestEndpoint::Http(_)) {
-                options.token = std::env::var(&config.rest_token_env).ok();
-                options.user_name = config
-                    .rest_user
-                    .clone()
-                    .or_else(|| std::env::var("USER").ok());
-            }
-            let rest =
-                SlurmRest::new(options).map_err(|err| HeadlessError::Slurm(err.to_string()))?;
-            Ok(Arc::new(SlurmViaRest::new(rest, cli)))
-        }
-    }
-}
+use crate::compose::{ComposeError, Services, build_engine};
 
 /// How the events are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,98 +33,8 @@ pub struct HeadlessOptions {
     pub event_log: EventLog,
 }
 
-/// The sim's directory: the configured one, else `sim/` beside the store file.
-pub fn sim_dir(config: &Config, store_path: &Path) -> PathBuf {
-    config.sim.dir.clone().unwrap_or_else(|| {
-        store_path
-            .parent()
-            .map(|dir| dir.join("sim"))
-            .unwrap_or_else(|| PathBuf::from("sim"))
-    })
-}
-
-/// The user's signature files: `signatures/` in the config directory.
-pub fn catalog() -> Result<Catalog, CatalogError> {
-    match crate::paths::default_config_file()
-        .and_then(|file| file.parent().map(|d| d.join("signatures")))
-    {
-        Some(dir) => Catalog::with_overrides(&dir),
-        None => Catalog::builtin(),
-    }
-}
-
-/// Builds the engine the config describes over the store at `store_path`; the caller holds the lock.
-pub async fn build_engine(
-    config: Config,
-    store_path: &Path,
-    auto: bool,
-    fresh_sim: bool,
-) -> Result<Engine, HeadlessError> {
-    let mut store = Store::open(store_path)?;
-    let (backend, clock): (Arc<dyn Backend>, Arc<dyn Clock>) = match config.backend.kind {
-        BackendKind::Sim => {
-            let dir = sim_dir(&config, store_path);
-            if fresh_sim {
-                SimCluster::reset(&dir)?;
-                let forgotten = store.write(|db| db.delete_workflows_of_backend("sim"))?;
-                if forgotten > 0 {
-                    tracing::info!(
-                        forgotten,
-                        "a fresh demo replaces the previous demo's workflows"
-                    );
-                }
-            }
-            let clock: Arc<dyn Clock> = Arc::new(timeline(&dir, config.sim.speed)?);
-            let scenario = Scenario::resolve(&config.sim.scenario)?;
-            let sim = SimCluster::open(
-                SimOptions {
-                    dir,
-                    scenario,
-                    seed: config.sim.seed,
-                    nodes: 16,
-                },
-                Arc::clone(&clock),
-            )?;
-            (Arc::new(sim), clock)
-        }
-        BackendKind::Slurm => {
-            let api = slurm_api(&config.slurm)?;
-            let backend = SlurmBackend::new(
-                SlurmOptions {
-                    partitions: config.slurm.partitions.clone(),
-                    watched: config.slurm.watch.clone(),
-                    settle_timeout: Duration::from_secs(config.slurm.settle_timeout_secs),
-                },
-                api,
-            );
-            let clock: Arc<dyn Clock> = Arc::new(crate::clock::RealClock);
-            (Arc::new(backend), clock)
-        }
-        BackendKind::Kubernetes => {
-            let data_dir = config
-                .kubernetes
-                .data_dir
-                .clone()
-                .unwrap_or_else(|| crate::backend::kube::backend::default_data_dir(store_path));
-            let backend = crate::backend::kube::KubeBackend::connect(&config.kubernetes, data_dir)
-                .await
-                .map_err(|err| HeadlessError::Kubernetes(err.to_string()))?;
-            let clock: Arc<dyn Clock> = Arc::new(crate::clock::RealClock);
-            (Arc::new(backend), clock)
-        }
-    };
-    Ok(Engine::new(
-        store,
-        backend,
-        clock,
-        config,
-        catalog()?,
-        EngineOptions { auto },
-    ))
-}
-
 /// Runs the engine until a signal (or until settled); returns how it ended.
-pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome, HeadlessError> {
+pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome, ComposeError> {
     let _lock = EngineLock::acquire(&options.store_path)?;
     let mut engine = build_engine(
         config.clone(),
@@ -258,10 +58,10 @@ pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome,
 }
 
 /// Resolves on the first SIGINT or SIGTERM.
-async fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, HeadlessError> {
+async fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, ComposeError> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(HeadlessError::Signals)?;
-    let mut terminate = signal(SignalKind::terminate()).map_err(HeadlessError::Signals)?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(ComposeError::Signals)?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(ComposeError::Signals)?;
     Ok(async move {
         tokio::select! {
             _ = interrupt.recv() => tracing::info!("SIGINT: stopping after the current tick"),

@@ -6,13 +6,12 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
-use runguard::backend::sim::Scenario;
-use runguard::config::{BackendKind, Config};
-use runguard::engine::apply_command;
 use runguard::headless::{self, EventLog, HeadlessOptions};
-use runguard::recover::Policy;
-use runguard::store::lock::{EngineLock, LockError};
-use runguard::store::{CommandKind, Store};
+use runguard_engine::config::{BackendKind, Config};
+use runguard_engine::engine::apply_command;
+use runguard_engine::recover::Policy;
+use runguard_engine::store::lock::{EngineLock, LockError};
+use runguard_engine::store::{CommandKind, Store};
 
 /// Keeps long-running distributed training jobs alive: watches them, attributes failures to a cause and a
 /// node, and requeues them from their last checkpoint on healthy nodes.
@@ -159,7 +158,7 @@ fn run(cli: Cli) -> Result<()> {
         .db
         .clone()
         .or_else(|| config.store.path.clone())
-        .unwrap_or_else(runguard::paths::default_store_file);
+        .unwrap_or_else(runguard_engine::paths::default_store_file);
     let config_path = cli.config.clone();
     match cli.command.unwrap_or(Command::Cockpit { auto: false }) {
         Command::Cockpit { auto } => cockpit(config, config_path, store_path, auto),
@@ -171,10 +170,7 @@ fn run(cli: Cli) -> Result<()> {
             json,
         } => {
             if list {
-                for name in Scenario::builtin_names() {
-                    let description = Scenario::builtin(name)
-                        .map(|s| s.description)
-                        .unwrap_or_default();
+                for (name, description) in runguard::compose::scenarios() {
                     println!("{name:<14} {description}");
                 }
                 return Ok(());
@@ -217,7 +213,7 @@ fn run(cli: Cli) -> Result<()> {
             ))?;
             println!();
             print_status(&config, &store_path, None, false)?;
-            if outcome == runguard::engine::RunOutcome::Shutdown {
+            if outcome == runguard_engine::engine::RunOutcome::Shutdown {
                 println!("(stopped before the scenario finished)");
             }
             Ok(())
@@ -255,10 +251,10 @@ fn run(cli: Cli) -> Result<()> {
             json,
         } => {
             let catalog = catalog()?;
-            let explanation = runguard::explain::explain(
+            let explanation = runguard_engine::explain::explain(
                 &catalog,
                 &config,
-                &runguard::explain::ExplainInput {
+                &runguard_engine::explain::ExplainInput {
                     logs,
                     kernel_logs,
                     nodes,
@@ -268,18 +264,21 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&explanation)?);
             } else {
-                print!("{}", runguard::explain::render(&explanation));
+                print!("{}", runguard::render::explain::render(&explanation));
             }
             Ok(())
         }
         Command::Alerts { limit, json } => print_alerts(&store_path, limit, json),
         Command::Eval { manifest, json } => {
             let catalog = catalog()?;
-            let evaluation = runguard::explain::evaluate(&catalog, &config, &manifest)?;
+            let evaluation = runguard_engine::explain::evaluate(&catalog, &config, &manifest)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&evaluation)?);
             } else {
-                print!("{}", runguard::explain::render_evaluation(&evaluation));
+                print!(
+                    "{}",
+                    runguard::render::explain::render_evaluation(&evaluation)
+                );
             }
             Ok(())
         }
@@ -293,14 +292,12 @@ fn run(cli: Cli) -> Result<()> {
                 let namespace = namespace.unwrap_or_else(|| "default".to_string());
                 jobs.iter()
                     .map(|job| {
-                        runguard::backend::kube::workload::WorkloadRef::parse(job, &namespace)
-                            .map(|reference| reference.id())
-                            .with_context(|| {
-                                format!(
-                                    "{job:?} is not a workload: KIND/NAME or KIND/NAMESPACE/NAME, \
+                        runguard::compose::kube_watch_ref(job, &namespace)?.with_context(|| {
+                            format!(
+                                "{job:?} is not a workload: KIND/NAME or KIND/NAMESPACE/NAME, \
                                      KIND one of job, pytorchjob, rayjob"
-                                )
-                            })
+                            )
+                        })
                     })
                     .collect::<Result<Vec<_>>>()?
             } else if namespace.is_some() {
@@ -322,8 +319,8 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 /// The built-in signatures with the user's own (`signatures/` in the config directory).
-fn catalog() -> Result<runguard::attribute::Catalog> {
-    Ok(runguard::headless::catalog()?)
+fn catalog() -> Result<runguard_engine::attribute::Catalog> {
+    Ok(runguard::compose::catalog()?)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -454,11 +451,11 @@ fn print_report(
     reference: &str,
     format: ReportFormat,
 ) -> Result<()> {
-    use runguard::report::narrative::{self, Narrator};
-    use runguard::report::{NarrativeStatus, render};
+    use runguard_engine::report::narrative::{self, Narrator};
+    use runguard_engine::report::{NarrativeStatus, render};
 
     let mut store = open_existing(store_path)?;
-    let Some(id) = runguard::report::resolve(&store.db(), reference)? else {
+    let Some(id) = runguard_engine::report::resolve(&store.db(), reference)? else {
         bail!(
             "no workflow or job {reference:?} in {} (see `runguard status`)",
             store_path.display()
@@ -466,14 +463,14 @@ fn print_report(
     };
     let policy = Policy::from_config(&config.recovery, false);
     let now = chrono::Utc::now();
-    let Some(mut report) = runguard::report::build(&store.db(), &policy, id, now)? else {
+    let Some(mut report) = runguard_engine::report::build(&store.db(), &policy, id, now)? else {
         bail!("no workflow {id} in {}", store_path.display());
     };
     let api_key = std::env::var(&config.narrative.api_key_env)
         .ok()
         .filter(|key| !key.trim().is_empty());
     // Evidence lines are the job's own output: what looks like a credential is masked in every format.
-    let redactor = runguard::redact::Redactor::new(api_key.clone());
+    let redactor = runguard_engine::redact::Redactor::new(api_key.clone());
     match Narrator::from_config(&config.narrative, api_key) {
         Ok(None) => {}
         Ok(Some(narrator)) => {
@@ -481,7 +478,7 @@ fn print_report(
             runtime()?.block_on(narrative::complete(&mut report, &narrator, &mut store, now))?;
         }
         Err(err) => {
-            let reason = runguard::redact::redact_patterns(&err.to_string());
+            let reason = runguard_engine::redact::redact_patterns(&err.to_string());
             for failure in &mut report.failures {
                 if failure.narrative.is_none() {
                     failure.narrative = Some(NarrativeStatus::Unavailable {
@@ -516,7 +513,8 @@ fn cockpit(
         .as_ref()
         .and_then(|file| file.parent().map(Path::to_path_buf))
         .or_else(|| {
-            runguard::paths::default_config_file().and_then(|f| f.parent().map(Path::to_path_buf))
+            runguard_engine::paths::default_config_file()
+                .and_then(|f| f.parent().map(Path::to_path_buf))
         });
     let preferences = config_dir.as_ref().map(|dir| dir.join("cockpit.toml"));
     let saved: Option<toml::Table> = preferences

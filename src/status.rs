@@ -5,9 +5,11 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::model::{Action, Anomaly, Attempt, Attribution, JournalEntry, Notification, Workflow};
-use crate::recover::Policy;
-use crate::store::{Db, StoreError};
+use runguard_engine::model::{
+    Action, Anomaly, Attempt, Attribution, JournalEntry, Notification, Workflow,
+};
+use runguard_engine::recover::Policy;
+use runguard_engine::store::{Db, StoreError};
 
 /// Everything known about one workflow.
 #[derive(Debug, Clone, Serialize)]

@@ -8,16 +8,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use runguard::attribute::Catalog;
-use runguard::backend::sim::{Scenario, SimCluster, SimOptions};
-use runguard::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
-use runguard::clock::{Clock, ManualClock};
-use runguard::config::Config;
-use runguard::engine::{Engine, EngineOptions};
-use runguard::model::{ActionKind, ActionParams, AnomalyKind, JobSpec, JobState, RecoveryLimits};
-use runguard::recover::Policy;
 use runguard::status::{StatusReport, report};
-use runguard::store::Store;
+use runguard_engine::attribute::Catalog;
+use runguard_engine::backend::sim::{Scenario, SimCluster, SimOptions};
+use runguard_engine::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
+use runguard_engine::clock::{Clock, ManualClock};
+use runguard_engine::config::Config;
+use runguard_engine::engine::{Engine, EngineOptions};
+use runguard_engine::model::{
+    ActionKind, ActionParams, AnomalyKind, JobSpec, JobState, RecoveryLimits,
+};
+use runguard_engine::recover::Policy;
+use runguard_engine::store::Store;
 
 fn start() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")

@@ -6,15 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use runguard::attribute::Catalog;
-use runguard::backend::Backend;
-use runguard::backend::sim::{Scenario, SimCluster, SimOptions};
-use runguard::clock::{Clock, ManualClock};
-use runguard::config::Config;
-use runguard::engine::{Engine, EngineOptions};
-use runguard::model::{ActionKind, ActionState, AlertEvent, AnomalyKind, Severity, WorkflowStatus};
 use runguard::status::{StatusReport, WorkflowView, report};
-use runguard::store::{CommandKind, Store};
+use runguard_engine::attribute::Catalog;
+use runguard_engine::backend::Backend;
+use runguard_engine::backend::sim::{Scenario, SimCluster, SimOptions};
+use runguard_engine::clock::{Clock, ManualClock};
+use runguard_engine::config::Config;
+use runguard_engine::engine::{Engine, EngineOptions};
+use runguard_engine::model::{
+    ActionKind, ActionState, AlertEvent, AnomalyKind, Severity, WorkflowStatus,
+};
+use runguard_engine::store::{CommandKind, Store};
 
 /// The engine's poll interval, in simulated seconds.
 const TICK: Duration = Duration::from_secs(5);
@@ -85,7 +87,7 @@ impl Harness {
 
     fn status(&self) -> StatusReport {
         let store = Store::open(&self.db_path).unwrap();
-        let policy = runguard::recover::Policy::from_config(&self.config.recovery, false);
+        let policy = runguard_engine::recover::Policy::from_config(&self.config.recovery, false);
         report(&store.db(), "test", &policy, None).unwrap()
     }
 }
@@ -554,7 +556,7 @@ struct OutageBackend {
 }
 
 impl OutageBackend {
-    fn answer(&self) -> Result<(), runguard::backend::BackendError> {
+    fn answer(&self) -> Result<(), runguard_engine::backend::BackendError> {
         let now = self.clock.now();
         let calls_before = {
             let mut calls = self.calls.lock().unwrap();
@@ -562,7 +564,7 @@ impl OutageBackend {
             calls.len() - 1
         };
         if (self.down)(calls_before, now) {
-            return Err(runguard::backend::BackendError::Unavailable(
+            return Err(runguard_engine::backend::BackendError::Unavailable(
                 "squeue: error: Unable to contact slurm controller (connect failure)".into(),
             ));
         }
@@ -578,7 +580,8 @@ impl Backend for OutageBackend {
 
     async fn list_jobs(
         &self,
-    ) -> Result<Vec<runguard::backend::JobSnapshot>, runguard::backend::BackendError> {
+    ) -> Result<Vec<runguard_engine::backend::JobSnapshot>, runguard_engine::backend::BackendError>
+    {
         self.answer()?;
         self.inner.list_jobs().await
     }
@@ -586,7 +589,8 @@ impl Backend for OutageBackend {
     async fn job(
         &self,
         job_id: &str,
-    ) -> Result<Option<runguard::backend::JobSnapshot>, runguard::backend::BackendError> {
+    ) -> Result<Option<runguard_engine::backend::JobSnapshot>, runguard_engine::backend::BackendError>
+    {
         self.answer()?;
         self.inner.job(job_id).await
     }
@@ -595,17 +599,19 @@ impl Backend for OutageBackend {
         &self,
         job_id: &str,
         exclude: &[String],
-    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+    ) -> Result<runguard_engine::backend::ActionOutcome, runguard_engine::backend::BackendError>
+    {
         self.answer()?;
         self.inner.requeue(job_id, exclude).await
     }
 
     async fn resubmit(
         &self,
-        spec: &runguard::model::JobSpec,
+        spec: &runguard_engine::model::JobSpec,
         exclude: &[String],
         tag: &str,
-    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+    ) -> Result<runguard_engine::backend::ActionOutcome, runguard_engine::backend::BackendError>
+    {
         self.answer()?;
         self.inner.resubmit(spec, exclude, tag).await
     }
@@ -613,7 +619,8 @@ impl Backend for OutageBackend {
     async fn cancel(
         &self,
         job_id: &str,
-    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+    ) -> Result<runguard_engine::backend::ActionOutcome, runguard_engine::backend::BackendError>
+    {
         self.answer()?;
         self.inner.cancel(job_id).await
     }
@@ -622,12 +629,17 @@ impl Backend for OutageBackend {
         &self,
         node: &str,
         reason: &str,
-    ) -> Result<runguard::backend::ActionOutcome, runguard::backend::BackendError> {
+    ) -> Result<runguard_engine::backend::ActionOutcome, runguard_engine::backend::BackendError>
+    {
         self.answer()?;
         self.inner.drain_node(node, reason).await
     }
 
-    fn command_for(&self, kind: ActionKind, params: &runguard::model::ActionParams) -> String {
+    fn command_for(
+        &self,
+        kind: ActionKind,
+        params: &runguard_engine::model::ActionParams,
+    ) -> String {
         self.inner.command_for(kind, params)
     }
 

@@ -12,15 +12,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube_fake::{FakeKube, RecordedRequest};
-use runguard::attribute::Catalog;
-use runguard::backend::Backend;
-use runguard::backend::kube::KubeBackend;
-use runguard::clock::{Clock, RealClock};
-use runguard::config::{BackendKind, Config};
-use runguard::engine::{Engine, EngineOptions};
-use runguard::model::{ActionKind, ActionState, AnomalyKind, SpecChange, WorkflowStatus};
 use runguard::status::{StatusReport, WorkflowView, report};
-use runguard::store::{CommandKind, Store};
+use runguard_engine::attribute::Catalog;
+use runguard_engine::backend::Backend;
+use runguard_engine::backend::kube::KubeBackend;
+use runguard_engine::clock::{Clock, RealClock};
+use runguard_engine::config::{BackendKind, Config};
+use runguard_engine::engine::{Engine, EngineOptions};
+use runguard_engine::model::{ActionKind, ActionState, AnomalyKind, SpecChange, WorkflowStatus};
+use runguard_engine::store::{CommandKind, Store};
 use serde_json::{Value, json};
 
 /// Real-time bound for anything to happen; never a measure of speed.
@@ -89,7 +89,7 @@ impl Cluster {
 
     fn status(&self) -> StatusReport {
         let store = Store::open(&self.dir.path().join("runguard.sqlite")).unwrap();
-        let policy = runguard::recover::Policy::from_config(&self.config.recovery, false);
+        let policy = runguard_engine::recover::Policy::from_config(&self.config.recovery, false);
         report(&store.db(), "test", &policy, None).unwrap()
     }
 

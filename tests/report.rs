@@ -9,10 +9,10 @@ use std::process::{Child, Command, Output, Stdio};
 use serde::Deserialize;
 use serde_json::Value;
 
-use runguard::model::{
+use runguard_engine::model::{
     Action, Anomaly, Attempt, Attribution, Checkpoint, ThroughputSample, Workflow,
 };
-use runguard::store::Store;
+use runguard_engine::store::Store;
 
 const BIN: &str = env!("CARGO_BIN_EXE_runguard");
 

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use runguard::attribute::Catalog;
-use runguard::config::Config;
-use runguard::explain::{ExplainInput, explain};
+use runguard_engine::attribute::Catalog;
+use runguard_engine::config::Config;
+use runguard_engine::explain::{ExplainInput, explain};
 
 fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/signatures")

@@ -673,9 +673,9 @@ fn an_ended_job_s_attempts_are_read_from_the_controller_s_jobcomp_file() {
     if !slurm_available() {
         return;
     }
-    use runguard::backend::slurm::api::SlurmApi;
-    use runguard::backend::slurm::cli::{Listing, SlurmCli};
-    use runguard::model::JobState;
+    use runguard_engine::backend::slurm::api::SlurmApi;
+    use runguard_engine::backend::slurm::cli::{Listing, SlurmCli};
+    use runguard_engine::model::JobState;
 
     let _one_at_a_time = CLUSTER
         .lock()

@@ -12,13 +12,13 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use runguard::backend::slurm::comment::Enrolment;
-use runguard::backend::slurm::rest::{
+use runguard_engine::backend::slurm::comment::Enrolment;
+use runguard_engine::backend::slurm::rest::{
     JobUpdate, RestEndpoint, RestOptions, SlurmRest, SubmitOptions,
 };
-use runguard::backend::slurm::squeue::{self, SlurmJob};
-use runguard::backend::{BackendError, JobSnapshot};
-use runguard::model::JobState;
+use runguard_engine::backend::slurm::squeue::{self, SlurmJob};
+use runguard_engine::backend::{BackendError, JobSnapshot};
+use runguard_engine::model::JobState;
 
 /// One cluster at a time: four slurmd, a controller and slurmrestd are a lot for a 2-core machine.
 static CLUSTER: Mutex<()> = Mutex::new(());

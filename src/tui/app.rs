@@ -9,7 +9,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::log_view::LogView;
 use super::snapshot::{AttemptRow, Snapshot};
-use crate::model::{ActionId, JobState, WorkflowId};
+use runguard_engine::model::{ActionId, JobState, WorkflowId};
 
 /// The panes, in Tab order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

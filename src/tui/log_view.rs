@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::telemetry::tail::read_end;
+use runguard_engine::telemetry::tail::read_end;
 
 /// At most this much of the end of a log is read: the view is for the recent past; `less` is for the rest.
 pub const TAIL_BYTES: u64 = 512 * 1024;

@@ -9,5 +9,5 @@ pub mod run;
 pub mod snapshot;
 pub mod theme;
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sim"))]
 mod tests;

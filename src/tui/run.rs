@@ -18,13 +18,12 @@ use super::snapshot::Snapshot;
 use super::theme::{Theme, ThemeError};
 use std::sync::Arc;
 
-use crate::backend::sim::timeline;
-use crate::clock::{Clock, RealClock};
-use crate::config::{BackendKind, Config};
-use crate::headless::{HeadlessError, Services, build_engine, sim_dir};
-use crate::recover::Policy;
-use crate::store::lock::{EngineLock, LockError};
-use crate::store::{CommandKind, Store, StoreError};
+use crate::compose::{ComposeError, Services, build_engine, viewer_clock};
+use runguard_engine::clock::Clock;
+use runguard_engine::config::Config;
+use runguard_engine::recover::Policy;
+use runguard_engine::store::lock::{EngineLock, LockError};
+use runguard_engine::store::{CommandKind, Store, StoreError};
 
 /// Why the cockpit could not run.
 #[derive(Debug, thiserror::Error)]
@@ -34,7 +33,7 @@ pub enum TuiError {
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]
-    Engine(#[from] HeadlessError),
+    Engine(#[from] ComposeError),
     #[error(transparent)]
     Theme(#[from] ThemeError),
     #[error("terminal: {0}")]
@@ -84,7 +83,7 @@ pub async fn run(config: Config, options: CockpitOptions) -> Result<Exit, TuiErr
     // The engine runs on its own task: the UI never waits for the scheduler.
     let mut engine_task = None;
     // Times are the engine's: the simulated cluster runs on its own timeline.
-    let mut clock: Arc<dyn Clock> = Arc::new(RealClock);
+    let clock: Arc<dyn Clock>;
     let mut waker = None;
     let mut services = None;
     if lock.is_some() {
@@ -105,9 +104,8 @@ pub async fn run(config: Config, options: CockpitOptions) -> Result<Exit, TuiErr
                 .await
         });
         engine_task = Some((task, stop));
-    } else if config.backend.kind == BackendKind::Sim {
-        let dir = sim_dir(&config, &options.store_path);
-        clock = Arc::new(timeline(&dir, config.sim.speed).map_err(HeadlessError::from)?);
+    } else {
+        clock = viewer_clock(&config, &options.store_path)?;
     }
     let store = Store::open(&options.store_path)?;
     let policy = Policy::from_config(&config.recovery, !options.auto);

@@ -5,10 +5,12 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{Action, ActionState, Attempt, Attribution, Notification, Workflow, WorkflowId};
-use crate::recover::Policy;
-use crate::report::WorkflowHistory;
-use crate::store::{CheckpointCount, Db, StoreError};
+use runguard_engine::model::{
+    Action, ActionState, Attempt, Attribution, Notification, Workflow, WorkflowId,
+};
+use runguard_engine::recover::Policy;
+use runguard_engine::report::WorkflowHistory;
+use runguard_engine::store::{CheckpointCount, Db, StoreError};
 
 /// One row of the overview: an attempt with what the cockpit shows beside it.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,14 +12,14 @@ use super::app::{App, Pane, UiAction};
 use super::panes;
 use super::snapshot::Snapshot;
 use super::theme::Theme;
-use crate::attribute::Catalog;
-use crate::backend::Backend;
-use crate::backend::sim::{Scenario, SimCluster, SimOptions};
-use crate::clock::{Clock, ManualClock};
-use crate::config::Config;
-use crate::engine::{Engine, EngineOptions};
-use crate::recover::Policy;
-use crate::store::Store;
+use runguard_engine::attribute::Catalog;
+use runguard_engine::backend::Backend;
+use runguard_engine::backend::sim::{Scenario, SimCluster, SimOptions};
+use runguard_engine::clock::{Clock, ManualClock};
+use runguard_engine::config::Config;
+use runguard_engine::engine::{Engine, EngineOptions};
+use runguard_engine::recover::Policy;
+use runguard_engine::store::Store;
 
 /// An engine over the NCCL-timeout scenario in `dir`, on a manual clock starting at `start`, with the
 /// store `store`.
@@ -332,7 +332,7 @@ fn compare_puts_selected_attempts_side_by_side() {
     let mut other = twice.rows[0].clone();
     other.attempt.index = 1;
     other.attempt.job_id = "4202".into();
-    other.attempt.state = crate::model::JobState::Running;
+    other.attempt.state = runguard_engine::model::JobState::Running;
     other.attempt.state_raw = "RUNNING".into();
     other.anomalies.clear();
     twice.rows.push(other);
@@ -378,7 +378,7 @@ fn r_opens_the_recovery_report_of_the_focused_workflow_with_its_kept_narrative()
     let crash = store.db().anomalies(1).unwrap()[0].clone();
     store
         .write(|db| {
-            db.save_narrative(&crate::model::Narrative {
+            db.save_narrative(&runguard_engine::model::Narrative {
                 workflow_id: 1,
                 anomaly_id: crash.id,
                 source: "model test at http://127.0.0.1:8000".into(),

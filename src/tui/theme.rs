@@ -6,7 +6,7 @@ use std::path::Path;
 use ratatui::style::{Color, Modifier, Style};
 use serde::Deserialize;
 
-use crate::model::{JobState, WorkflowStatus};
+use runguard_engine::model::{JobState, WorkflowStatus};
 
 /// The built-in themes, by name.
 const BUILTIN: [(&str, &str); 3] = [

@@ -6,10 +6,10 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, List, ListItem, ListState, Paragraph, Wrap};
 
-use crate::model::ActionState;
 use crate::tui::app::App;
 use crate::tui::snapshot::Snapshot;
 use crate::tui::theme::Theme;
+use runguard_engine::model::ActionState;
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, theme: &Theme) {
     let [list_area, focus_area, results_area] = Layout::vertical([
@@ -101,8 +101,8 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, t
         .iter()
         .map(|action| {
             let style = match action.state {
-                ActionState::Done => theme.state(crate::model::JobState::Running),
-                _ => theme.state(crate::model::JobState::Failed),
+                ActionState::Done => theme.state(runguard_engine::model::JobState::Running),
+                _ => theme.state(runguard_engine::model::JobState::Failed),
             };
             Line::from(vec![
                 Span::styled(format!("#{:<4}", action.id), theme.muted()),

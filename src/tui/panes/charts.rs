@@ -12,10 +12,10 @@ use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph};
 
-use crate::report::WorkflowHistory;
 use crate::tui::app::App;
 use crate::tui::snapshot::Snapshot;
 use crate::tui::theme::Theme;
+use runguard_engine::report::WorkflowHistory;
 
 /// Anomalies listed under the throughput chart; more are counted.
 const LISTED_ANOMALIES: usize = 4;
@@ -451,14 +451,14 @@ mod tests {
     use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
     use super::*;
-    use crate::config::Config;
-    use crate::model::{AnomalyKind, JobState, WorkflowStatus};
-    use crate::recover::Policy;
-    use crate::report::downtime::tests::{anomaly, attempt, checkpoint, history, sample, t};
     use crate::tui::app::{Pane, UiAction};
     use crate::tui::panes::timeline::tests::recovered;
     use crate::tui::snapshot::AttemptRow;
     use crate::tui::tests::{failed_and_proposed, render};
+    use runguard_engine::config::Config;
+    use runguard_engine::model::{AnomalyKind, JobState, WorkflowStatus};
+    use runguard_engine::recover::Policy;
+    use runguard_engine::report::fixtures::{anomaly, attempt, checkpoint, history, sample, t};
 
     fn show_charts(snapshot: &Snapshot, now: DateTime<Utc>) -> App {
         let mut app = App::new("alice".into(), true);

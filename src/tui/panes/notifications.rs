@@ -5,10 +5,10 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Wrap};
 
-use crate::model::Severity;
 use crate::tui::app::App;
 use crate::tui::snapshot::Snapshot;
 use crate::tui::theme::Theme;
+use runguard_engine::model::Severity;
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, theme: &Theme) {
     let owner = |workflow_id: Option<i64>| {

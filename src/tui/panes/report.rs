@@ -7,11 +7,11 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Clear, Paragraph};
 
-use crate::redact::redact_patterns;
-use crate::report::{NARRATIVE_LABEL, Report, render};
 use crate::tui::app::ReportView;
 use crate::tui::snapshot::Snapshot;
 use crate::tui::theme::Theme;
+use runguard_engine::redact::redact_patterns;
+use runguard_engine::report::{NARRATIVE_LABEL, Report, render};
 
 /// Draws the report of `view`'s workflow over most of `area`, scrolled as far as `view` says (no
 /// further than its end), and records for the keys how far it can scroll.

@@ -1,6 +1,6 @@
 //! The attempts timeline of the focused workflow: each attempt as a bar on a shared time axis (queued,
 //! then running), the recovery gaps between attempts, the work recomputed after each failure and the
-//! workflow's goodput. The arithmetic lives in [`crate::report::downtime`]; this file only draws.
+//! workflow's goodput. The arithmetic lives in [`runguard_engine::report::downtime`]; this file only draws.
 
 use std::ops::Range;
 
@@ -12,14 +12,14 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, Wrap};
 
 use super::format_duration;
-use crate::model::{Attempt, JobState};
-use crate::report::WorkflowHistory;
-use crate::report::downtime::{
-    GapKind, Goodput, Recovery, goodput, queued_at, recoveries, running_end, timeline_bounds,
-};
 use crate::tui::app::App;
 use crate::tui::snapshot::Snapshot;
 use crate::tui::theme::Theme;
+use runguard_engine::model::{Attempt, JobState};
+use runguard_engine::report::WorkflowHistory;
+use runguard_engine::report::downtime::{
+    GapKind, Goodput, Recovery, goodput, queued_at, recoveries, running_end, timeline_bounds,
+};
 
 /// Width of the label column left of the bars.
 const LABEL_WIDTH: u16 = 22;
@@ -395,13 +395,13 @@ fn draw_gap_table(frame: &mut Frame<'_>, area: Rect, recoveries: &[Recovery], th
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::clock::Clock;
-    use crate::config::Config;
-    use crate::model::{ActionState, WorkflowStatus};
-    use crate::recover::Policy;
-    use crate::store::CommandKind;
     use crate::tui::app::{Pane, UiAction};
     use crate::tui::tests::{failed_and_proposed, render, sim_engine, tick_until};
+    use runguard_engine::clock::Clock;
+    use runguard_engine::config::Config;
+    use runguard_engine::model::{ActionState, WorkflowStatus};
+    use runguard_engine::recover::Policy;
+    use runguard_engine::store::CommandKind;
 
     /// The NCCL-timeout scenario after the user approved the proposed actions and the engine ran on
     /// until the workflow completed: two attempts, one recovery.

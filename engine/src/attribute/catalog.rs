@@ -1,0 +1,567 @@
+//! The failure-signature catalog: TOML data compiled once into a prefilter and per-signature regexes.
+
+use std::path::{Path, PathBuf};
+
+use aho_corasick::AhoCorasick;
+use regex::Regex;
+use serde::Deserialize;
+
+use crate::model::Component;
+use crate::telemetry::tail::Chunk;
+
+/// The catalog shipped with runguard.
+const BUILTIN: &[(&str, &str)] = &[
+    (
+        "core.toml",
+        include_str!("../../../data/signatures/core.toml"),
+    ),
+    (
+        "hardware.toml",
+        include_str!("../../../data/signatures/hardware.toml"),
+    ),
+    (
+        "network.toml",
+        include_str!("../../../data/signatures/network.toml"),
+    ),
+    (
+        "memory.toml",
+        include_str!("../../../data/signatures/memory.toml"),
+    ),
+    (
+        "storage.toml",
+        include_str!("../../../data/signatures/storage.toml"),
+    ),
+    (
+        "data.toml",
+        include_str!("../../../data/signatures/data.toml"),
+    ),
+    (
+        "scheduling.toml",
+        include_str!("../../../data/signatures/scheduling.toml"),
+    ),
+    (
+        "ray.toml",
+        include_str!("../../../data/signatures/ray.toml"),
+    ),
+    (
+        "application.toml",
+        include_str!("../../../data/signatures/application.toml"),
+    ),
+];
+
+/// The canonical categories every signature maps to.
+const TAXONOMY: &str = include_str!("../../../data/taxonomy.toml");
+
+/// Where a signature's evidence comes from.
+pub const SOURCES: &[&str] = &[
+    "app_log",
+    "kernel_log",
+    "scheduler",
+    "kubernetes_event",
+    "gpu_status",
+];
+
+/// What a catalog action may ask for; the policy decides which of them run.
+pub const ACTION_KINDS: &[&str] = &[
+    "requeue",
+    "exclude_culprit",
+    "drain_node",
+    "cordon_node",
+    "config_fix",
+    "recreate_with_patch",
+    "resubmit",
+    "resume_previous_checkpoint",
+    "cancel",
+    "wait",
+    "stop",
+    "escalate",
+];
+
+/// One canonical category.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Category {
+    pub id: String,
+    pub component: Component,
+    /// Whether a plain requeue (possibly excluding the culprit) can help.
+    pub requeue: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaxonomyFile {
+    category: Vec<Category>,
+}
+
+/// The canonical categories.
+pub fn taxonomy() -> Vec<Category> {
+    toml::from_str::<TaxonomyFile>(TAXONOMY)
+        .map(|file| file.category)
+        .unwrap_or_default()
+}
+
+/// A recovery step a signature recommends, with its parameters.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionSpec {
+    /// One of [`ACTION_KINDS`].
+    pub kind: String,
+    /// What to do, for the user (the exact fix for a `config_fix`).
+    pub description: String,
+    /// Parameters (`num_workers = 2`, `env = { NCCL_SOCKET_IFNAME = "ib0" }`...).
+    #[serde(default)]
+    pub params: toml::Table,
+}
+
+/// A catalog file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("signature file {file}: {message}")]
+    Invalid { file: PathBuf, message: String },
+    #[error("cannot read signature file {file}: {source}")]
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogFile {
+    #[serde(default)]
+    signature: Vec<SignatureSpec>,
+}
+
+/// One signature as written in the data file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignatureSpec {
+    pub id: String,
+    pub title: String,
+    /// A category id of the taxonomy (`data/taxonomy.toml`).
+    pub category: String,
+    /// Other names of the category that an evaluation accepts.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Defaults to the category's component.
+    #[serde(default)]
+    pub component: Option<Component>,
+    /// Where the evidence comes from: any of [`SOURCES`].
+    #[serde(default)]
+    pub sources: Vec<String>,
+    /// Defaults to whether the category can be fixed by a requeue.
+    #[serde(default)]
+    pub recoverable: Option<bool>,
+    pub confidence: f64,
+    /// Regular expressions over one evidence line; named captures `node`, `rank`, `gpu`, `xid` and
+    /// `pci` locate the culprit.
+    pub patterns: Vec<String>,
+    /// Regular expressions at least one of which some other evidence line of the attempt must match
+    /// for this signature to apply (a CUDA OOM is the DataLoader's only inside a DataLoader frame).
+    #[serde(default)]
+    pub context: Vec<String>,
+    /// Ordered recovery steps.
+    #[serde(default)]
+    pub actions: Vec<ActionSpec>,
+    /// Literal strings one of which every matching line contains. Only needed when the patterns start
+    /// with something no fast scan can look for (such as `^(?:\w+\.)*`): the whole-read scan then looks
+    /// for these instead, and the patterns confirm.
+    #[serde(default)]
+    pub prefilter: Vec<String>,
+    pub explanation: String,
+}
+
+/// A signature ready to match.
+#[derive(Debug, Clone)]
+pub struct Signature {
+    pub spec: SignatureSpec,
+    /// The component (the signature's, else its category's).
+    pub component: Component,
+    /// Whether a requeue can help (the signature's, else its category's).
+    pub recoverable: bool,
+    patterns: Vec<Regex>,
+    context: Vec<Regex>,
+}
+
+impl Signature {
+    /// The first pattern of this signature that matches `line`, with its captures.
+    pub fn captures<'l>(&self, line: &'l str) -> Option<regex::Captures<'l>> {
+        self.patterns
+            .iter()
+            .find_map(|pattern| pattern.captures(line))
+    }
+
+    /// Whether the signature's context holds among `lines` (always, when it has none).
+    pub fn context_holds<'l>(&self, mut lines: impl Iterator<Item = &'l str>) -> bool {
+        self.context.is_empty()
+            || lines.any(|line| self.context.iter().any(|pattern| pattern.is_match(line)))
+    }
+}
+
+/// All signatures, with one RegexSet over every pattern so a line that matches nothing costs one scan.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    signatures: Vec<Signature>,
+    /// Every pattern of every signature, flat.
+    patterns: Vec<Regex>,
+    /// For each pattern, the signature it belongs to.
+    owner: Vec<usize>,
+    /// The literals the patterns require, searched all at once in a line...
+    literals: AhoCorasick,
+    /// ...and, for each literal, the patterns that need it.
+    literal_patterns: Vec<Vec<usize>>,
+    /// Patterns without usable literals: always tried.
+    unguarded: Vec<usize>,
+    /// Every pattern in one regex, line anchors dropped, run over a whole read at once: it finds the
+    /// candidate lines, which the prefilter then confirms on their message.
+    /// Every required literal and the recognisers' markers, for the whole-read scan...
+    scan_literals: AhoCorasick,
+    /// ...plus the patterns that have no usable literal, as one regex.
+    candidates: Option<Regex>,
+}
+
+impl Catalog {
+    /// The built-in catalog.
+    pub fn builtin() -> Result<Self, CatalogError> {
+        let mut specs = Vec::new();
+        for (name, text) in BUILTIN {
+            specs.extend(parse_file(text, Path::new(name))?);
+        }
+        Self::from_specs(specs, Path::new("built-in catalog"))
+    }
+
+    /// The built-in catalog, overridden and extended by the `*.toml` files of `dir` (same id replaces).
+    pub fn with_overrides(dir: &Path) -> Result<Self, CatalogError> {
+        let mut specs = Vec::new();
+        for (name, text) in BUILTIN {
+            specs.extend(parse_file(text, Path::new(name))?);
+        }
+        let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+            Ok(entries) => entries
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        files.sort();
+        for file in files {
+            let text = std::fs::read_to_string(&file).map_err(|source| CatalogError::Read {
+                file: file.clone(),
+                source,
+            })?;
+            for spec in parse_file(&text, &file)? {
+                specs.retain(|existing: &SignatureSpec| existing.id != spec.id);
+                specs.push(spec);
+            }
+        }
+        Self::from_specs(specs, dir)
+    }
+
+    fn from_specs(specs: Vec<SignatureSpec>, origin: &Path) -> Result<Self, CatalogError> {
+        let invalid = |message: String| CatalogError::Invalid {
+            file: origin.to_path_buf(),
+            message,
+        };
+        let categories = taxonomy();
+        let mut signatures = Vec::new();
+        let mut owner = Vec::new();
+        let mut ids = std::collections::HashSet::new();
+        for spec in specs {
+            if !ids.insert(spec.id.clone()) {
+                return Err(invalid(format!("{}: the id is used twice", spec.id)));
+            }
+            let Some(category) = categories.iter().find(|c| c.id == spec.category) else {
+                return Err(invalid(format!(
+                    "{}: unknown category {:?} (see data/taxonomy.toml)",
+                    spec.id, spec.category
+                )));
+            };
+            if let Some(source) = spec.sources.iter().find(|s| !SOURCES.contains(&s.as_str())) {
+                return Err(invalid(format!(
+                    "{}: unknown source {source:?} (known: {})",
+                    spec.id,
+                    SOURCES.join(", ")
+                )));
+            }
+            if let Some(action) = spec
+                .actions
+                .iter()
+                .find(|a| !ACTION_KINDS.contains(&a.kind.as_str()))
+            {
+                return Err(invalid(format!(
+                    "{}: unknown action {:?} (known: {})",
+                    spec.id,
+                    action.kind,
+                    ACTION_KINDS.join(", ")
+                )));
+            }
+            if !(0.0..=1.0).contains(&spec.confidence) {
+                return Err(invalid(format!(
+                    "{}: confidence must be within 0..1",
+                    spec.id
+                )));
+            }
+            if spec.patterns.is_empty() {
+                return Err(invalid(format!(
+                    "{}: at least one pattern is needed",
+                    spec.id
+                )));
+            }
+            let mut patterns = Vec::new();
+            for pattern in &spec.patterns {
+                let regex = Regex::new(pattern)
+                    .map_err(|err| invalid(format!("{}: pattern {pattern:?}: {err}", spec.id)))?;
+                patterns.push(regex);
+                owner.push(signatures.len());
+            }
+            let mut context = Vec::new();
+            for pattern in &spec.context {
+                context.push(
+                    Regex::new(pattern).map_err(|err| {
+                        invalid(format!("{}: context {pattern:?}: {err}", spec.id))
+                    })?,
+                );
+            }
+            signatures.push(Signature {
+                component: spec.component.unwrap_or(category.component),
+                recoverable: spec.recoverable.unwrap_or(category.requeue),
+                spec,
+                patterns,
+                context,
+            });
+        }
+        // The whole-read scan looks for literals every match must contain (found by the regex
+        // parser, or given as `prefilter`), which a literal searcher finds far faster than the
+        // patterns themselves; a pattern without such literals is scanned for as it is. The same scan
+        // serves the recognisers' own markers.
+        let mut scan: Vec<String> = Vec::new();
+        let mut literal_list: Vec<String> = Vec::new();
+        let mut literal_patterns: Vec<Vec<usize>> = Vec::new();
+        let mut unguarded = Vec::new();
+        let mut guard = |literal: &str, pattern: usize| match literal_list
+            .iter()
+            .position(|known| known == literal)
+        {
+            Some(at) => literal_patterns[at].push(pattern),
+            None => {
+                literal_list.push(literal.to_string());
+                literal_patterns.push(vec![pattern]);
+            }
+        };
+        let mut flat = 0usize;
+        for signature in &signatures {
+            if !signature.spec.prefilter.is_empty() {
+                for offset in 0..signature.spec.patterns.len() {
+                    for literal in &signature.spec.prefilter {
+                        guard(literal, flat + offset);
+                    }
+                }
+                flat += signature.spec.patterns.len();
+                continue;
+            }
+            for pattern in &signature.spec.patterns {
+                let index = flat;
+                flat += 1;
+                match required_literals(pattern) {
+                    Some(literals) => {
+                        for literal in &literals {
+                            guard(literal, index);
+                        }
+                    }
+                    // Word boundaries are dropped: that only widens the scan, and a Unicode `\b`
+                    // would force the slow engine onto the whole read.
+                    None => {
+                        unguarded.push(index);
+                        scan.push(format!(
+                            "(?:{})",
+                            unnamed(pattern.strip_prefix('^').unwrap_or(pattern))
+                                .replace("\\b", "")
+                                .replace("\\B", "")
+                        ));
+                    }
+                }
+            }
+        }
+        scan.sort();
+        scan.dedup();
+        // Multi-line, so a pattern's `$` still means the end of its line inside a whole read.
+        let candidates = if scan.is_empty() {
+            None
+        } else {
+            Some(
+                regex::RegexBuilder::new(&scan.join("|"))
+                    .multi_line(true)
+                    .size_limit(64 << 20)
+                    .build()
+                    .map_err(|err| invalid(err.to_string()))?,
+            )
+        };
+        let literals = AhoCorasick::new(&literal_list).map_err(|err| invalid(err.to_string()))?;
+        let mut scan_list = literal_list.clone();
+        scan_list.extend(
+            crate::telemetry::record::signal_marker_literals()
+                .into_iter()
+                .map(str::to_string),
+        );
+        // A full DFA: it is built once, and scanning every byte of every log is the hot path.
+        let scan_literals = aho_corasick::AhoCorasickBuilder::new()
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .build(&scan_list)
+            .map_err(|err| invalid(err.to_string()))?;
+        let patterns = signatures
+            .iter()
+            .flat_map(|signature| signature.patterns.iter().cloned())
+            .collect();
+        Ok(Self {
+            signatures,
+            patterns,
+            owner,
+            literals,
+            literal_patterns,
+            unguarded,
+            scan_literals,
+            candidates,
+        })
+    }
+
+    pub fn signatures(&self) -> &[Signature] {
+        &self.signatures
+    }
+
+    /// Which lines of a read might match a signature or hold a recogniser's marker: one search over the
+    /// whole text instead of one per line. A marked line is confirmed on its message.
+    /// The whole-read scan's pattern, for inspection.
+    pub fn scan_pattern(&self) -> &str {
+        self.candidates.as_ref().map_or("", |regex| regex.as_str())
+    }
+
+    pub fn candidate_lines(&self, chunk: &Chunk) -> Vec<bool> {
+        let text = chunk.text.as_str();
+        let mut marks = vec![false; chunk.line_count()];
+        let mut at = 0;
+        while at < text.len() {
+            let input = aho_corasick::Input::new(text).span(at..text.len());
+            let Some(found) = self.scan_literals.find(input) else {
+                break;
+            };
+            let Some(line) = chunk.line_at(found.start()) else {
+                break;
+            };
+            marks[line] = true;
+            // One mark per line: go on at the next line.
+            at = chunk
+                .spans
+                .get(line + 1)
+                .map_or(text.len(), |&(start, _)| start)
+                .max(found.start() + 1);
+        }
+        if let Some(regex) = &self.candidates {
+            for (mark, found) in marks.iter_mut().zip(chunk.mark_lines(regex)) {
+                *mark |= found;
+            }
+        }
+        marks
+    }
+
+    /// Whether any signature matches `line`.
+    pub fn is_notable(&self, line: &str) -> bool {
+        self.matching_patterns(line).next().is_some()
+    }
+
+    /// The patterns that match `line`: only those whose literal occurs in it are run.
+    fn matching_patterns<'l>(&'l self, line: &'l str) -> impl Iterator<Item = usize> + 'l {
+        let mut tried = vec![false; self.patterns.len()];
+        let guarded: Vec<usize> = self
+            .literals
+            .find_overlapping_iter(line)
+            .flat_map(|found| {
+                self.literal_patterns[found.pattern().as_usize()]
+                    .iter()
+                    .copied()
+            })
+            .collect();
+        guarded
+            .into_iter()
+            .chain(self.unguarded.iter().copied())
+            .filter(move |&pattern| !std::mem::replace(&mut tried[pattern], true))
+            .filter(move |&pattern| self.patterns[pattern].is_match(line))
+    }
+
+    /// Indexes of the signatures that match `line`.
+    pub fn matching(&self, line: &str) -> Vec<usize> {
+        let mut hits: Vec<usize> = self
+            .matching_patterns(line)
+            .map(|pattern| self.owner[pattern])
+            .collect();
+        hits.sort_unstable();
+        hits.dedup();
+        hits
+    }
+}
+
+/// Shortest literal worth scanning for; shorter ones match too many lines to save anything.
+const MIN_LITERAL: usize = 6;
+/// Most literals one pattern may expand to (an alternation of many words is still fine).
+const MAX_LITERALS: usize = 64;
+
+/// Literals one of which every match of `pattern` contains, when the regex parser can tell.
+fn required_literals(pattern: &str) -> Option<Vec<String>> {
+    use regex_syntax::hir::literal::{ExtractKind, Extractor};
+    let hir = regex_syntax::Parser::new().parse(pattern).ok()?;
+    // Of the prefix and the suffix literals, the set whose shortest literal is longest is the most
+    // selective; generic short words ("Rank ") would mark most lines of a log.
+    [ExtractKind::Prefix, ExtractKind::Suffix]
+        .into_iter()
+        .filter_map(|kind| {
+            let mut extractor = Extractor::new();
+            extractor.kind(kind);
+            let seq = extractor.extract(&hir);
+            let literals = seq.literals()?;
+            let shortest = literals.iter().map(|l| l.as_bytes().len()).min()?;
+            (literals.len() <= MAX_LITERALS && shortest >= MIN_LITERAL).then(|| {
+                let texts = literals
+                    .iter()
+                    .map(|l| String::from_utf8(l.as_bytes().to_vec()).ok())
+                    .collect::<Option<Vec<String>>>();
+                texts.map(|texts| (shortest, texts))
+            })?
+        })
+        .max_by_key(|(shortest, _)| *shortest)
+        .map(|(_, texts)| texts)
+}
+
+/// A pattern with its named groups made plain, so patterns can share one regex.
+fn unnamed(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut rest = pattern;
+    while let Some(at) = rest.find("(?") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let named = after.strip_prefix("P<").or_else(|| {
+            after
+                .strip_prefix('<')
+                .filter(|a| !a.starts_with('=') && !a.starts_with('!'))
+        });
+        match named.and_then(|n| n.find('>').map(|end| &n[end + 1..])) {
+            Some(tail) => {
+                out.push_str("(?:");
+                rest = tail;
+            }
+            None => {
+                out.push_str("(?");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn parse_file(text: &str, file: &Path) -> Result<Vec<SignatureSpec>, CatalogError> {
+    toml::from_str::<CatalogFile>(text)
+        .map(|parsed| parsed.signature)
+        .map_err(|err| CatalogError::Invalid {
+            file: file.to_path_buf(),
+            message: err.to_string(),
+        })
+}

@@ -1,0 +1,174 @@
+//! The schedulers runguard talks to, behind one trait: the engine never knows which one it drives.
+
+#[cfg(feature = "kubernetes")]
+pub mod kube;
+#[cfg(feature = "sim")]
+pub mod sim;
+#[cfg(feature = "slurm")]
+pub mod slurm;
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits, SpecChange};
+
+/// A backend operation that did not work.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The scheduler could not be reached or answered with something we cannot use.
+    #[error("scheduler unavailable: {0}")]
+    Unavailable(String),
+    /// The scheduler refused the operation (usually missing rights); `command` is what would have run.
+    #[error("refused by the scheduler: {message} (command: {command})")]
+    Refused { command: String, message: String },
+    /// The job is unknown to the scheduler.
+    #[error("no such job: {0}")]
+    NoSuchJob(String),
+    /// The request itself is invalid (e.g. it would exclude every node).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The scheduler refused runguard's credentials (expired token, RBAC); nothing can be watched or
+    /// done until they are fixed.
+    #[error("credentials refused: {0}")]
+    Credentials(String),
+}
+
+/// What the scheduler says about one watched job right now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSnapshot {
+    pub job_id: String,
+    pub name: String,
+    pub user: String,
+    pub state: JobState,
+    /// The state exactly as the scheduler wrote it.
+    pub state_raw: String,
+    /// The scheduler's reason code, if any.
+    pub reason: Option<String>,
+    /// Allocated nodes (empty while pending).
+    pub nodes: Vec<String>,
+    /// GPUs allocated (or requested while pending) in total.
+    pub gpus: u32,
+    pub submit_time: Option<DateTime<Utc>>,
+    pub start_time: Option<DateTime<Utc>>,
+    pub end_time: Option<DateTime<Utc>>,
+    pub exit_code: Option<i32>,
+    /// How many times the scheduler has restarted this job id (Slurm's `Restarts`).
+    pub restart_count: u32,
+    /// Nodes the job must not run on.
+    pub excluded_nodes: Vec<String>,
+    /// Where the job's unified log is written.
+    pub log_path: Option<PathBuf>,
+    /// What is needed to submit the job again.
+    pub spec: JobSpec,
+    /// The job's own recovery limits (from its enrolment comment or labels).
+    pub limits: RecoveryLimits,
+    /// The tag runguard gave a job it submitted, linking it back to its workflow and attempt.
+    pub tag: Option<String>,
+}
+
+/// What an executed action did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionOutcome {
+    /// A line for the journal and the user.
+    pub detail: String,
+    /// The new job id, when the action submitted a new job.
+    pub new_job_id: Option<String>,
+}
+
+/// A scheduler: what the engine observes and the actions it can take.
+///
+/// Implementations must be idempotent-friendly: the engine re-reads a job before acting on it, and every
+/// method may be called again after the engine restarts.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Short name stored with each workflow (`sim`, `slurm`, ...).
+    fn name(&self) -> &str;
+
+    /// Every job runguard should watch (enrolled jobs and the ones it submitted), in any state it still knows.
+    async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError>;
+
+    /// One job, if the scheduler still knows it.
+    async fn job(&self, job_id: &str) -> Result<Option<JobSnapshot>, BackendError>;
+
+    /// Puts the job back in the queue under the same id, never to run on `exclude`.
+    async fn requeue(
+        &self,
+        job_id: &str,
+        exclude: &[String],
+    ) -> Result<ActionOutcome, BackendError>;
+
+    /// Submits `spec` again as a new job avoiding `exclude`; `tag` is stored with the job (see [`JobSnapshot::tag`]).
+    async fn resubmit(
+        &self,
+        spec: &JobSpec,
+        exclude: &[String],
+        tag: &str,
+    ) -> Result<ActionOutcome, BackendError>;
+
+    /// Re-creates the workload from its saved spec with `changes`, never to run on `exclude`.
+    async fn recreate(
+        &self,
+        job_id: &str,
+        _exclude: &[String],
+        _changes: &[SpecChange],
+    ) -> Result<ActionOutcome, BackendError> {
+        Err(BackendError::Invalid(format!(
+            "{} cannot change the spec of job {job_id}",
+            self.name()
+        )))
+    }
+
+    /// Whether [`Backend::recreate`] can change a workload's spec.
+    fn can_recreate(&self) -> bool {
+        false
+    }
+
+    /// Cancels the job.
+    async fn cancel(&self, job_id: &str) -> Result<ActionOutcome, BackendError>;
+
+    /// Takes a node out of scheduling with a reason.
+    async fn drain_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError>;
+
+    /// The exact command an action runs on this backend, for approvals and the journal.
+    fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String;
+
+    /// A file holding the node's kernel log (Xid, ECC, thermal), when the backend knows one.
+    fn node_log(&self, node: &str) -> Option<PathBuf>;
+
+    /// Keeps a pending job from being scheduled.
+    async fn hold(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
+        Err(BackendError::Invalid(format!(
+            "{} cannot hold job {job_id}",
+            self.name()
+        )))
+    }
+
+    /// Lets a held job be scheduled again.
+    async fn release(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
+        Err(BackendError::Invalid(format!(
+            "{} cannot release job {job_id}",
+            self.name()
+        )))
+    }
+
+    /// Called once with the engine's waker: a backend told of changes by the scheduler (watch streams)
+    /// notifies it so that the engine looks now rather than at its next poll.
+    fn set_waker(&self, _waker: std::sync::Arc<tokio::sync::Notify>) {}
+
+    /// Jobs the user asked to watch by reference (`runguard watch JOBID`), besides enrolled ones. The
+    /// engine calls this before each listing with the whole current set.
+    fn set_watched(&self, _job_refs: &[String]) {}
+
+    /// Nodes of `partition` that can run jobs now, when the backend can tell (`None` when it cannot).
+    async fn usable_nodes(
+        &self,
+        _partition: Option<&str>,
+    ) -> Result<Option<Vec<String>>, BackendError> {
+        Ok(None)
+    }
+}

@@ -1,0 +1,438 @@
+//! Slurm through its command-line tools: `squeue --json` (or `scontrol show job -o` where that is not
+//! available) to read, `scontrol`/`sbatch`/`scancel` to act. Every command is argv, never a shell
+//! string, and has a timeout.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::api::{Operation, SlurmApi};
+use super::jobcomp::{self, JobCompRecord};
+use super::squeue::{self, SlurmJob};
+use super::{hostlist, sacct, scontrol};
+use crate::backend::BackendError;
+use crate::telemetry::tail::read_end;
+
+pub use crate::config::Listing;
+
+/// The command-line tools of the Slurm the environment points to (`SLURM_CONF`, `PATH`).
+pub struct SlurmCli {
+    timeout: Duration,
+    listing: Listing,
+    /// `squeue --json` failed as unsupported once: use `scontrol` from then on.
+    json_unsupported: AtomicBool,
+    /// sacct said the cluster keeps no accounting: not asked again.
+    no_accounting: AtomicBool,
+    /// The jobcomp file: configured, or found in `scontrol show config` on first use (`Some(None)`: none).
+    jobcomp: Mutex<Option<Option<PathBuf>>>,
+    /// `SLURM_CONF` for every command, when not the environment's.
+    slurm_conf: Option<PathBuf>,
+}
+
+/// The most of the jobcomp file read for one job's history: its end, where recent attempts are.
+const JOBCOMP_TAIL_BYTES: u64 = 16 << 20;
+
+impl SlurmCli {
+    pub fn new(timeout: Duration, listing: Listing) -> Self {
+        Self {
+            timeout: if timeout.is_zero() {
+                Duration::from_secs(30)
+            } else {
+                timeout
+            },
+            listing,
+            json_unsupported: AtomicBool::new(false),
+            no_accounting: AtomicBool::new(false),
+            jobcomp: Mutex::new(None),
+            slurm_conf: None,
+        }
+    }
+
+    /// Runs every command with `SLURM_CONF` set to this file (another cluster than the environment's).
+    pub fn with_slurm_conf(mut self, conf: Option<PathBuf>) -> Self {
+        self.slurm_conf = conf;
+        self
+    }
+
+    /// Reads history from this jobcomp file instead of the one `scontrol show config` names.
+    pub fn with_jobcomp(self, path: Option<PathBuf>) -> Self {
+        if path.is_some() {
+            *lock(&self.jobcomp) = Some(path);
+        }
+        self
+    }
+
+    /// Runs one command; its standard output, or the error Slurm's message stands for.
+    pub async fn run(&self, argv: &[String]) -> Result<String, BackendError> {
+        let (success, stdout, stderr) = self.run_raw(argv).await?;
+        if success {
+            return Ok(stdout);
+        }
+        Err(classify(display_argv(argv), stderr.trim()))
+    }
+
+    /// Runs one command; whether it succeeded, its standard output and its standard error.
+    async fn run_raw(&self, argv: &[String]) -> Result<(bool, String, String), BackendError> {
+        let display = display_argv(argv);
+        let Some((program, args)) = argv.split_first() else {
+            return Err(BackendError::Invalid("empty command".into()));
+        };
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(args)
+            .kill_on_drop(true)
+            .stdin(std::process::Stdio::null());
+        if let Some(conf) = &self.slurm_conf {
+            command.env("SLURM_CONF", conf);
+        }
+        let output = match tokio::time::timeout(self.timeout, command.output()).await {
+            Ok(Ok(output)) => output,
+            Ok(Err(err)) => return Err(BackendError::Unavailable(format!("{display}: {err}"))),
+            Err(_) => {
+                return Err(BackendError::Unavailable(format!(
+                    "{display}: no answer within {} s",
+                    self.timeout.as_secs()
+                )));
+            }
+        };
+        Ok((
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        ))
+    }
+
+    /// The jobcomp file, if the controller writes one (`JobCompType=jobcomp/filetxt`).
+    async fn jobcomp_path(&self) -> Result<Option<PathBuf>, BackendError> {
+        if let Some(known) = lock(&self.jobcomp).clone() {
+            return Ok(known);
+        }
+        let text = self.run(&argv(&["scontrol", "show", "config"])).await?;
+        let setting = |key: &str| {
+            text.lines().find_map(|line| {
+                let (name, value) = line.split_once('=')?;
+                (name.trim() == key).then(|| value.trim().to_string())
+            })
+        };
+        let path = (setting("JobCompType").as_deref() == Some("jobcomp/filetxt"))
+            .then(|| setting("JobCompLoc"))
+            .flatten()
+            .map(PathBuf::from);
+        *lock(&self.jobcomp) = Some(path.clone());
+        Ok(path)
+    }
+
+    /// The job's attempts in the end of the jobcomp file.
+    async fn jobcomp_history(
+        &self,
+        path: PathBuf,
+        job_id: &str,
+    ) -> Result<Vec<JobCompRecord>, BackendError> {
+        let tail = tokio::task::spawn_blocking(move || read_end(&path, JOBCOMP_TAIL_BYTES))
+            .await
+            .map_err(|err| {
+                BackendError::Unavailable(format!("reading the jobcomp file: {err}"))
+            })??;
+        let (records, warnings) = jobcomp::parse(jobcomp::complete_lines(&tail));
+        if !warnings.is_empty() {
+            tracing::warn!(count = warnings.len(), first = %warnings[0], "jobcomp lines skipped");
+        }
+        Ok(jobcomp::attempts_of(&records, job_id)
+            .into_iter()
+            .cloned()
+            .collect())
+    }
+
+    async fn squeue_json(
+        &self,
+        job_id: Option<&str>,
+    ) -> Result<(Vec<SlurmJob>, Vec<String>), BackendError> {
+        let mut argv = argv(&["squeue", "--all", "--json"]);
+        if let Some(id) = job_id {
+            argv.extend(["--jobs".to_string(), id.to_string()]);
+        }
+        let text = self.run(&argv).await?;
+        squeue::parse(&text).map_err(|err| BackendError::Invalid(err.to_string()))
+    }
+
+    async fn scontrol_jobs(
+        &self,
+        job_id: Option<&str>,
+    ) -> Result<(Vec<SlurmJob>, Vec<String>), BackendError> {
+        let mut argv = argv(&["scontrol", "show", "job", "-o", "--details"]);
+        if let Some(id) = job_id {
+            argv.push(id.to_string());
+        }
+        let text = self.run(&argv).await?;
+        Ok(scontrol::parse(&text))
+    }
+}
+
+/// Slurm's error message as the error it stands for.
+fn classify(command: String, stderr: &str) -> BackendError {
+    let message: String = stderr.chars().take(500).collect();
+    let refused = [
+        "ermission denied",
+        "Access denied",
+        "Access/permission",
+        "Invalid user id",
+        "not authorized",
+    ];
+    if refused.iter().any(|needle| message.contains(needle)) {
+        return BackendError::Refused { command, message };
+    }
+    if message.contains("Invalid job id") {
+        return BackendError::NoSuchJob(command);
+    }
+    let unreachable = [
+        "Unable to contact slurm controller",
+        "Connection refused",
+        "Socket timed out",
+        "Zero Bytes were transmitted",
+    ];
+    if unreachable.iter().any(|needle| message.contains(needle)) {
+        return BackendError::Unavailable(format!("{command}: {message}"));
+    }
+    BackendError::Invalid(format!("{command}: {message}"))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+pub(crate) fn argv(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|part| part.to_string()).collect()
+}
+
+/// The argv of an operation, shared by execution and display.
+pub fn operation_argv(operation: &Operation) -> Vec<String> {
+    match operation {
+        Operation::RequeueHold { job_id } => argv(&["scontrol", "requeuehold", job_id]),
+        Operation::ExcludeNodes { job_id, nodes } => vec![
+            "scontrol".into(),
+            "update".into(),
+            format!("JobId={job_id}"),
+            format!("ExcNodeList={}", nodes.join(",")),
+        ],
+        Operation::Release { job_id } => argv(&["scontrol", "release", job_id]),
+        Operation::Hold { job_id } => argv(&["scontrol", "hold", job_id]),
+        Operation::StartNow { job_id } => vec![
+            "scontrol".into(),
+            "update".into(),
+            format!("JobId={job_id}"),
+            "StartTime=now".into(),
+        ],
+        Operation::Cancel { job_id } => argv(&["scancel", job_id]),
+        Operation::Drain { node, reason } => vec![
+            "scontrol".into(),
+            "update".into(),
+            format!("NodeName={node}"),
+            "State=DRAIN".into(),
+            format!("Reason={reason}"),
+        ],
+        Operation::Submit(submission) => {
+            let mut command = vec![
+                "sbatch".to_string(),
+                "--parsable".to_string(),
+                format!("--job-name={}", submission.name),
+                format!("--comment={}", submission.comment),
+            ];
+            if !submission.exclude.is_empty() {
+                command.push(format!("--exclude={}", submission.exclude.join(",")));
+            }
+            if let Some(dir) = &submission.work_dir {
+                command.push(format!("--chdir={dir}"));
+            }
+            command.push(submission.script.display().to_string());
+            command
+        }
+    }
+}
+
+/// Shows argv as one line a user could paste: arguments with spaces or quotes are single-quoted.
+pub fn display_argv(argv: &[String]) -> String {
+    argv.iter()
+        .map(|arg| {
+            if !arg.is_empty()
+                && arg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_=,./:[]%@+".contains(c))
+            {
+                arg.clone()
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether a node in `sinfo`'s compact state (`idle`, `mix`, `drain*`, `down~`...) can run a job now.
+fn usable(state: &str) -> bool {
+    // A trailing `*` means the node does not answer; other marks (`~` powered down, `#` powering up,
+    // `!` pending power down, `%` powering down, `@` reboot pending, `$` maintenance, `^` rebooting,
+    // `-` planned) still allow scheduling except maintenance and not-responding.
+    if state.contains('*') || state.contains('$') {
+        return false;
+    }
+    let base = state.trim_end_matches(|c: char| !c.is_ascii_alphabetic());
+    matches!(
+        base,
+        "idle" | "mix" | "mixed" | "alloc" | "allocated" | "comp" | "completing" | "plnd"
+    )
+}
+
+#[async_trait]
+impl SlurmApi for SlurmCli {
+    async fn jobs(
+        &self,
+        job_id: Option<&str>,
+    ) -> Result<(Vec<SlurmJob>, Vec<String>), BackendError> {
+        let use_scontrol = self.listing == Listing::Scontrol
+            || (self.listing == Listing::Auto && self.json_unsupported.load(Ordering::Relaxed));
+        if use_scontrol {
+            return self.scontrol_jobs(job_id).await;
+        }
+        match self.squeue_json(job_id).await {
+            // A Slurm without `--json` (older, or built without the JSON plugins) rejects the option or
+            // prints something else; a controller that is down is not a reason to switch.
+            Err(BackendError::Invalid(message)) if self.listing == Listing::Auto => {
+                tracing::warn!(%message, "squeue --json is not usable here; reading scontrol show job -o");
+                self.json_unsupported.store(true, Ordering::Relaxed);
+                self.scontrol_jobs(job_id).await
+            }
+            Err(BackendError::NoSuchJob(_)) => Ok((Vec::new(), Vec::new())),
+            other => other,
+        }
+    }
+
+    async fn perform(&self, operation: &Operation) -> Result<String, BackendError> {
+        let out = self.run(&operation_argv(operation)).await?;
+        Ok(match operation {
+            // `--parsable` prints `ID` or `ID;CLUSTER`.
+            Operation::Submit(_) => out.trim().split(';').next().unwrap_or("").to_string(),
+            _ => out,
+        })
+    }
+
+    fn describe(&self, operation: &Operation) -> String {
+        display_argv(&operation_argv(operation))
+    }
+
+    async fn history(&self, job_id: &str) -> Result<Option<Vec<JobCompRecord>>, BackendError> {
+        if !self.no_accounting.load(Ordering::Relaxed) {
+            let (success, stdout, stderr) = self.run_raw(&sacct::argv(job_id)).await?;
+            match sacct::read_answer(success, &stdout, &stderr) {
+                Ok(Some((records, _))) => {
+                    let attempts: Vec<JobCompRecord> = jobcomp::attempts_of(&records, job_id)
+                        .into_iter()
+                        .cloned()
+                        .collect();
+                    if !attempts.is_empty() {
+                        return Ok(Some(attempts));
+                    }
+                }
+                Ok(None) => self.no_accounting.store(true, Ordering::Relaxed),
+                Err(err) => tracing::warn!(%err, job_id, "sacct"),
+            }
+        }
+        let Some(path) = self.jobcomp_path().await? else {
+            return Ok(None);
+        };
+        let attempts = self.jobcomp_history(path, job_id).await?;
+        Ok((!attempts.is_empty()).then_some(attempts))
+    }
+
+    async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError> {
+        let mut command = argv(&["sinfo", "--noheader", "--Node", "--format=%N %t"]);
+        if let Some(partition) = partition {
+            command.push(format!("--partition={partition}"));
+        }
+        let text = self.run(&command).await?;
+        let mut nodes = Vec::new();
+        for line in text.lines() {
+            let mut fields = line.split_whitespace();
+            let (Some(name), Some(state)) = (fields.next(), fields.next()) else {
+                continue;
+            };
+            if usable(state) {
+                // A node in several partitions is listed once per partition.
+                for node in hostlist::expand(name).unwrap_or_else(|_| vec![name.to_string()]) {
+                    if !nodes.contains(&node) {
+                        nodes.push(node);
+                    }
+                }
+            }
+        }
+        Ok(nodes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_messages_become_the_errors_they_stand_for() {
+        let command = || "scontrol update NodeName=n2 State=DRAIN".to_string();
+        assert!(matches!(
+            classify(command(), "slurm_update error: Invalid user id"),
+            BackendError::Refused { .. }
+        ));
+        assert!(matches!(
+            classify(
+                command(),
+                "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+            ),
+            BackendError::Unavailable(_)
+        ));
+        assert!(matches!(
+            classify(command(), "scontrol: error: Invalid job id specified"),
+            BackendError::NoSuchJob(_)
+        ));
+        assert!(matches!(
+            classify(command(), "squeue: unrecognized option '--json'"),
+            BackendError::Invalid(_)
+        ));
+    }
+
+    #[test]
+    fn node_states_that_can_run_jobs() {
+        for state in ["idle", "mix", "alloc", "comp", "idle~", "mix-"] {
+            assert!(usable(state), "{state}");
+        }
+        for state in [
+            "drain", "drng", "down*", "idle*", "fail", "maint", "idle$", "unk*",
+        ] {
+            assert!(!usable(state), "{state}");
+        }
+    }
+
+    #[test]
+    fn commands_display_as_one_pasteable_line() {
+        let drain = Operation::Drain {
+            node: "n2".into(),
+            reason: "runguard: xid_79".into(),
+        };
+        assert_eq!(
+            display_argv(&operation_argv(&drain)),
+            "scontrol update NodeName=n2 State=DRAIN 'Reason=runguard: xid_79'"
+        );
+        let submit = Operation::Submit(super::super::api::Submission {
+            script: "/home/a/train.sbatch".into(),
+            name: "llama".into(),
+            comment: r#"{"APS":{"auto_resume_mode":"requeue"}}"#.into(),
+            exclude: vec!["n2".into(), "n3".into()],
+            work_dir: None,
+        });
+        assert_eq!(
+            display_argv(&operation_argv(&submit)),
+            r#"sbatch --parsable --job-name=llama '--comment={"APS":{"auto_resume_mode":"requeue"}}' --exclude=n2,n3 /home/a/train.sbatch"#
+        );
+    }
+}

@@ -1,0 +1,284 @@
+//! `squeue --json` (Slurm 22.05 prints the OpenAPI v0.0.38 shape) into job snapshots.
+//!
+//! Every field is optional and typed loosely: versions differ, and a field that does not parse is
+//! skipped with a warning rather than losing the whole listing.
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use super::comment::{self, Enrolment};
+use super::hostlist;
+use crate::backend::JobSnapshot;
+use crate::model::{JobSpec, JobState, RecoveryLimits};
+
+/// An answer that is not a job listing at all.
+#[derive(Debug, thiserror::Error)]
+#[error("squeue answered something that is not a job listing: {0}")]
+pub struct ListingError(String);
+
+#[derive(Debug, Deserialize)]
+struct Listing {
+    #[serde(default)]
+    jobs: Vec<serde_json::Value>,
+}
+
+/// One job of the listing, with what the scheduler said about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlurmJob {
+    pub snapshot: JobSnapshot,
+    /// How the comment enrols the job.
+    pub enrolment: Enrolment,
+    pub partition: Option<String>,
+}
+
+/// Parses a listing; jobs that cannot be read are returned as warnings.
+pub fn parse(text: &str) -> Result<(Vec<SlurmJob>, Vec<String>), ListingError> {
+    let listing: Listing =
+        serde_json::from_str(text).map_err(|err| ListingError(err.to_string()))?;
+    let mut jobs = Vec::new();
+    let mut warnings = Vec::new();
+    for value in listing.jobs {
+        match job_from_value(&value) {
+            Ok(job) => jobs.push(job),
+            Err(warning) => warnings.push(warning),
+        }
+    }
+    Ok((jobs, warnings))
+}
+
+fn text<'v>(value: &'v serde_json::Value, key: &str) -> Option<&'v str> {
+    value.get(key)?.as_str().filter(|s| !s.is_empty())
+}
+
+fn number(value: &serde_json::Value, key: &str) -> Option<i64> {
+    let field = value.get(key)?;
+    field
+        .as_i64()
+        // Newer versions wrap numbers: {"set": true, "number": 5}.
+        .or_else(|| field.get("number")?.as_i64())
+}
+
+fn time(value: &serde_json::Value, key: &str) -> Option<DateTime<Utc>> {
+    number(value, key)
+        .filter(|seconds| *seconds > 0)
+        .and_then(|seconds| DateTime::from_timestamp(seconds, 0))
+}
+
+/// One value of a TRES string: `mem` of `cpu=4,mem=8G,node=2` is `8G`.
+fn tres_value(tres: &str, key: &str) -> Option<String> {
+    tres.split(',').find_map(|item| {
+        let (name, value) = item.split_once('=')?;
+        (name == key).then(|| value.to_string())
+    })
+}
+
+/// GPUs from a TRES string: `cpu=4,mem=8G,node=2,gres/gpu=16`.
+fn gpus(tres: &str) -> Option<u32> {
+    tres.split(',').find_map(|item| {
+        let (key, count) = item.split_once('=')?;
+        (key == "gres/gpu").then(|| count.parse().ok()).flatten()
+    })
+}
+
+/// An exit code from a wait status (`768` = exit 3) or a plain code.
+fn exit_code(raw: i64) -> i32 {
+    if raw > 255 {
+        (raw >> 8) as i32
+    } else {
+        raw as i32
+    }
+}
+
+/// `afterok:4201(unfulfilled)` → "4201".
+fn upstream(dependency: &str) -> Option<String> {
+    let (_, rest) = dependency.split_once(':')?;
+    let id: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    (!id.is_empty()).then_some(id)
+}
+
+/// The tag runguard put in the comment of a job it submitted: `{"APS": {...}, "runguard": "TAG"}`.
+fn runguard_tag(comment: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(comment.trim()).ok()?;
+    value.get("runguard")?.as_str().map(str::to_string)
+}
+
+/// Slurm gives the output path as the user wrote it (`%x_%j.log`); the file on disk has the fields
+/// filled in: `%j` job id, `%x` job name, `%u` user, `%%` a percent sign.
+pub fn expand_output(pattern: &str, job_id: &str, name: &str, user: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('j') | Some('A') => out.push_str(job_id),
+            Some('x') => out.push_str(name),
+            Some('u') => out.push_str(user),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// Maps one job in the v0.0.38 shape to a [`SlurmJob`]; `scontrol` builds this shape too, so both
+/// ways of listing jobs share one mapping.
+pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, String> {
+    let job_id = number(value, "job_id")
+        .ok_or("a job without a job_id")?
+        .to_string();
+    let state_raw = text(value, "job_state").unwrap_or("UNKNOWN").to_string();
+    let nodes = match text(value, "nodes") {
+        Some(list) => hostlist::expand(list).map_err(|err| format!("job {job_id}: {err}"))?,
+        None => Vec::new(),
+    };
+    let excluded_nodes = match text(value, "excluded_nodes") {
+        Some(list) => hostlist::expand(list).map_err(|err| format!("job {job_id}: {err}"))?,
+        None => Vec::new(),
+    };
+    let node_count = number(value, "node_count")
+        .unwrap_or(nodes.len() as i64)
+        .max(0) as u32;
+    let gpus_total = text(value, "tres_alloc_str")
+        .or_else(|| text(value, "tres_req_str"))
+        .and_then(gpus)
+        .unwrap_or(0);
+    let enrolment = comment::parse(text(value, "comment").unwrap_or(""));
+    let limits = match &enrolment {
+        Enrolment::Enrolled { limits, .. } => limits.clone(),
+        _ => RecoveryLimits::default(),
+    };
+    let name = text(value, "name").unwrap_or("").to_string();
+    let user = text(value, "user_name").unwrap_or("").to_string();
+    let reason = text(value, "state_reason")
+        .filter(|reason| *reason != "None")
+        .map(str::to_string);
+    let state = JobState::from_slurm(&state_raw);
+    let (name_for_path, user_for_path) = (name.clone(), user.clone());
+    let snapshot = JobSnapshot {
+        job_id: job_id.clone(),
+        name: name.clone(),
+        user: user.clone(),
+        state,
+        state_raw,
+        reason,
+        nodes,
+        gpus: gpus_total,
+        submit_time: time(value, "submit_time"),
+        start_time: time(value, "start_time"),
+        end_time: time(value, "end_time"),
+        exit_code: (state.is_terminal())
+            .then(|| number(value, "exit_code").map(exit_code))
+            .flatten(),
+        restart_count: number(value, "restart_cnt").unwrap_or(0).max(0) as u32,
+        excluded_nodes,
+        log_path: text(value, "standard_output").map(|pattern| {
+            PathBuf::from(expand_output(
+                pattern,
+                &job_id,
+                &name_for_path,
+                &user_for_path,
+            ))
+        }),
+        spec: JobSpec {
+            name,
+            user,
+            nodes: node_count,
+            gpus_per_node: gpus_total.checked_div(node_count).unwrap_or(0),
+            partition: text(value, "partition").map(str::to_string),
+            command: text(value, "command").map(str::to_string),
+            work_dir: text(value, "current_working_directory").map(str::to_string),
+            dependency: text(value, "dependency").and_then(upstream),
+            cluster: text(value, "cluster").map(str::to_string),
+            reservation: text(value, "resv_name").map(str::to_string),
+            cpus: number(value, "cpus").unwrap_or(0).max(0) as u32,
+            memory: text(value, "tres_alloc_str")
+                .or_else(|| text(value, "tres_req_str"))
+                .and_then(|tres| tres_value(tres, "mem")),
+            included_nodes: text(value, "required_nodes")
+                .and_then(|list| hostlist::expand(list).ok())
+                .unwrap_or_default(),
+        },
+        limits,
+        tag: text(value, "comment").and_then(runguard_tag),
+    };
+    Ok(SlurmJob {
+        snapshot,
+        enrolment,
+        partition: text(value, "partition").map(str::to_string),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> String {
+        std::fs::read_to_string("../tests/fixtures/slurm/squeue_22.05.json").unwrap()
+    }
+
+    #[test]
+    fn a_requeued_failed_job_reads_with_nodes_exclusions_exit_code_and_limits() {
+        let (jobs, warnings) = parse(&fixture()).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let job = &jobs[0].snapshot;
+        assert_eq!(job.job_id, "4201");
+        assert_eq!(job.state, JobState::Failed);
+        assert_eq!(job.reason.as_deref(), Some("NonZeroExitCode"));
+        assert_eq!(job.nodes, ["n3", "n4"]);
+        assert_eq!(job.excluded_nodes, ["n2"]);
+        assert_eq!(job.exit_code, Some(3));
+        assert_eq!(job.restart_count, 1);
+        assert_eq!(job.gpus, 16);
+        assert_eq!(job.spec.gpus_per_node, 8);
+        assert_eq!(job.limits.max_requeue_times, Some(3));
+        assert!(matches!(jobs[0].enrolment, Enrolment::Enrolled { .. }));
+    }
+
+    #[test]
+    fn a_pending_dependent_job_names_its_upstream_and_is_not_enrolled_by_a_plain_comment() {
+        let (jobs, _) = parse(&fixture()).unwrap();
+        let job = &jobs[1];
+        assert_eq!(job.snapshot.state, JobState::Pending);
+        assert_eq!(job.snapshot.spec.dependency.as_deref(), Some("4201"));
+        assert_eq!(job.snapshot.gpus, 8);
+        assert_eq!(job.snapshot.exit_code, None);
+        assert_eq!(job.enrolment, Enrolment::NotMentioned);
+    }
+
+    #[test]
+    fn a_broken_enrolment_comment_is_reported_on_its_job() {
+        let (jobs, _) = parse(&fixture()).unwrap();
+        assert!(matches!(jobs[2].enrolment, Enrolment::Invalid(_)));
+    }
+
+    #[test]
+    fn the_output_pattern_is_filled_in() {
+        assert_eq!(
+            expand_output("/logs/%x_%j.log", "7", "train", "alice"),
+            "/logs/train_7.log"
+        );
+        assert_eq!(
+            expand_output("/logs/%u/100%%-%j", "7", "t", "alice"),
+            "/logs/alice/100%-7"
+        );
+    }
+
+    #[test]
+    fn nonsense_is_an_error_and_a_bad_job_is_a_warning() {
+        assert!(parse("slurm_load_jobs error: Unable to contact slurm controller").is_err());
+        let (jobs, warnings) =
+            parse(r#"{"jobs": [{"name": "no id"}, {"job_id": 7, "job_state": "RUNNING", "nodes": "n[1-"}]}"#)
+                .unwrap();
+        assert!(jobs.is_empty());
+        assert_eq!(warnings.len(), 2);
+    }
+}

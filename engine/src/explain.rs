@@ -1,0 +1,524 @@
+//! Offline post-mortem of any log (`runguard explain`) and its evaluation over a labelled corpus
+//! (`runguard eval`): the same telemetry pipeline, attribution and policy the engine uses, on files.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::attribute::{self, Catalog, Evidence};
+use crate::config::Config;
+use crate::detect;
+use crate::model::{
+    AnomalyKind, Attempt, Attribution, Component, Culprit, EvidenceLine, JobSpec, JobState,
+    RecoveryLimits, ThroughputSample, Workflow, WorkflowStatus,
+};
+use crate::recover::{Policy, decide};
+use crate::telemetry::node_signals::parse_kernel_line;
+use crate::telemetry::pipeline::Digester;
+use crate::telemetry::tail::{Chunk, TailLimits, read_new_lines_reusing};
+
+/// Largest read per step; files of any size are read in bounded steps.
+const READ_STEP: u64 = 16 << 20;
+
+/// An explanation that could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} does not exist")]
+    Missing { path: PathBuf },
+    #[error("invalid manifest {path}: {message}")]
+    Manifest { path: PathBuf, message: String },
+}
+
+/// What to explain.
+#[derive(Debug, Clone, Default)]
+pub struct ExplainInput {
+    /// Application logs (a job's unified log, or several).
+    pub logs: Vec<PathBuf>,
+    /// Kernel logs of the job's nodes.
+    pub kernel_logs: Vec<PathBuf>,
+    /// The job's nodes in rank order, for rank → node; empty when unknown.
+    pub nodes: Vec<String>,
+    /// Ranks per node (the task layout).
+    pub ranks_per_node: u32,
+}
+
+/// One moment of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimelineEntry {
+    pub time: Option<DateTime<Utc>>,
+    pub what: String,
+}
+
+/// The post-mortem.
+#[derive(Debug, Clone, Serialize)]
+pub struct Explanation {
+    pub files: Vec<String>,
+    pub lines: u64,
+    pub first_iteration: Option<u64>,
+    pub last_iteration: Option<u64>,
+    pub checkpoints: Vec<u64>,
+    pub median_tflops_per_gpu: Option<f64>,
+    pub timeline: Vec<TimelineEntry>,
+    /// Whether the log shows a failure at all.
+    pub failed: bool,
+    /// Anomalies the detectors raise over the log.
+    pub anomalies: Vec<String>,
+    /// What failed, where, and whether a requeue helps (`healthy` when nothing failed).
+    pub attribution: Attribution,
+    /// What runguard would do, as the default policy decides it.
+    pub recovery: Vec<String>,
+}
+
+/// Reads every input and explains it.
+pub fn explain(
+    catalog: &Catalog,
+    config: &Config,
+    input: &ExplainInput,
+) -> Result<Explanation, ExplainError> {
+    let now = Utc::now();
+    let limits = TailLimits {
+        max_line_bytes: config.telemetry.max_line_bytes,
+        max_read_bytes: READ_STEP,
+    };
+    let mut evidence: Vec<EvidenceLine> = Vec::new();
+    let mut samples: Vec<ThroughputSample> = Vec::new();
+    let mut checkpoints = Vec::new();
+    let mut timeline = Vec::new();
+    let (mut lines, mut first_iteration, mut last_iteration) = (0u64, None, None);
+    let mut straggler = detect::StragglerTracker::default();
+    let mut anomalies = Vec::new();
+    for path in &input.logs {
+        let mut digester = Digester::new(|line: &str| catalog.is_notable(line), now, None, None);
+        read_whole(path, limits, |chunk| {
+            digester.push_chunk(chunk, &catalog.candidate_lines(chunk));
+        })?;
+        let digest = digester.finish();
+        lines += digest.lines;
+        for (time, iteration, tflops, rank) in &digest.samples {
+            first_iteration = first_iteration.or(Some(*iteration));
+            samples.push(ThroughputSample {
+                workflow_id: 0,
+                attempt_index: 0,
+                time: *time,
+                iteration: *iteration,
+                tflops_per_gpu: *tflops,
+                rank: *rank,
+                node: None,
+            });
+        }
+        last_iteration = last_iteration.max(digest.last_iteration);
+        for (iteration, path, time) in &digest.checkpoints {
+            checkpoints.push(*iteration);
+            timeline.push(TimelineEntry {
+                time: Some(*time),
+                what: format!("checkpoint at iteration {iteration} ({path})"),
+            });
+        }
+        for report in &digest.straggler_reports {
+            if let Some(finding) = straggler.observe(
+                report,
+                &input.nodes,
+                input.ranks_per_node.max(1),
+                &config.detect,
+            ) {
+                anomalies.push(finding.summary);
+            }
+        }
+        evidence.extend(digest.evidence);
+    }
+    for path in &input.kernel_logs {
+        read_whole(path, limits, |chunk| {
+            for line in chunk.lines() {
+                if let Some(signal) = parse_kernel_line(line) {
+                    evidence.push(EvidenceLine {
+                        time: signal.time.unwrap_or(now),
+                        rank: None,
+                        text: signal.text,
+                    });
+                } else if catalog.is_notable(line) {
+                    // Kernel lines a signature knows beyond GPU signals: OOM killer, mlx5, panics.
+                    evidence.push(EvidenceLine {
+                        time: now,
+                        rank: None,
+                        text: line.trim().to_string(),
+                    });
+                }
+            }
+        })?;
+    }
+
+    let (head, tail) = window(&samples, &config.detect);
+    if let Some(finding) = detect::throughput_drop(head, tail, &config.detect) {
+        anomalies.push(finding.summary);
+    }
+    let failed = evidence
+        .iter()
+        .any(|line| !catalog.matching(&line.text).is_empty())
+        || evidence.iter().any(|line| {
+            matches!(
+                crate::telemetry::record::recognise(&line.text),
+                Some(crate::telemetry::record::Record::ExceptionLine { .. })
+            )
+        });
+    let attribution = if failed {
+        attribute::attribute(
+            catalog,
+            &Evidence {
+                workflow_id: 0,
+                attempt_index: 0,
+                anomaly: AnomalyKind::Crash,
+                lines: &evidence,
+                nodes: &input.nodes,
+                ranks_per_node: input.ranks_per_node.max(1),
+                exit_code: None,
+                now,
+            },
+        )
+    } else {
+        healthy(now)
+    };
+    for line in evidence
+        .iter()
+        .filter(|l| !catalog.matching(&l.text).is_empty())
+        .take(20)
+    {
+        timeline.push(TimelineEntry {
+            time: Some(line.time),
+            what: line.text.chars().take(200).collect(),
+        });
+    }
+    timeline.sort_by_key(|entry| entry.time);
+    let recovery = if failed {
+        would_do(config, &attribution, &input.nodes, now)
+    } else {
+        vec!["nothing: the log shows no failure".to_string()]
+    };
+    let mut tflops: Vec<f64> = samples.iter().map(|s| s.tflops_per_gpu).collect();
+    tflops.sort_by(f64::total_cmp);
+    Ok(Explanation {
+        files: input
+            .logs
+            .iter()
+            .chain(&input.kernel_logs)
+            .map(|p| p.display().to_string())
+            .collect(),
+        lines,
+        first_iteration,
+        last_iteration,
+        checkpoints,
+        median_tflops_per_gpu: tflops.get(tflops.len() / 2).copied(),
+        timeline,
+        failed,
+        anomalies,
+        attribution,
+        recovery,
+    })
+}
+
+/// The baseline window and the recent window of the samples, as the engine reads them from the store.
+fn window<'s>(
+    samples: &'s [ThroughputSample],
+    config: &crate::config::DetectConfig,
+) -> (&'s [ThroughputSample], &'s [ThroughputSample]) {
+    let head =
+        (config.throughput_warmup_samples + config.throughput_baseline_samples).min(samples.len());
+    let tail = config.throughput_drop_samples.min(samples.len());
+    (&samples[..head], &samples[samples.len() - tail..])
+}
+
+fn read_whole(
+    path: &Path,
+    limits: TailLimits,
+    mut each: impl FnMut(&Chunk),
+) -> Result<(), ExplainError> {
+    if !path.exists() {
+        return Err(ExplainError::Missing {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut offset = 0;
+    let mut identity = None;
+    let mut spare = Chunk::default();
+    loop {
+        let chunk = read_new_lines_reusing(path, offset, identity.as_deref(), limits, spare)
+            .map_err(|source| ExplainError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if chunk.spans.is_empty() {
+            // A last line without its newline is still a line.
+            let tail = std::fs::read(path).map_err(|source| ExplainError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            if let Some(rest) = tail.get(offset as usize..).filter(|rest| !rest.is_empty()) {
+                let text = String::from_utf8_lossy(rest).into_owned();
+                let last = Chunk {
+                    spans: vec![(0, text.len())],
+                    text,
+                    ..Chunk::default()
+                };
+                each(&last);
+            }
+            return Ok(());
+        }
+        offset = chunk.next_offset;
+        identity = chunk.identity.clone();
+        each(&chunk);
+        spare = chunk;
+    }
+}
+
+fn healthy(now: DateTime<Utc>) -> Attribution {
+    Attribution {
+        id: 0,
+        workflow_id: 0,
+        attempt_index: 0,
+        category: "healthy".to_string(),
+        component: Component::None,
+        culprit: Culprit::default(),
+        confidence: 0.5,
+        recoverable: false,
+        signature: None,
+        explanation: "No failure signature and no exception in the log.".to_string(),
+        evidence: Vec::new(),
+        time: now,
+        remedies: Vec::new(),
+    }
+}
+
+/// The default policy's decision for a first failure of this kind.
+fn would_do(
+    config: &Config,
+    attribution: &Attribution,
+    nodes: &[String],
+    now: DateTime<Utc>,
+) -> Vec<String> {
+    let workflow = Workflow {
+        id: 0,
+        name: "explained".into(),
+        backend: "offline".into(),
+        spec: JobSpec::default(),
+        limits: RecoveryLimits::default(),
+        status: WorkflowStatus::Enabled,
+        status_reason: None,
+        succeeded: false,
+        requeues_used: 0,
+        failures_since_checkpoint: 0,
+        created_at: now,
+        updated_at: now,
+    };
+    let attempt = Attempt {
+        workflow_id: 0,
+        index: 0,
+        job_id: "JOBID".into(),
+        restart_count: 0,
+        nodes: nodes.to_vec(),
+        gpus: 0,
+        state: JobState::Failed,
+        state_raw: "FAILED".into(),
+        reason: None,
+        submit_time: None,
+        start_time: None,
+        end_time: None,
+        exit_code: None,
+        excluded_nodes: Vec::new(),
+        log_path: None,
+        last_log_time: None,
+        last_iteration: None,
+        last_progress_time: None,
+        updated_at: now,
+    };
+    let policy = Policy::from_config(&config.recovery, false);
+    let decision = decide(
+        &workflow,
+        &attempt,
+        AnomalyKind::Crash,
+        attribution,
+        &policy,
+        None,
+    );
+    let mut steps: Vec<String> = decision
+        .intents
+        .iter()
+        .map(|intent| {
+            format!(
+                "{} ({}){}",
+                intent.why,
+                if intent.permitted {
+                    "whitelisted: runs with --auto"
+                } else {
+                    "not whitelisted: proposed for approval"
+                },
+                if intent.params.exclude_nodes.is_empty() {
+                    String::new()
+                } else {
+                    format!(", excluding {}", intent.params.exclude_nodes.join(","))
+                }
+            )
+        })
+        .collect();
+    if let Some(reason) = decision.stop_reason {
+        steps.push(format!("no requeue: {reason}"));
+    }
+    for remedy in &attribution.remedies {
+        steps.push(format!(
+            "recommended: {} — {}",
+            remedy.kind, remedy.description
+        ));
+    }
+    steps
+}
+
+/// One labelled case of an evaluation manifest.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Case {
+    pub file: PathBuf,
+    pub category: String,
+    pub component: String,
+    #[serde(default)]
+    pub culprit: String,
+    pub recoverable_by_requeue: bool,
+    /// Kernel logs that belong to the case, relative to the manifest.
+    #[serde(default)]
+    pub kernel_logs: Vec<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Manifest {
+    #[serde(default)]
+    case: Vec<Case>,
+}
+
+/// How one case went.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseResult {
+    pub file: String,
+    pub passed: bool,
+    pub category_ok: bool,
+    pub component_ok: bool,
+    pub recoverable_ok: bool,
+    /// None when the case names no culprit.
+    pub culprit_ok: Option<bool>,
+    pub expected: String,
+    pub got: String,
+}
+
+/// The evaluation of a manifest.
+#[derive(Debug, Clone, Serialize)]
+pub struct Evaluation {
+    pub cases: Vec<CaseResult>,
+    pub passed: usize,
+    pub failed: usize,
+}
+
+/// Runs explain over every case of a manifest (paths relative to it) and scores each field.
+pub fn evaluate(
+    catalog: &Catalog,
+    config: &Config,
+    manifest: &Path,
+) -> Result<Evaluation, ExplainError> {
+    let text = std::fs::read_to_string(manifest).map_err(|source| ExplainError::Read {
+        path: manifest.to_path_buf(),
+        source,
+    })?;
+    let parsed: Manifest = toml::from_str(&text).map_err(|err| ExplainError::Manifest {
+        path: manifest.to_path_buf(),
+        message: err.to_string(),
+    })?;
+    let base = manifest.parent().unwrap_or(Path::new("."));
+    let mut cases = Vec::new();
+    for case in parsed.case {
+        let input = ExplainInput {
+            logs: vec![base.join(&case.file)],
+            kernel_logs: case.kernel_logs.iter().map(|k| base.join(k)).collect(),
+            nodes: Vec::new(),
+            ranks_per_node: 8,
+        };
+        let result = match explain(catalog, config, &input) {
+            Ok(explanation) => score(catalog, &case, &explanation.attribution),
+            Err(err) => CaseResult {
+                file: case.file.display().to_string(),
+                passed: false,
+                category_ok: false,
+                component_ok: false,
+                recoverable_ok: false,
+                culprit_ok: None,
+                expected: case.category.clone(),
+                got: format!("error: {err}"),
+            },
+        };
+        cases.push(result);
+    }
+    let passed = cases.iter().filter(|c| c.passed).count();
+    Ok(Evaluation {
+        failed: cases.len() - passed,
+        passed,
+        cases,
+    })
+}
+
+fn score(catalog: &Catalog, case: &Case, attribution: &Attribution) -> CaseResult {
+    let aliases: Vec<&str> = attribution
+        .signature
+        .as_deref()
+        .and_then(|id| catalog.signatures().iter().find(|s| s.spec.id == id))
+        .map(|s| s.spec.aliases.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    let category_ok =
+        attribution.category == case.category || aliases.contains(&case.category.as_str());
+    let component_ok = attribution.component.as_str() == case.component;
+    let recoverable_ok = attribution.recoverable == case.recoverable_by_requeue;
+    let culprit_ok = (!case.culprit.is_empty()).then(|| {
+        let c = &attribution.culprit;
+        c.node.as_deref() == Some(case.culprit.as_str())
+            || c.rank.map(|r| r.to_string()) == Some(case.culprit.clone())
+            || c.rank.map(|r| format!("rank {r}")) == Some(case.culprit.clone())
+            || c.gpu.map(|g| format!("GPU {g}")) == Some(case.culprit.clone())
+    });
+    CaseResult {
+        file: case.file.display().to_string(),
+        passed: category_ok && component_ok && recoverable_ok && culprit_ok.unwrap_or(true),
+        category_ok,
+        component_ok,
+        recoverable_ok,
+        culprit_ok,
+        expected: format!(
+            "{}/{}/{}{}",
+            case.category,
+            case.component,
+            if case.recoverable_by_requeue {
+                "requeue"
+            } else {
+                "no-requeue"
+            },
+            if case.culprit.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", case.culprit)
+            }
+        ),
+        got: format!(
+            "{}/{}/{}{}",
+            attribution.category,
+            attribution.component.as_str(),
+            if attribution.recoverable {
+                "requeue"
+            } else {
+                "no-requeue"
+            },
+            attribution
+                .culprit
+                .node
+                .as_deref()
+                .map(|n| format!("/{n}"))
+                .unwrap_or_default()
+        ),
+    }
+}

@@ -1,0 +1,271 @@
+//! The per-log pipeline: raw lines → framing → recognisers → what the engine stores and the detectors
+//! read (iterations, throughput samples, checkpoints, evidence lines, straggler reports).
+//!
+//! One [`Digester`] follows one log through one read; the engine and the ingest benchmark share it.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Datelike, Utc};
+
+use crate::model::EvidenceLine;
+use crate::telemetry::line::{StampCache, frame_cached};
+use crate::telemetry::record::{Record, named_host, recognise_hinted};
+use crate::telemetry::straggler_report::{self, StragglerReport};
+use crate::telemetry::tail::Chunk;
+use crate::telemetry::traceback::{TracebackAssembler, TracebackBlock};
+
+/// Longest evidence line kept.
+const MAX_EVIDENCE_CHARS: usize = 2000;
+/// Traceback lines kept per traceback (its head is the interesting part, with the exception line).
+const MAX_TRACEBACK_LINES: usize = 40;
+
+/// What one read of a log taught.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct LogDigest {
+    /// Lines worth keeping for attribution.
+    pub evidence: Vec<EvidenceLine>,
+    /// (iteration, path, time) of each checkpoint save.
+    pub checkpoints: Vec<(u64, String, DateTime<Utc>)>,
+    /// (time, iteration, TFLOP/s/GPU, rank) of each iteration line that reports throughput.
+    pub samples: Vec<(DateTime<Utc>, u64, f64, Option<u32>)>,
+    pub straggler_reports: Vec<StragglerReport>,
+    /// Python tracebacks completed in this read, each one block (chained exceptions included).
+    pub tracebacks: Vec<TracebackBlock>,
+    /// Time of the last line (its own stamp, else the previous line's, else arrival).
+    pub last_time: Option<DateTime<Utc>>,
+    /// Highest iteration seen.
+    pub last_iteration: Option<u64>,
+    /// When `last_iteration` was first reached.
+    pub progress_time: Option<DateTime<Utc>>,
+    /// Lines read.
+    pub lines: u64,
+}
+
+/// The host a line blames: an NCCL warning's or an srun error's host. NCCL's INFO chatter names hosts
+/// too, but says nothing is wrong with them.
+pub fn blamed_host(text: &str) -> Option<&str> {
+    let host = named_host(text)?;
+    (text.contains(" NCCL WARN ") || text.trim_start().starts_with("srun: error:")).then_some(host)
+}
+
+/// Turns lines into a [`LogDigest`]. `notable` decides which other lines are evidence (the signature
+/// catalog's prefilter, in the engine).
+pub struct Digester<F: Fn(&str) -> bool> {
+    notable: F,
+    now: DateTime<Utc>,
+    year: i32,
+    /// The iteration a save without a step number belongs to, when the log did not say in this read.
+    known_iteration: Option<u64>,
+    /// The previous line's stamp, reused while lines share it.
+    stamps: StampCache,
+    /// Assembles multi-line tracebacks; it outlives one read when the caller hands it back in.
+    assembler: TracebackAssembler,
+    /// Ranks inside a Python traceback, with the lines kept of it so far.
+    tracebacks: HashMap<Option<u32>, usize>,
+    digest: LogDigest,
+}
+
+impl<F: Fn(&str) -> bool> Digester<F> {
+    /// `last_time` and `last_iteration` carry over from earlier reads of the same log.
+    pub fn new(
+        notable: F,
+        now: DateTime<Utc>,
+        last_time: Option<DateTime<Utc>>,
+        last_iteration: Option<u64>,
+    ) -> Self {
+        Self {
+            notable,
+            now,
+            year: now.year(),
+            known_iteration: last_iteration,
+            stamps: StampCache::default(),
+            assembler: TracebackAssembler::new(),
+            tracebacks: HashMap::new(),
+            digest: LogDigest {
+                last_time,
+                ..LogDigest::default()
+            },
+        }
+    }
+
+    /// Feeds one line (without its newline).
+    pub fn push(&mut self, raw: &str) {
+        self.push_line(raw, true);
+    }
+
+    /// Feeds every line of a read; `candidates` (see `Catalog::candidate_lines`) says which lines may
+    /// be notable, so the others skip the per-line check.
+    /// `candidates` must also cover the recognisers' markers (`record::signal_markers`), as the
+    /// catalog's scan does.
+    pub fn push_chunk(&mut self, chunk: &Chunk, candidates: &[bool]) {
+        for (index, line) in chunk.lines().enumerate() {
+            let marked = candidates.get(index).copied().unwrap_or(true);
+            self.push_hinted(line, marked, marked);
+        }
+    }
+
+    /// Feeds one line; `candidate` false means the notable check cannot match it.
+    pub fn push_line(&mut self, raw: &str, candidate: bool) {
+        self.push_hinted(raw, candidate, true);
+    }
+
+    /// Feeds one line with both whole-read hints: `candidate` (a signature may match) and `markers`
+    /// (the recognisers' markers occur in it).
+    fn push_hinted(&mut self, raw: &str, candidate: bool, markers: bool) {
+        self.digest.lines += 1;
+        let framed = frame_cached(raw, self.year, &mut self.stamps);
+        let time = framed
+            .timestamp
+            .or(self.digest.last_time)
+            .unwrap_or(self.now);
+        self.digest.last_time = Some(time);
+        // Only a traceback start, or a line while one is open, concerns the assembler.
+        if self.assembler.open_blocks() > 0 || framed.message.contains("Traceback (most recent") {
+            if let Some(block) = self.assembler.push_framed(&framed) {
+                self.digest.tracebacks.push(block);
+            }
+            while let Some(block) = self.assembler.pop_ready() {
+                self.digest.tracebacks.push(block);
+            }
+        }
+        if let Some(report) = straggler_report::parse(framed.message) {
+            self.digest.straggler_reports.push(report);
+            return;
+        }
+        let record = recognise_hinted(framed.message, markers);
+        let notable = match &record {
+            Some(Record::TracebackStart) => {
+                self.tracebacks.insert(framed.rank, 0);
+                true
+            }
+            Some(Record::ExceptionLine { .. }) => {
+                self.tracebacks.remove(&framed.rank);
+                true
+            }
+            Some(Record::Error { .. }) => true,
+            Some(Record::Iteration {
+                iteration,
+                tflops_per_gpu,
+                ..
+            }) => {
+                if self
+                    .digest
+                    .last_iteration
+                    .is_none_or(|last| *iteration > last)
+                {
+                    self.digest.last_iteration = Some(*iteration);
+                    self.digest.progress_time = Some(time);
+                }
+                self.known_iteration = Some(*iteration);
+                if let Some(tflops) = tflops_per_gpu {
+                    self.digest
+                        .samples
+                        .push((time, *iteration, *tflops, framed.rank));
+                }
+                false
+            }
+            Some(Record::CheckpointSaved { iteration, path }) => {
+                if let Some(iteration) = iteration.or(self.known_iteration) {
+                    self.digest.checkpoints.push((
+                        iteration,
+                        path.clone().unwrap_or_default(),
+                        time,
+                    ));
+                }
+                false
+            }
+            _ => match self.tracebacks.get_mut(&framed.rank) {
+                Some(kept) => {
+                    *kept += 1;
+                    *kept <= MAX_TRACEBACK_LINES
+                }
+                None => {
+                    blamed_host(framed.message).is_some()
+                        || (candidate && (self.notable)(framed.message))
+                }
+            },
+        };
+        if notable {
+            self.digest.evidence.push(EvidenceLine {
+                time,
+                rank: framed.rank,
+                text: framed
+                    .message
+                    .trim_end()
+                    .chars()
+                    .take(MAX_EVIDENCE_CHARS)
+                    .collect(),
+            });
+        }
+    }
+
+    /// Continues the tracebacks a previous read of the same log left open.
+    pub fn resume_tracebacks(mut self, assembler: TracebackAssembler) -> Self {
+        self.assembler = assembler;
+        self
+    }
+
+    /// What the lines taught, every open traceback closed (the log is read to its end).
+    pub fn finish(mut self) -> LogDigest {
+        self.digest.tracebacks.extend(self.assembler.flush());
+        self.digest
+    }
+
+    /// What the lines taught, with the tracebacks still open handed back for the next read (a chained
+    /// traceback may continue there). Settle them once a read comes up empty.
+    pub fn finish_keeping(self) -> (LogDigest, TracebackAssembler) {
+        (self.digest, self.assembler)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest(text: &str) -> LogDigest {
+        let now = DateTime::parse_from_rfc3339("2026-01-05T09:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let mut digester = Digester::new(|line: &str| line.contains("Xid"), now, None, None);
+        for line in text.lines() {
+            digester.push(line);
+        }
+        digester.finish()
+    }
+
+    #[test]
+    fn the_megatron_fixture_yields_iterations_throughput_and_checkpoints() {
+        let text = std::fs::read_to_string("../tests/fixtures/logs/megatron_pretrain.log").unwrap();
+        let digest = digest(&text);
+        assert!(digest.last_iteration.is_some());
+        assert!(!digest.samples.is_empty());
+        assert!(digest.samples.iter().all(|s| s.2 > 0.0));
+        assert!(!digest.checkpoints.is_empty());
+        assert_eq!(digest.lines, text.lines().count() as u64);
+    }
+
+    #[test]
+    fn the_nccl_crash_fixture_keeps_the_blaming_lines_and_the_traceback() {
+        let text =
+            std::fs::read_to_string("../tests/fixtures/logs/nccl_timeout_crash.log").unwrap();
+        let digest = digest(&text);
+        assert!(digest.evidence.iter().any(|l| l.text.contains("NCCL WARN")));
+        assert!(digest.evidence.iter().any(|l| l.text.contains("Watchdog")));
+    }
+
+    #[test]
+    fn healthy_chatter_is_not_evidence() {
+        let text = std::fs::read_to_string("../tests/fixtures/logs/healthy_noise.log").unwrap();
+        let digest = digest(&text);
+        assert!(digest.evidence.is_empty(), "{:#?}", digest.evidence);
+    }
+
+    #[test]
+    fn a_save_without_a_step_belongs_to_the_last_iteration() {
+        let digest = digest(
+            " 0: [2026-01-05 08:00:00] iteration      120/   1000 | elapsed time per iteration (ms): 3000.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.0E+00 |\n 0: [2026-01-05 08:00:03] successfully saved checkpoint to /ckpt/x\n",
+        );
+        assert_eq!(digest.checkpoints.len(), 1);
+        assert_eq!(digest.checkpoints[0].0, 120);
+    }
+}

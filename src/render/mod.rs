@@ -1,0 +1,3 @@
+//! Text renderings of what the engine crate computes for `runguard explain` and `runguard eval`.
+
+pub mod explain;
