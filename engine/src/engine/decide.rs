@@ -1,0 +1,309 @@
+//! Deciding: which attempts failed or hang, what the failure is (attribution, read together with the
+//! job's earlier failures and other jobs'), and what the pure policy does about it. The store writes
+//! that record a decision are in [`super::journal`].
+
+use chrono::{DateTime, Utc};
+
+use super::journal::Failure;
+use super::{Engine, EngineError, with_timeout};
+use crate::attribute::{self, Evidence};
+use crate::detect;
+use crate::model::{AnomalyKind, Attempt, EvidenceLine, JobState, Workflow, WorkflowStatus};
+use crate::recover::decide;
+
+impl Engine {
+    /// Detection on each active workflow's latest attempt: a failed job is a crash, a running job that
+    /// has been silent longer than the heartbeat timeout is a hang. Each is attributed and decided once.
+    pub(super) async fn detect_and_decide(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let workflows = self.store.db().workflows()?;
+        // Without access to the scheduler nothing is decided: the refusal is the user's to fix.
+        for workflow in workflows
+            .into_iter()
+            .filter(|w| w.status.is_active() && w.status != WorkflowStatus::CredentialError)
+        {
+            let mut attempts = self.store.db().attempts(workflow.id)?;
+            let Some(attempt) = attempts.pop() else {
+                continue;
+            };
+            if workflow.status == WorkflowStatus::Recovering {
+                self.watch_recovery(&workflow, &attempt, now)?;
+            }
+            // An attempt the scheduler requeued by itself (a node failure with JobRequeue=1): its end
+            // was never decided on, and the next attempt waits in the queue, possibly for the same node.
+            if let Some(previous) = attempts.pop()
+                && previous.state == JobState::Requeued
+                && !attempt.state.is_terminal()
+                && !self
+                    .store
+                    .db()
+                    .attempt_handled(workflow.id, previous.index)?
+            {
+                let summary = format!(
+                    "job {} (attempt {}) was requeued by the scheduler itself (restart {})",
+                    previous.job_id, previous.index, attempt.restart_count
+                );
+                let mut failed = previous;
+                // Decided against the job as it is now: already requeued once more.
+                failed.restart_count = attempt.restart_count;
+                self.handle_failure(workflow, failed, AnomalyKind::Crash, summary, now)
+                    .await?;
+                continue;
+            }
+            if self
+                .store
+                .db()
+                .attempt_handled(workflow.id, attempt.index)?
+            {
+                continue;
+            }
+            if attempt.state == JobState::Completed {
+                self.complete(workflow, &attempt, now)?;
+                continue;
+            }
+            if attempt.state == JobState::Cancelled {
+                self.stop_cancelled(&workflow, &attempt, now)?;
+                continue;
+            }
+            if let Some((kind, summary)) = self.anomaly_of(&attempt, now) {
+                self.handle_failure(workflow, attempt, kind, summary, now)
+                    .await?;
+                continue;
+            }
+            self.watch_health(&workflow, &attempt, now)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn anomaly_of(
+        &self,
+        attempt: &Attempt,
+        now: DateTime<Utc>,
+    ) -> Option<(AnomalyKind, String)> {
+        if attempt.state.is_failure() {
+            let exit = attempt
+                .exit_code
+                .map(|code| match detect::signal_name(code - 128) {
+                    Some(signal) if code > 128 => {
+                        format!(", exit code {code} (killed by {signal})")
+                    }
+                    _ => format!(", exit code {code}"),
+                })
+                .unwrap_or_default();
+            let reason = attempt
+                .reason
+                .as_deref()
+                .map(|reason| format!(", reason {reason}"))
+                .unwrap_or_default();
+            return Some((
+                AnomalyKind::Crash,
+                format!(
+                    "job {} (attempt {}) ended {}{exit}{reason}",
+                    attempt.job_id, attempt.index, attempt.state_raw
+                ),
+            ));
+        }
+        if let Some(finding) = detect::no_progress(attempt, now, &self.config.detect) {
+            return Some((finding.kind, finding.summary));
+        }
+        if attempt.state == JobState::Running {
+            // Before its first line, an attempt is timed from when it was seen running: a requeued
+            // job can still report the start time of its previous run.
+            let since = attempt
+                .last_log_time
+                .or(attempt.start_time.max(Some(attempt.updated_at)))?;
+            let silent = (now - since).num_seconds();
+            if silent >= self.config.engine.heartbeat_timeout_secs as i64 {
+                return Some((
+                    AnomalyKind::Hang,
+                    format!(
+                        "job {} (attempt {}) is running but wrote no log line for {silent} s (heartbeat timeout {} s)",
+                        attempt.job_id, attempt.index, self.config.engine.heartbeat_timeout_secs
+                    ),
+                ));
+            }
+        }
+        None
+    }
+
+    /// Attributes a failure, decides, and stores the anomaly, the attribution, the intents and the
+    /// workflow's new status in one transaction: the intent exists before anything runs.
+    pub(super) async fn handle_failure(
+        &mut self,
+        workflow: Workflow,
+        attempt: Attempt,
+        kind: AnomalyKind,
+        summary: String,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let mut lines = self.store.db().evidence_lines(workflow.id, attempt.index)?;
+        let usable_nodes = self.usable_nodes(&workflow, now).await?;
+        // The scheduler's own verdict is evidence too (NODE_FAIL, OUT_OF_MEMORY, PREEMPTED...).
+        let scheduler_requeued = attempt.state == JobState::Requeued;
+        if attempt.state.is_terminal() || scheduler_requeued {
+            lines.push(EvidenceLine {
+                time: attempt.end_time.unwrap_or(now),
+                rank: None,
+                text: scheduler_line(&attempt),
+            });
+        }
+        // After a node failure, the node the scheduler now keeps out of scheduling is the culprit.
+        if (attempt.state == JobState::NodeFail || scheduler_requeued)
+            && let Some(usable) = &usable_nodes
+        {
+            for node in attempt.nodes.iter().filter(|node| !usable.contains(node)) {
+                lines.push(EvidenceLine {
+                    time: now,
+                    rank: None,
+                    text: format!(
+                        "scheduler: node {node} of job {} is no longer usable (down, drained or not responding)",
+                        attempt.job_id
+                    ),
+                });
+            }
+        }
+        let ranks_per_node = workflow.spec.gpus_per_node.max(1);
+        let mut attribution = attribute::attribute(
+            &self.catalog,
+            &Evidence {
+                workflow_id: workflow.id,
+                attempt_index: attempt.index,
+                anomaly: kind,
+                lines: &lines,
+                nodes: &attempt.nodes,
+                ranks_per_node,
+                exit_code: attempt.exit_code,
+                now,
+            },
+        );
+        if let Some(folded) = self.correlate(&workflow, &attempt, &attribution, now)? {
+            attribution = folded;
+        }
+        let mut decision = decide(
+            &workflow,
+            &attempt,
+            kind,
+            &attribution,
+            &self.policy,
+            usable_nodes.as_deref(),
+        );
+        if scheduler_requeued {
+            for intent in &mut decision.intents {
+                intent.params.scheduler_requeued = true;
+            }
+        }
+        // A crash is shown with the last error block of its log; a hang with what attribution found.
+        let anomaly_evidence = match self.store.db().last_traceback(workflow.id, attempt.index)? {
+            Some(block) if kind == AnomalyKind::Crash => block,
+            _ if kind == AnomalyKind::Crash && !lines.is_empty() => {
+                detect::last_error_block(&lines)
+            }
+            _ => attribution.evidence.clone(),
+        };
+        self.journal_failure(
+            workflow,
+            &attempt,
+            Failure {
+                kind,
+                summary,
+                evidence: anomaly_evidence,
+            },
+            attribution,
+            decision,
+            now,
+        )
+    }
+
+    /// The nodes of the workflow's partition that can run jobs now, when the backend can tell; a
+    /// scheduler that cannot answer leaves the decision to the other rules.
+    pub(super) async fn usable_nodes(
+        &mut self,
+        workflow: &Workflow,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Vec<String>>, EngineError> {
+        if self.outage.is_some() {
+            return Ok(None);
+        }
+        let partition = workflow.spec.partition.as_deref();
+        match with_timeout(self.backend.usable_nodes(partition)).await {
+            Ok(nodes) => Ok(nodes),
+            Err(err) => {
+                self.warn(
+                    "backend_unavailable",
+                    format!("listing usable nodes: {err}"),
+                    now,
+                )?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Reads this failure together with the job's earlier failures and other jobs' recent ones.
+    pub(super) fn correlate(
+        &self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+        attribution: &crate::model::Attribution,
+        now: DateTime<Utc>,
+    ) -> Result<Option<crate::model::Attribution>, EngineError> {
+        use crate::attribute::correlate::{self, OtherFailure, PastFailure};
+        let db = self.store.db();
+        let attempts = db.attempts(workflow.id)?;
+        let earlier_attributions = db.attributions(workflow.id)?;
+        let earlier: Vec<PastFailure<'_>> = earlier_attributions
+            .iter()
+            .filter_map(|past| {
+                attempts
+                    .iter()
+                    .find(|a| a.index == past.attempt_index)
+                    .map(|a| PastFailure {
+                        attempt: a,
+                        attribution: past,
+                    })
+            })
+            .collect();
+        let mut folded = correlate::across_attempts(attempt, attribution, &earlier);
+        let recent = db.attributions_since(now - correlate::NODE_WINDOW)?;
+        let mut other_nodes = Vec::new();
+        for other in recent.iter().filter(|a| a.workflow_id != workflow.id) {
+            if let Some(failed) = db
+                .attempts(other.workflow_id)?
+                .into_iter()
+                .find(|a| a.index == other.attempt_index)
+            {
+                other_nodes.push((other.workflow_id, failed.nodes, other.time));
+            }
+        }
+        let others: Vec<OtherFailure<'_>> = other_nodes
+            .iter()
+            .map(|(workflow_id, nodes, time)| OtherFailure {
+                workflow_id: *workflow_id,
+                nodes,
+                time: *time,
+            })
+            .collect();
+        let base = folded.clone().unwrap_or_else(|| attribution.clone());
+        if let Some(node_fault) = correlate::across_jobs(attempt, &base, &others, now) {
+            folded = Some(node_fault);
+        }
+        Ok(folded)
+    }
+}
+
+/// The scheduler's verdict on an attempt as one evidence line, in the form signatures match:
+/// `scheduler: job 4201 NODE_FAIL reason=NodeDown exit_code=1`.
+pub fn scheduler_line(attempt: &Attempt) -> String {
+    let mut line = format!("scheduler: job {} {}", attempt.job_id, attempt.state_raw);
+    if attempt.state == JobState::Requeued {
+        line.push_str(" by the scheduler");
+    }
+    if let Some(reason) = &attempt.reason {
+        line.push_str(&format!(" reason={reason}"));
+    }
+    if let Some(code) = attempt.exit_code {
+        line.push_str(&format!(" exit_code={code}"));
+    }
+    line
+}
