@@ -6,7 +6,7 @@ use aho_corasick::AhoCorasick;
 use regex::Regex;
 use serde::Deserialize;
 
-use crate::model::Component;
+use crate::model::{Component, Remedy};
 use crate::telemetry::tail::Chunk;
 
 /// The catalog shipped with runguard.
@@ -61,22 +61,6 @@ pub const SOURCES: &[&str] = &[
     "gpu_status",
 ];
 
-/// What a catalog action may ask for; the policy decides which of them run.
-pub const ACTION_KINDS: &[&str] = &[
-    "requeue",
-    "exclude_culprit",
-    "drain_node",
-    "cordon_node",
-    "config_fix",
-    "recreate_with_patch",
-    "resubmit",
-    "resume_previous_checkpoint",
-    "cancel",
-    "wait",
-    "stop",
-    "escalate",
-];
-
 /// One canonical category.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -98,19 +82,6 @@ pub fn taxonomy() -> Vec<Category> {
     toml::from_str::<TaxonomyFile>(TAXONOMY)
         .map(|file| file.category)
         .unwrap_or_default()
-}
-
-/// A recovery step a signature recommends, with its parameters.
-#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ActionSpec {
-    /// One of [`ACTION_KINDS`].
-    pub kind: String,
-    /// What to do, for the user (the exact fix for a `config_fix`).
-    pub description: String,
-    /// Parameters (`num_workers = 2`, `env = { NCCL_SOCKET_IFNAME = "ib0" }`...).
-    #[serde(default)]
-    pub params: toml::Table,
 }
 
 /// A catalog file that could not be used.
@@ -162,7 +133,7 @@ pub struct SignatureSpec {
     pub context: Vec<String>,
     /// Ordered recovery steps.
     #[serde(default)]
-    pub actions: Vec<ActionSpec>,
+    pub actions: Vec<Remedy>,
     /// Literal strings one of which every matching line contains. Only needed when the patterns start
     /// with something no fast scan can look for (such as `^(?:\w+\.)*`): the whole-read scan then looks
     /// for these instead, and the patterns confirm.
@@ -281,18 +252,6 @@ impl Catalog {
                     "{}: unknown source {source:?} (known: {})",
                     spec.id,
                     SOURCES.join(", ")
-                )));
-            }
-            if let Some(action) = spec
-                .actions
-                .iter()
-                .find(|a| !ACTION_KINDS.contains(&a.kind.as_str()))
-            {
-                return Err(invalid(format!(
-                    "{}: unknown action {:?} (known: {})",
-                    spec.id,
-                    action.kind,
-                    ACTION_KINDS.join(", ")
                 )));
             }
             if !(0.0..=1.0).contains(&spec.confidence) {

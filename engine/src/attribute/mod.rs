@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 pub use catalog::{Catalog, CatalogError};
 
-use crate::model::{AnomalyKind, Attribution, Component, Culprit, Remedy, WorkflowId};
+use crate::model::{AnomalyKind, Attribution, Component, Culprit, WorkflowId};
 use crate::store::EvidenceLine;
 pub use crate::telemetry::pipeline::blamed_host;
 
@@ -127,16 +127,7 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
         recoverable: signature.recoverable,
         signature: Some(signature.spec.id.clone()),
         explanation: signature.spec.explanation.clone(),
-        remedies: signature
-            .spec
-            .actions
-            .iter()
-            .map(|action| Remedy {
-                kind: action.kind.clone(),
-                description: action.description.clone(),
-                params: serde_json::to_value(&action.params).unwrap_or_default(),
-            })
-            .collect(),
+        remedies: signature.spec.actions.clone(),
         evidence: quoted,
         time: evidence.now,
     }
@@ -442,5 +433,26 @@ explanation = "retry"
         .unwrap();
         let err = Catalog::with_overrides(dir.path()).unwrap_err().to_string();
         assert!(err.contains("broken"), "{err}");
+    }
+    #[test]
+    fn an_unknown_remedy_kind_or_parameter_fails_the_load_naming_the_file() {
+        for (action, word) in [
+            ("kind = \"reboot_node\"\ndescription = \"d\"", "reboot_node"),
+            (
+                "kind = \"config_fix\"\ndescription = \"d\"\nparams = { num_wrokers = 2 }",
+                "num_wrokers",
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(
+                dir.path().join("site.toml"),
+                format!(
+                    "[[signature]]\nid = \"s\"\ntitle = \"t\"\ncategory = \"cuda_oom\"\ncomponent = \"gpu_memory\"\nrecoverable = false\nconfidence = 0.5\npatterns = ['x']\nexplanation = \"e\"\n\n[[signature.actions]]\n{action}\n"
+                ),
+            )
+            .unwrap();
+            let err = Catalog::with_overrides(dir.path()).unwrap_err().to_string();
+            assert!(err.contains("site.toml") && err.contains(word), "{err}");
+        }
     }
 }

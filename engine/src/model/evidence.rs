@@ -1,7 +1,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::WorkflowId;
+use super::{Remedy, WorkflowId};
 
 /// One log line kept as evidence for attribution.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -179,17 +179,6 @@ pub struct Attribution {
     pub remedies: Vec<Remedy>,
     pub evidence: Vec<String>,
     pub time: DateTime<Utc>,
-}
-
-/// A recovery step a signature recommends.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Remedy {
-    /// `exclude_culprit`, `drain_node`, `config_fix`, ... (see the catalog's action kinds).
-    pub kind: String,
-    pub description: String,
-    /// Parameters, as the catalog gives them.
-    #[serde(default)]
-    pub params: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

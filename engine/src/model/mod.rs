@@ -6,15 +6,17 @@ mod action;
 mod attempt;
 mod evidence;
 mod narrative;
+mod remedy;
 mod workflow;
 
 pub use action::{Action, ActionKind, ActionParams, ActionState, SpecChange};
 pub use attempt::{Attempt, JobState};
 pub use evidence::{
     AlertEvent, Anomaly, AnomalyKind, Attribution, Checkpoint, Component, Culprit, EvidenceLine,
-    JournalEntry, Notification, Remedy, Severity, ThroughputSample,
+    JournalEntry, Notification, Severity, ThroughputSample,
 };
 pub use narrative::Narrative;
+pub use remedy::{MicroBatch, Remedy, RemedyKind, RemedyParams, Toleration};
 pub use workflow::{JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
 
 /// Store-assigned identifier of a workflow.

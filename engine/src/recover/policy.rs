@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::config::{RecoveryConfig, RecoveryMode};
 use crate::model::{
-    ActionKind, ActionParams, AnomalyKind, Attempt, Attribution, Component, Remedy, SpecChange,
-    Workflow, WorkflowStatus,
+    ActionKind, ActionParams, AnomalyKind, Attempt, Attribution, Component, Remedy, RemedyKind,
+    SpecChange, Workflow, WorkflowStatus,
 };
 
 /// The policy's knobs, from the config and the engine's mode.
@@ -306,78 +306,14 @@ pub fn decide(
 pub fn spec_changes(remedies: &[Remedy], recoverable: bool) -> Vec<SpecChange> {
     remedies
         .iter()
-        .filter(|remedy| match remedy.kind.as_str() {
-            "recreate_with_patch" => true,
-            "config_fix" => !recoverable,
+        .filter(|remedy| match remedy.kind {
+            RemedyKind::RecreateWithPatch => true,
+            RemedyKind::ConfigFix => !recoverable,
             _ => false,
         })
-        .map(|remedy| changes_of(&remedy.params))
+        .map(|remedy| remedy.params.spec_changes())
         .find(|changes| !changes.is_empty())
         .unwrap_or_default()
-}
-
-fn changes_of(params: &serde_json::Value) -> Vec<SpecChange> {
-    let mut changes = Vec::new();
-    if let Some(workers) = params
-        .get("num_workers")
-        .and_then(serde_json::Value::as_u64)
-    {
-        changes.push(SpecChange::DataLoaderWorkers {
-            workers: u32::try_from(workers).unwrap_or(u32::MAX),
-        });
-    }
-    if params
-        .get("micro_batch_size")
-        .and_then(serde_json::Value::as_str)
-        == Some("half")
-    {
-        changes.push(SpecChange::HalveMicroBatch);
-    }
-    if let Some(size) = params.get("shm_size").and_then(serde_json::Value::as_str) {
-        changes.push(SpecChange::SharedMemory {
-            size_limit: size.to_string(),
-        });
-    }
-    if let Some(env) = params.get("env").and_then(serde_json::Value::as_object) {
-        for (name, value) in env {
-            // A value written for a shell ($USER, $((...))) means nothing in a pod spec.
-            if let Some(value) = value.as_str().filter(|value| !value.contains('$')) {
-                changes.push(SpecChange::Env {
-                    name: name.clone(),
-                    value: value.to_string(),
-                });
-            }
-        }
-    }
-    for toleration in params
-        .get("tolerations")
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let field = |key: &str| {
-            toleration
-                .get(key)
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_string)
-        };
-        if let Some(key) = field("key") {
-            changes.push(SpecChange::Toleration {
-                key,
-                operator: field("operator").unwrap_or_else(|| "Exists".to_string()),
-                value: field("value"),
-                effect: field("effect"),
-            });
-        }
-    }
-    if params
-        .get("ray_gcs_fault_tolerance")
-        .and_then(serde_json::Value::as_bool)
-        == Some(true)
-    {
-        changes.push(SpecChange::RayGcsFaultTolerance);
-    }
-    changes
 }
 
 #[cfg(test)]
@@ -463,12 +399,12 @@ mod tests {
         Policy::from_config(&RecoveryConfig::default(), false)
     }
 
+    /// A remedy as the catalog would give it.
     fn remedy(kind: &str, params: serde_json::Value) -> Remedy {
-        Remedy {
-            kind: kind.into(),
-            description: String::new(),
-            params,
-        }
+        serde_json::from_value(
+            serde_json::json!({"kind": kind, "description": "", "params": params}),
+        )
+        .unwrap()
     }
 
     #[test]

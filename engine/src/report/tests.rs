@@ -7,7 +7,7 @@ use super::fixtures::{anomaly, attempt, history, recovered_once, requeue, t};
 use super::*;
 use crate::model::{
     Action, ActionParams, Attribution, JobSpec, JobState, Narrative, RecoveryLimits, Remedy,
-    Workflow,
+    RemedyKind, RemedyParams, Workflow,
 };
 use crate::store::Store;
 
@@ -28,9 +28,9 @@ fn attribution(attempt_index: u32, category: &str, at: i64) -> Attribution {
         signature: Some("nccl-collective-timeout".into()),
         explanation: "A collective timed out;\nthe first rank to warn sits on node-07.".into(),
         remedies: vec![Remedy {
-            kind: "exclude_culprit".into(),
+            kind: RemedyKind::ExcludeCulprit,
             description: "requeue without the node".into(),
-            params: serde_json::Value::Null,
+            params: RemedyParams::default(),
         }],
         evidence: vec![
             "[rank17]: NCCL WARN NET/IB : Got completion from peer node-07 with status 12".into(),

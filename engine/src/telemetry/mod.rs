@@ -13,3 +13,4 @@ pub mod structured;
 pub mod tail;
 pub mod traceback;
 pub mod watch;
+pub mod xid;

@@ -54,17 +54,12 @@ pub struct NodeSignal {
     /// When the line says so in UTC terms (RFC 3339 / ISO stamps with an offset). Local-time
     /// stamps (BSD syslog, `dmesg -T`) stay None: the caller frames those lines.
     pub time: Option<DateTime<Utc>>,
-    /// Fatal to the job on that GPU or node (Xid 79/48/63/64/74/94/95/119/120/140, GPU lost,
+    /// Fatal to the job on that GPU or node (a fatal Xid of `data/xid.toml`, GPU lost,
     /// uncorrectable ECC, fatal AER, fatal NVLink/NVSwitch error, thermal shutdown); otherwise a warning.
     pub fatal: bool,
     /// The line (trimmed, at most 1 KiB).
     pub text: String,
 }
-
-/// Xid codes that end the work on that GPU: bus loss (79), ECC and row remapping
-/// (48, 63, 64, 94, 95, 140), NVLink (74) and GSP firmware errors (119, 120).
-/// Xid 13, 31 and 43 usually follow from the application itself, so they stay warnings.
-pub const FATAL_XIDS: &[u32] = &[48, 63, 64, 74, 79, 94, 95, 119, 120, 140];
 
 /// GPU temperature at or above which [`GpuStatus::signals`] reports heat, unless policy says otherwise.
 pub const DEFAULT_THERMAL_LIMIT_C: f64 = 92.0;
@@ -385,7 +380,7 @@ fn xid(message: &str) -> Option<Classified> {
     let code: u32 = captures.get(2)?.as_str().parse().ok()?;
     Some(Classified {
         kind: SignalKind::Xid { code },
-        fatal: FATAL_XIDS.contains(&code),
+        fatal: super::xid::is_fatal(code),
         pci: captures.get(1).and_then(|m| normalize_pci(m.as_str())),
     })
 }
