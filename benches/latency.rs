@@ -31,6 +31,15 @@ impl Backend for OneJob {
     fn name(&self) -> &str {
         "bench"
     }
+
+    fn capabilities(&self) -> runguard_engine::backend::Capabilities {
+        runguard_engine::backend::Capabilities {
+            requeue: true,
+            resubmit: true,
+            drain: true,
+            ..Default::default()
+        }
+    }
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
         Ok(vec![JobSnapshot {
             job_id: "1".into(),
@@ -39,6 +48,7 @@ impl Backend for OneJob {
             state: JobState::Running,
             state_raw: "RUNNING".into(),
             reason: None,
+            held: false,
             nodes: vec!["node-01".into()],
             gpus: 8,
             submit_time: Some(chrono::Utc::now()),

@@ -35,6 +35,15 @@ impl Backend for Jobs {
     fn name(&self) -> &str {
         "scripted"
     }
+
+    fn capabilities(&self) -> runguard_engine::backend::Capabilities {
+        runguard_engine::backend::Capabilities {
+            requeue: true,
+            resubmit: true,
+            drain: true,
+            ..Default::default()
+        }
+    }
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
         Ok(self.jobs.lock().unwrap().clone())
     }
@@ -80,6 +89,7 @@ fn job(id: &str, state: JobState, nodes: &[&str], log: PathBuf) -> JobSnapshot {
         state,
         state_raw: format!("{state:?}").to_uppercase(),
         reason: None,
+        held: false,
         nodes: nodes.iter().map(|n| n.to_string()).collect(),
         gpus: 8 * nodes.len() as u32,
         submit_time: Some(start()),

@@ -38,6 +38,15 @@ impl Backend for ScriptedBackend {
     fn name(&self) -> &str {
         "scripted"
     }
+
+    fn capabilities(&self) -> runguard_engine::backend::Capabilities {
+        runguard_engine::backend::Capabilities {
+            requeue: true,
+            resubmit: true,
+            drain: true,
+            ..Default::default()
+        }
+    }
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
         Ok(vec![self.job.lock().unwrap().clone()])
     }
@@ -105,6 +114,7 @@ impl Rig {
             state,
             state_raw: format!("{state:?}").to_uppercase(),
             reason: (state == JobState::Pending).then(|| "ReqNodeNotAvail".to_string()),
+            held: false,
             nodes: if state == JobState::Pending {
                 vec![]
             } else {

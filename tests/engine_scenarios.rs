@@ -578,6 +578,15 @@ impl Backend for OutageBackend {
         self.inner.name()
     }
 
+    fn capabilities(&self) -> runguard_engine::backend::Capabilities {
+        runguard_engine::backend::Capabilities {
+            requeue: true,
+            resubmit: true,
+            drain: true,
+            ..Default::default()
+        }
+    }
+
     async fn list_jobs(
         &self,
     ) -> Result<Vec<runguard_engine::backend::JobSnapshot>, runguard_engine::backend::BackendError>

@@ -90,20 +90,14 @@ impl ManualClock {
 
     /// Moves the clock forward.
     pub fn advance(&self, span: Duration) {
-        let mut now = self
-            .now
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut now = crate::sync::lock(&self.now);
         *now += TimeDelta::from_std(span).unwrap_or(TimeDelta::zero());
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
-        *self
-            .now
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        *crate::sync::lock(&self.now)
     }
 
     /// A manual clock does not advance by itself, so waiting on it only yields.

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::detect;
 use crate::model::{
     AnomalyKind, Attempt, Attribution, Component, Culprit, EvidenceLine, JobSpec, JobState,
-    RecoveryLimits, ThroughputSample, Workflow, WorkflowStatus,
+    RecoveryLimits, ThroughputSample, Workflow,
 };
 use crate::recover::{Policy, decide};
 use crate::telemetry::node_signals::parse_kernel_line;
@@ -300,20 +300,13 @@ fn would_do(
     nodes: &[String],
     now: DateTime<Utc>,
 ) -> Vec<String> {
-    let workflow = Workflow {
-        id: 0,
-        name: "explained".into(),
-        backend: "offline".into(),
-        spec: JobSpec::default(),
-        limits: RecoveryLimits::default(),
-        status: WorkflowStatus::Enabled,
-        status_reason: None,
-        succeeded: false,
-        requeues_used: 0,
-        failures_since_checkpoint: 0,
-        created_at: now,
-        updated_at: now,
-    };
+    let workflow = Workflow::enrolled(
+        "explained",
+        "offline",
+        JobSpec::default(),
+        RecoveryLimits::default(),
+        now,
+    );
     let attempt = Attempt {
         workflow_id: 0,
         index: 0,

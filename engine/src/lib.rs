@@ -22,4 +22,5 @@ pub mod recover;
 pub mod redact;
 pub mod report;
 pub mod store;
+pub mod sync;
 pub mod telemetry;

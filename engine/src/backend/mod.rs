@@ -36,6 +36,69 @@ pub enum BackendError {
     /// done until they are fixed.
     #[error("credentials refused: {0}")]
     Credentials(String),
+    /// The scheduler could not be reached, with the error underneath (a command that would not start,
+    /// a client that could not be built, an answer that would not decode).
+    #[error("{context}: {source}")]
+    Transport {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// This backend cannot do that at all (see [`Capabilities`]).
+    #[error("{backend} cannot {operation}")]
+    Unsupported {
+        backend: String,
+        operation: &'static str,
+    },
+}
+
+impl BackendError {
+    /// The error underneath, with what was being done.
+    pub fn transport(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Transport {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+
+    /// Worth trying again later: the scheduler was unreachable or slow, not opposed.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Unavailable(_) | Self::Io(_) | Self::Transport { .. }
+        )
+    }
+
+    /// The scheduler refused: the command that would have run and its words.
+    pub fn refusal(&self) -> Option<(&str, &str)> {
+        match self {
+            Self::Refused { command, message } => Some((command, message)),
+            _ => None,
+        }
+    }
+}
+
+/// What a backend can do, as data: the policy proposes only what the backend can carry out, and the
+/// approvals pane shows why another way was not offered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Put a job back in the queue under the same id.
+    pub requeue: bool,
+    /// Submit a job's saved spec again as a new job.
+    pub resubmit: bool,
+    /// Re-create a workload from its saved spec with changes (the catalog's config fixes).
+    pub recreate: bool,
+    /// Keep a pending job from starting, and let it start again.
+    pub hold: bool,
+    /// Take a node out of scheduling.
+    pub drain: bool,
+    /// Send a signal to a running job's processes (a checkpoint request).
+    pub signal: bool,
+    /// Tell which nodes of a partition can run jobs now.
+    pub usable_nodes: bool,
 }
 
 /// What the scheduler says about one watched job right now.
@@ -49,6 +112,9 @@ pub struct JobSnapshot {
     pub state_raw: String,
     /// The scheduler's reason code, if any.
     pub reason: Option<String>,
+    /// The scheduler keeps this pending job from starting until it is released: held by its user, or
+    /// requeued in the held state (the backend reads its scheduler's words for it).
+    pub held: bool,
     /// Allocated nodes (empty while pending).
     pub nodes: Vec<String>,
     /// GPUs allocated (or requested while pending) in total.
@@ -89,6 +155,9 @@ pub trait Backend: Send + Sync {
     /// Short name stored with each workflow (`sim`, `slurm`, ...).
     fn name(&self) -> &str;
 
+    /// What this backend can do.
+    fn capabilities(&self) -> Capabilities;
+
     /// Every job runguard should watch (enrolled jobs and the ones it submitted), in any state it still knows.
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError>;
 
@@ -117,15 +186,8 @@ pub trait Backend: Send + Sync {
         _exclude: &[String],
         _changes: &[SpecChange],
     ) -> Result<ActionOutcome, BackendError> {
-        Err(BackendError::Invalid(format!(
-            "{} cannot change the spec of job {job_id}",
-            self.name()
-        )))
-    }
-
-    /// Whether [`Backend::recreate`] can change a workload's spec.
-    fn can_recreate(&self) -> bool {
-        false
+        let _ = job_id;
+        Err(self.unsupported("re-create a workload with a changed spec"))
     }
 
     /// Cancels the job.
@@ -142,18 +204,22 @@ pub trait Backend: Send + Sync {
 
     /// Keeps a pending job from being scheduled.
     async fn hold(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
-        Err(BackendError::Invalid(format!(
-            "{} cannot hold job {job_id}",
-            self.name()
-        )))
+        let _ = job_id;
+        Err(self.unsupported("hold a job"))
     }
 
     /// Lets a held job be scheduled again.
     async fn release(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
-        Err(BackendError::Invalid(format!(
-            "{} cannot release job {job_id}",
-            self.name()
-        )))
+        let _ = job_id;
+        Err(self.unsupported("release a job"))
+    }
+
+    /// The error of an operation [`Backend::capabilities`] does not offer.
+    fn unsupported(&self, operation: &'static str) -> BackendError {
+        BackendError::Unsupported {
+            backend: self.name().to_string(),
+            operation,
+        }
     }
 
     /// Called once with the engine's waker: a backend told of changes by the scheduler (watch streams)

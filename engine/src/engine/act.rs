@@ -61,10 +61,7 @@ impl Engine {
                 let planned = params.restart_count.unwrap_or(0);
                 // Requeued and held by an earlier try that did not get as far as the release (the job
                 // was slow to leave its nodes, or the engine stopped): finish the requeue.
-                if job.restart_count > planned
-                    && job.state == JobState::Pending
-                    && job.reason.as_deref().is_some_and(held_after_requeue)
-                {
+                if job.restart_count > planned && job.state == JobState::Pending && job.held {
                     return match with_timeout(self.backend.release(&job_id)).await {
                         Ok(outcome) => Execution::Ran(format!(
                             "requeued job {job_id} (held by an earlier try): {}",
@@ -192,9 +189,6 @@ impl Engine {
                 };
                 match result {
                     Ok(outcome) => Execution::Ran(outcome.detail),
-                    Err(BackendError::Refused { command, message }) => Execution::Failed(format!(
-                        "would have done `{command}` but the scheduler refused: {message}"
-                    )),
                     Err(err) => retry_or_fail(err),
                 }
             }
@@ -218,9 +212,6 @@ impl Engine {
                 .await
                 {
                     Ok(outcome) => Execution::Ran(outcome.detail),
-                    Err(BackendError::Refused { command, message }) => Execution::Failed(format!(
-                        "would have done `{command}` but the scheduler refused: {message}"
-                    )),
                     Err(err) => retry_or_fail(err),
                 }
             }
@@ -232,9 +223,6 @@ impl Engine {
                     .unwrap_or_else(|| "runguard".to_string());
                 match with_timeout(self.backend.drain_node(&node, &reason)).await {
                     Ok(outcome) => Execution::Ran(outcome.detail),
-                    Err(BackendError::Refused { command, message }) => Execution::Failed(format!(
-                        "would have done `{command}` but the scheduler refused: {message}"
-                    )),
                     Err(err) => retry_or_fail(err),
                 }
             }
@@ -339,18 +327,15 @@ impl Engine {
     }
 }
 
-/// Slurm's reason for a job requeued in the held state (`scontrol requeuehold`), in the words of
-/// `squeue --json` (`JobHeldUser`) and `scontrol` (`job_requeued_in_held_state`).
-fn held_after_requeue(reason: &str) -> bool {
-    matches!(
-        reason,
-        "JobHeldUser" | "job_requeued_in_held_state" | "job requeued in held state"
-    )
-}
-
+/// A transient error is tried again; a refusal says what would have run; anything else failed.
 fn retry_or_fail(err: BackendError) -> Execution {
-    match err {
-        BackendError::Unavailable(_) | BackendError::Io(_) => Execution::Retry(err.to_string()),
-        other => Execution::Failed(other.to_string()),
+    if err.is_transient() {
+        return Execution::Retry(err.to_string());
+    }
+    match err.refusal() {
+        Some((command, message)) => Execution::Failed(format!(
+            "would have done `{command}` but the scheduler refused: {message}"
+        )),
+        None => Execution::Failed(err.to_string()),
     }
 }

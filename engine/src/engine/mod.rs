@@ -103,7 +103,7 @@ impl Engine {
         options: EngineOptions,
     ) -> Self {
         let mut policy = Policy::from_config(&config.recovery, !options.auto);
-        policy.can_change_spec = backend.can_recreate();
+        policy.capabilities = backend.capabilities();
         let (events, _) = broadcast::channel(1024);
         let log_watcher = if config.engine.file_events {
             LogWatcher::new()

@@ -160,7 +160,7 @@ impl Engine {
                 self.scheduler_answered(now)?;
                 snapshots
             }
-            Err(err @ (BackendError::Unavailable(_) | BackendError::Io(_))) => {
+            Err(err) if err.is_transient() => {
                 return self.scheduler_failed(format!("listing jobs: {err}"), now);
             }
             Err(BackendError::Credentials(message)) => {
@@ -475,20 +475,13 @@ fn enrol(
     now: DateTime<Utc>,
     events: &mut Vec<EngineEvent>,
 ) -> Result<WorkflowId, StoreError> {
-    let workflow = Workflow {
-        id: 0,
-        name: snapshot.name.clone(),
-        backend: backend.to_string(),
-        spec: snapshot.spec.clone(),
-        limits: snapshot.limits.clone(),
-        status: WorkflowStatus::Enabled,
-        status_reason: None,
-        succeeded: false,
-        requeues_used: 0,
-        failures_since_checkpoint: 0,
-        created_at: now,
-        updated_at: now,
-    };
+    let workflow = Workflow::enrolled(
+        snapshot.name.clone(),
+        backend,
+        snapshot.spec.clone(),
+        snapshot.limits.clone(),
+        now,
+    );
     let id = db.insert_workflow(&workflow)?;
     db.journal(
         Some(id),

@@ -74,32 +74,6 @@ impl JobState {
             .unwrap_or(Self::Unknown)
     }
 
-    /// Maps a Slurm state word (`RUNNING`, `NODE_FAIL`, `CANCELLED by 0`, ...) to the model.
-    pub fn from_slurm(word: &str) -> Self {
-        let head = word
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .to_ascii_uppercase();
-        match head.trim_end_matches('+') {
-            "PENDING" | "PD" | "CONFIGURING" | "CF" | "REQUEUE_HOLD" | "RH" | "RESV_DEL_HOLD" => {
-                Self::Pending
-            }
-            "RUNNING" | "R" | "RESIZING" | "SIGNALING" | "STAGE_OUT" => Self::Running,
-            "COMPLETING" | "CG" => Self::Completing,
-            "SUSPENDED" | "S" | "STOPPED" | "ST" => Self::Suspended,
-            "COMPLETED" | "CD" => Self::Completed,
-            "FAILED" | "F" | "BOOT_FAIL" | "BF" | "DEADLINE" | "DL" => Self::Failed,
-            "CANCELLED" | "CA" | "REVOKED" | "RV" => Self::Cancelled,
-            "TIMEOUT" | "TO" => Self::Timeout,
-            "NODE_FAIL" | "NF" => Self::NodeFail,
-            "PREEMPTED" | "PR" => Self::Preempted,
-            "OUT_OF_MEMORY" | "OOM" => Self::OutOfMemory,
-            "REQUEUED" | "RQ" | "REQUEUE_FED" | "RF" => Self::Requeued,
-            _ => Self::Unknown,
-        }
-    }
-
     /// The attempt is over (it will not write more log lines).
     pub fn is_terminal(self) -> bool {
         matches!(

@@ -133,3 +133,29 @@ pub struct Workflow {
     /// Last change.
     pub updated_at: DateTime<Utc>,
 }
+
+impl Workflow {
+    /// A workflow enrolled now, not stored yet (`id` 0): enabled, nothing used.
+    pub fn enrolled(
+        name: impl Into<String>,
+        backend: impl Into<String>,
+        spec: JobSpec,
+        limits: RecoveryLimits,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id: 0,
+            name: name.into(),
+            backend: backend.into(),
+            spec,
+            limits,
+            status: WorkflowStatus::Enabled,
+            status_reason: None,
+            succeeded: false,
+            requeues_used: 0,
+            failures_since_checkpoint: 0,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}

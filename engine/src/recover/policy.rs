@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 
+use crate::backend::Capabilities;
 use crate::config::{RecoveryConfig, RecoveryMode};
 use crate::model::{
     ActionKind, ActionParams, AnomalyKind, Attempt, Attribution, Component, Remedy, RemedyKind,
@@ -24,9 +25,9 @@ pub struct Policy {
     pub min_nodes: u32,
     /// Without `--auto` nothing runs on its own: every intent waits for approval.
     pub propose_only: bool,
-    /// The backend can re-create a workload with a changed spec (Kubernetes): the catalog's fixes
-    /// become a proposed re-creation instead of a stop.
-    pub can_change_spec: bool,
+    /// What the backend can do: one that re-creates workloads with a changed spec (Kubernetes) turns
+    /// the catalog's fixes into a proposed re-creation instead of a stop.
+    pub capabilities: Capabilities,
 }
 
 impl Policy {
@@ -39,7 +40,7 @@ impl Policy {
             drain_culprit_nodes: config.drain_culprit_nodes,
             min_nodes: config.min_nodes,
             propose_only,
-            can_change_spec: false,
+            capabilities: Capabilities::default(),
         }
     }
 
@@ -122,7 +123,7 @@ pub fn decide(
     let what = format!("{}{where_}", attribution.category);
 
     // The catalog's fix, where the backend can apply it: the same spec would fail the same way.
-    let changes = if policy.can_change_spec {
+    let changes = if policy.capabilities.recreate {
         spec_changes(&attribution.remedies, attribution.recoverable)
     } else {
         Vec::new()
@@ -432,7 +433,7 @@ mod tests {
         assert_eq!(stopped.status, WorkflowStatus::Completed);
         // Kubernetes: the first fix, proposed (not in the default whitelist).
         let mut kubernetes = policy();
-        kubernetes.can_change_spec = true;
+        kubernetes.capabilities.recreate = true;
         let decision = decide(
             &workflow,
             &failed,

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::Notify;
@@ -58,7 +58,7 @@ impl LogWatcher {
             if matches!(event.kind, EventKind::Access(_)) {
                 return;
             }
-            let followed = handler_files.lock().unwrap_or_else(PoisonError::into_inner);
+            let followed = crate::sync::lock(&handler_files);
             if event.paths.iter().any(|path| followed.contains(path)) {
                 handler_wake.notify_one();
             }
@@ -96,7 +96,7 @@ impl LogWatcher {
             .iter()
             .filter_map(|path| path.parent().map(Path::to_path_buf))
             .collect();
-        *self.files.lock().unwrap_or_else(PoisonError::into_inner) = wanted;
+        *crate::sync::lock(&self.files) = wanted;
         let Some(watcher) = self.watcher.as_mut() else {
             return;
         };

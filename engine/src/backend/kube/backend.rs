@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,20 +26,15 @@ use super::workload::{
     self, PodIndex, WorkloadKind, WorkloadRef, at, enrolled, evidence, node_usable, pods_of,
     snapshot, str_at,
 };
-use crate::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
+use crate::backend::{ActionOutcome, Backend, BackendError, Capabilities, JobSnapshot};
 use crate::model::{ActionKind, ActionParams, SpecChange};
+use crate::sync::lock;
 
 /// How long an ended workload waits for its last log lines before its end is reported.
 const LOG_SETTLE: Duration = Duration::from_secs(3);
 
 /// The taint runguard puts on a node it takes out of scheduling.
 pub const SUSPECT_TAINT: &str = "runguard.io/suspect";
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// What the watchers last heard from the API server, per stream.
 #[derive(Debug, Default)]
@@ -98,7 +93,7 @@ fn api_error(err: kube::Error) -> BackendError {
             "{} ({} {})",
             status.message, status.code, status.reason
         )),
-        other => BackendError::Unavailable(other.to_string()),
+        other => BackendError::transport("Kubernetes API", other),
     }
 }
 
@@ -146,7 +141,7 @@ impl KubeBackend {
         let default_namespace = client_config.default_namespace.clone();
         crate::http::install_tls_provider();
         let client = Client::try_from(client_config)
-            .map_err(|err| BackendError::Unavailable(format!("Kubernetes client: {err}")))?;
+            .map_err(|err| BackendError::transport("Kubernetes client", err))?;
         Ok(Self::start(client, config, data_dir, default_namespace).await)
     }
 
@@ -478,7 +473,7 @@ impl KubeBackend {
     async fn current_spec(&self, reference: &WorkloadRef) -> Result<Value, BackendError> {
         match self.workload_api(reference).get_opt(&reference.name).await {
             Ok(Some(object)) => serde_json::to_value(&object)
-                .map_err(|err| BackendError::Unavailable(err.to_string())),
+                .map_err(|err| BackendError::transport("reading the workload", err)),
             Ok(None) => {
                 let path = self.spec_file(reference);
                 let text = tokio::fs::read_to_string(&path).await.map_err(|_| {
@@ -550,6 +545,17 @@ fn taint_value(reason: &str) -> String {
 impl Backend for KubeBackend {
     fn name(&self) -> &str {
         "kubernetes"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            requeue: true,
+            resubmit: true,
+            recreate: true,
+            drain: true,
+            usable_nodes: true,
+            ..Capabilities::default()
+        }
     }
 
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
@@ -752,10 +758,6 @@ impl Backend for KubeBackend {
             detail,
             new_job_id: None,
         })
-    }
-
-    fn can_recreate(&self) -> bool {
-        true
     }
 
     async fn resubmit(

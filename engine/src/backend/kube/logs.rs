@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{AsyncBufReadExt, StreamExt};
@@ -16,17 +16,12 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
 use super::workload::EvidenceLine;
+use crate::sync::lock;
 
 /// How long a follower waits before reconnecting a stream that ended while the container runs.
 const RECONNECT_WAIT: Duration = Duration::from_secs(1);
 /// Positions are written at most this often while lines flow.
 const POSITION_EVERY: Duration = Duration::from_secs(1);
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Where a follower is in its container's log: the last timestamp written and how many lines with
 /// exactly that timestamp were written (a resumed stream starts at that second again).

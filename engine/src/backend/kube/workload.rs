@@ -730,6 +730,7 @@ pub fn snapshot(
         state,
         state_raw,
         reason,
+        held: false,
         nodes: pod_nodes,
         gpus,
         submit_time: time_at(workload, "/metadata/creationTimestamp"),

@@ -323,9 +323,10 @@ impl World {
             job_id: job.id.to_string(),
             name: job.spec.name.clone(),
             user: job.spec.user.clone(),
-            state: JobState::from_slurm(raw),
+            state: sim_state(job, now_ms),
             state_raw: raw.to_string(),
             reason,
+            held: false,
             nodes,
             gpus: job.spec.nodes * job.spec.gpus_per_node,
             submit_time: time(Some(job.submit_ms)),
@@ -408,6 +409,18 @@ fn raw_state(job: &Job, now_ms: i64) -> &'static str {
         Phase::Completed => "COMPLETED",
         Phase::Failed => "FAILED",
         Phase::Cancelled => "CANCELLED",
+    }
+}
+
+/// The model's state of a job, as its Slurm-style word above reads.
+fn sim_state(job: &Job, now_ms: i64) -> JobState {
+    match (&job.phase, raw_state(job, now_ms)) {
+        (_, "REQUEUED") => JobState::Requeued,
+        (Phase::Pending(_), _) => JobState::Pending,
+        (Phase::Running(_), _) => JobState::Running,
+        (Phase::Completed, _) => JobState::Completed,
+        (Phase::Failed, _) => JobState::Failed,
+        (Phase::Cancelled, _) => JobState::Cancelled,
     }
 }
 

@@ -21,11 +21,11 @@ mod timeline;
 mod tests;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
+use crate::backend::{ActionOutcome, Backend, BackendError, Capabilities, JobSnapshot};
 use crate::clock::Clock;
 use crate::model::{ActionKind, ActionParams, JobSpec};
 
@@ -196,7 +196,7 @@ impl SimCluster {
         &self,
         act: impl FnOnce(&mut World, i64, &mut Output) -> Result<R, BackendError>,
     ) -> Result<R, BackendError> {
-        let mut core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut core = crate::sync::lock(&self.core);
         let Core { world, out } = &mut *core;
         let now_ms = self.clock.now().timestamp_millis();
         world.advance(now_ms, out);
@@ -211,6 +211,15 @@ impl SimCluster {
 impl Backend for SimCluster {
     fn name(&self) -> &str {
         "sim"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            requeue: true,
+            resubmit: true,
+            drain: true,
+            ..Capabilities::default()
+        }
     }
 
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
@@ -247,7 +256,7 @@ impl Backend for SimCluster {
     }
 
     fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String {
-        let core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+        let core = crate::sync::lock(&self.core);
         core.world.command_for(kind, params)
     }
 

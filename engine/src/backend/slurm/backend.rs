@@ -13,8 +13,9 @@ use super::api::{Operation, SlurmApi, Submission};
 use super::comment::Enrolment;
 use super::jobcomp::JobCompRecord;
 use super::squeue::SlurmJob;
-use crate::backend::{ActionOutcome, Backend, BackendError, JobSnapshot};
+use crate::backend::{ActionOutcome, Backend, BackendError, Capabilities, JobSnapshot};
 use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits};
+use crate::sync::lock;
 
 /// How the Slurm backend chooses jobs.
 #[derive(Debug, Clone)]
@@ -188,12 +189,6 @@ impl SlurmBackend {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// The comment of a resubmitted job: its enrolment plus the tag that links it to its workflow.
 fn resubmit_comment(tag: &str) -> String {
     serde_json::json!({ "APS": { "auto_resume_mode": "requeue" }, "runguard": tag }).to_string()
@@ -209,6 +204,8 @@ fn snapshot_from_history(attempts: &[JobCompRecord]) -> Option<JobSnapshot> {
         state: last.state,
         state_raw: last.state_raw.clone(),
         reason: last.reason.clone(),
+        // An ended attempt from the history: nothing holds it.
+        held: false,
         nodes: last.nodes.clone(),
         gpus: 0,
         submit_time: last.submit_time,
@@ -243,6 +240,17 @@ fn with_exclusion(detail: String, exclude: &[String]) -> String {
 impl Backend for SlurmBackend {
     fn name(&self) -> &str {
         "slurm"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            requeue: true,
+            resubmit: true,
+            hold: true,
+            drain: true,
+            usable_nodes: true,
+            ..Capabilities::default()
+        }
     }
 
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {

@@ -14,6 +14,7 @@ use super::jobcomp::{self, JobCompRecord};
 use super::squeue::{self, SlurmJob};
 use super::{hostlist, sacct, scontrol};
 use crate::backend::BackendError;
+use crate::sync::lock;
 use crate::telemetry::tail::read_end;
 
 pub use crate::config::Listing;
@@ -90,7 +91,7 @@ impl SlurmCli {
         }
         let output = match tokio::time::timeout(self.timeout, command.output()).await {
             Ok(Ok(output)) => output,
-            Ok(Err(err)) => return Err(BackendError::Unavailable(format!("{display}: {err}"))),
+            Ok(Err(err)) => return Err(BackendError::transport(display, err)),
             Err(_) => {
                 return Err(BackendError::Unavailable(format!(
                     "{display}: no answer within {} s",
@@ -133,9 +134,7 @@ impl SlurmCli {
     ) -> Result<Vec<JobCompRecord>, BackendError> {
         let tail = tokio::task::spawn_blocking(move || read_end(&path, JOBCOMP_TAIL_BYTES))
             .await
-            .map_err(|err| {
-                BackendError::Unavailable(format!("reading the jobcomp file: {err}"))
-            })??;
+            .map_err(|err| BackendError::transport("reading the jobcomp file", err))??;
         let (records, warnings) = jobcomp::parse(jobcomp::complete_lines(&tail));
         if !warnings.is_empty() {
             tracing::warn!(count = warnings.len(), first = %warnings[0], "jobcomp lines skipped");
@@ -197,12 +196,6 @@ fn classify(command: String, stderr: &str) -> BackendError {
         return BackendError::Unavailable(format!("{command}: {message}"));
     }
     BackendError::Invalid(format!("{command}: {message}"))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 pub(crate) fn argv(parts: &[&str]) -> Vec<String> {

@@ -141,7 +141,7 @@ fn record_from_line<Tz: TimeZone>(
     let mut warn = |what: String| warnings.push(format!("jobcomp: job {job_id}: {what}"));
     let state_raw = fields.value("JobState").unwrap_or("UNKNOWN");
     // The file only gets a line when an attempt ends, so PENDING there means "put back in the queue".
-    let state = match JobState::from_slurm(state_raw) {
+    let state = match super::words::job_state(state_raw) {
         JobState::Pending => JobState::Requeued,
         state => state,
     };

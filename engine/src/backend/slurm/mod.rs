@@ -12,3 +12,4 @@ pub mod sacct;
 pub mod scontrol;
 pub mod squeue;
 pub mod via_rest;
+pub mod words;

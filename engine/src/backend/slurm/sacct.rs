@@ -10,7 +10,6 @@ use chrono::{Local, TimeZone};
 use super::hostlist;
 use super::jobcomp::JobCompRecord;
 use super::scontrol::{exit_status, local_time};
-use crate::model::JobState;
 
 /// The fields asked for, in the order of the columns read back. All are in the field list of sacct
 /// 22.05 (`sacct --helpformat` itself needs slurmdbd; the list is in sacct(1) and the binary).
@@ -169,7 +168,7 @@ fn record_from_row<Tz: TimeZone>(
         user: user.to_string(),
         name: name.to_string(),
         state_raw: state.to_string(),
-        state: JobState::from_slurm(state),
+        state: super::words::job_state(state),
         partition: optional(partition),
         nodes,
         node_count,
@@ -191,6 +190,7 @@ mod tests {
 
     use super::*;
     use crate::backend::slurm::jobcomp::attempts_of;
+    use crate::model::JobState;
 
     fn fixture(name: &str) -> String {
         std::fs::read_to_string(format!("../tests/fixtures/slurm/{name}")).unwrap()

@@ -161,7 +161,11 @@ pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, Stri
     let reason = text(value, "state_reason")
         .filter(|reason| *reason != "None")
         .map(str::to_string);
-    let state = JobState::from_slurm(&state_raw);
+    let state = super::words::job_state(&state_raw);
+    let held = state == JobState::Pending
+        && reason
+            .as_deref()
+            .is_some_and(super::words::is_user_or_requeue_hold);
     let (name_for_path, user_for_path) = (name.clone(), user.clone());
     let snapshot = JobSnapshot {
         job_id: job_id.clone(),
@@ -170,6 +174,7 @@ pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, Stri
         state,
         state_raw,
         reason,
+        held,
         nodes,
         gpus: gpus_total,
         submit_time: time(value, "submit_time"),
