@@ -1,0 +1,321 @@
+//! The recovery policy as a pure function: no I/O, no clock, no randomness.
+//!
+//! Rules (the AJR guide's): requeue excluding the culprit; at most min(system, job) requeues; stop a crash
+//! loop after N consecutive failed attempts without a new checkpoint; never requeue a non-recoverable
+//! failure. Intents the whitelist does not permit are only proposed.
+
+use serde::Serialize;
+
+use crate::backend::Capabilities;
+use crate::config::{RecoveryConfig, RecoveryMode};
+use crate::model::{
+    ActionKind, ActionParams, AnomalyKind, Attempt, Attribution, Component, Remedy, RemedyKind,
+    SpecChange, Workflow, WorkflowStatus,
+};
+
+/// The policy's knobs, from the config and the engine's mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub system_max_requeues: u32,
+    pub crash_loop_threshold: u32,
+    pub mode: RecoveryMode,
+    pub whitelist: Vec<ActionKind>,
+    pub drain_culprit_nodes: bool,
+    /// Fewest usable nodes a restart may have (0: the job's node count).
+    pub min_nodes: u32,
+    /// Without `--auto` nothing runs on its own: every intent waits for approval.
+    pub propose_only: bool,
+    /// What the backend can do: one that re-creates workloads with a changed spec (Kubernetes) turns
+    /// the catalog's fixes into a proposed re-creation instead of a stop.
+    pub capabilities: Capabilities,
+}
+
+impl Policy {
+    pub fn from_config(config: &RecoveryConfig, propose_only: bool) -> Self {
+        Self {
+            system_max_requeues: config.system_max_requeues,
+            crash_loop_threshold: config.crash_loop_threshold,
+            mode: config.mode,
+            whitelist: config.whitelist.clone(),
+            drain_culprit_nodes: config.drain_culprit_nodes,
+            min_nodes: config.min_nodes,
+            propose_only,
+            capabilities: Capabilities::default(),
+        }
+    }
+
+    /// Whether the whitelist lets `kind` run without approval.
+    pub fn permits(&self, kind: ActionKind) -> bool {
+        self.whitelist.contains(&kind)
+    }
+
+    /// The effective requeue limit of a workflow: the smaller of the system's and the job's.
+    pub fn requeue_limit(&self, workflow: &Workflow) -> u32 {
+        workflow
+            .limits
+            .max_requeue_times
+            .map_or(self.system_max_requeues, |job| {
+                job.min(self.system_max_requeues)
+            })
+    }
+}
+
+/// Something the engine wants done; stored before it runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Intent {
+    pub kind: ActionKind,
+    pub params: ActionParams,
+    /// The whitelist allows it.
+    pub permitted: bool,
+    /// It may run without a human (permitted, and the engine runs with `--auto`).
+    pub auto_approved: bool,
+    pub why: String,
+}
+
+/// What the policy concluded about one failure.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    pub intents: Vec<Intent>,
+    /// The workflow's next status: `recovering`, or `completed` when recovery stops.
+    pub status: WorkflowStatus,
+    /// Why recovery stopped, when it did.
+    pub stop_reason: Option<String>,
+    /// The crash-loop counter after counting this failure.
+    pub failures_since_checkpoint: u32,
+    /// Recovery stopped because of the crash-loop rule.
+    pub crash_loop: bool,
+    /// One line for the journal.
+    pub summary: String,
+}
+
+/// Decides what to do about the failure of `attempt` (the workflow's latest), attributed as `attribution`.
+/// `usable_nodes` are the nodes of the job's partition that can run jobs now, when the backend knows.
+pub fn decide(
+    workflow: &Workflow,
+    attempt: &Attempt,
+    anomaly: AnomalyKind,
+    attribution: &Attribution,
+    policy: &Policy,
+    usable_nodes: Option<&[String]>,
+) -> Decision {
+    let failures = workflow.failures_since_checkpoint.saturating_add(1);
+    let limit = policy.requeue_limit(workflow);
+    let culprit = attribution.culprit.node.clone();
+    let mut exclude = attempt.excluded_nodes.clone();
+    // A preempted or timed-out job's node is a victim of the scheduler, not a culprit.
+    if let Some(node) = &culprit
+        && attribution.component != Component::Scheduler
+        && !exclude.contains(node)
+    {
+        exclude.push(node.clone());
+    }
+    let needed = if policy.min_nodes > 0 {
+        policy.min_nodes
+    } else {
+        workflow.spec.nodes.max(1)
+    };
+    let remaining = usable_nodes
+        .map(|usable| usable.iter().filter(|node| !exclude.contains(node)).count() as u32);
+    let where_ = culprit
+        .as_deref()
+        .map(|node| format!(" on {node}"))
+        .unwrap_or_default();
+    let what = format!("{}{where_}", attribution.category);
+
+    // The catalog's fix, where the backend can apply it: the same spec would fail the same way.
+    let changes = if policy.capabilities.recreate {
+        spec_changes(&attribution.remedies, attribution.recoverable)
+    } else {
+        Vec::new()
+    };
+    let stop_reason = if !attribution.recoverable && changes.is_empty() {
+        Some(format!(
+            "not recoverable by requeue: {what} ({}); fix the cause and resubmit",
+            attribution.component.as_str()
+        ))
+    } else if failures >= policy.crash_loop_threshold {
+        Some(format!(
+            "crash loop: {failures} consecutive failed attempts without a new checkpoint (threshold {})",
+            policy.crash_loop_threshold
+        ))
+    } else if workflow.requeues_used >= limit {
+        Some(format!(
+            "requeue limit reached: {} of {limit} used (min of system {} and job {})",
+            workflow.requeues_used,
+            policy.system_max_requeues,
+            workflow
+                .limits
+                .max_requeue_times
+                .map_or("unset".to_string(), |n| n.to_string())
+        ))
+    } else if let Some(remaining) = remaining
+        && remaining < needed
+    {
+        Some(format!(
+            "too few usable nodes: {remaining} left in partition {} once {} {} excluded, and the job \
+             needs at least {needed}; it is not restarted on fewer",
+            workflow.spec.partition.as_deref().unwrap_or("(default)"),
+            if exclude.is_empty() {
+                "nothing".to_string()
+            } else {
+                exclude.join(",")
+            },
+            if exclude.len() == 1 { "is" } else { "are" },
+        ))
+    } else {
+        None
+    };
+
+    let intent = |kind: ActionKind, params: ActionParams, why: String| {
+        // The job's own list can only narrow the configured whitelist.
+        let permitted = policy.permits(kind)
+            && workflow
+                .limits
+                .allowed_actions
+                .as_ref()
+                .is_none_or(|allowed| allowed.contains(&kind));
+        Intent {
+            kind,
+            params,
+            permitted,
+            auto_approved: permitted && !policy.propose_only,
+            why,
+        }
+    };
+
+    let mut intents = Vec::new();
+    if let Some(reason) = &stop_reason {
+        // A hung job still holds its nodes: free them.
+        if anomaly == AnomalyKind::Hang && !attempt.state.is_terminal() {
+            intents.push(intent(
+                ActionKind::Cancel,
+                ActionParams {
+                    job_id: Some(attempt.job_id.clone()),
+                    reason: Some(reason.clone()),
+                    ..ActionParams::default()
+                },
+                format!("cancel the hung job: recovery stopped ({reason})"),
+            ));
+        }
+    } else if !changes.is_empty() {
+        let exclusion = if exclude.is_empty() {
+            String::new()
+        } else {
+            format!(" excluding {}", exclude.join(","))
+        };
+        let described = changes
+            .iter()
+            .map(SpecChange::describe)
+            .collect::<Vec<_>>()
+            .join(", ");
+        intents.push(intent(
+            ActionKind::Recreate,
+            ActionParams {
+                job_id: Some(attempt.job_id.clone()),
+                exclude_nodes: exclude,
+                restart_count: Some(attempt.restart_count),
+                reason: Some(what.clone()),
+                changes,
+                ..ActionParams::default()
+            },
+            format!(
+                "{what}: re-create from the last checkpoint with {described}{exclusion}, as the catalog \
+                 recommends (restart {} of {limit})",
+                workflow.requeues_used + 1
+            ),
+        ));
+    } else {
+        let kind = match policy.mode {
+            RecoveryMode::Requeue => ActionKind::Requeue,
+            RecoveryMode::Resubmit => ActionKind::Resubmit,
+        };
+        let exclusion = if exclude.is_empty() {
+            String::new()
+        } else {
+            format!(" excluding {}", exclude.join(","))
+        };
+        intents.push(intent(
+            kind,
+            ActionParams {
+                job_id: Some(attempt.job_id.clone()),
+                exclude_nodes: exclude,
+                restart_count: Some(attempt.restart_count),
+                reason: Some(what.clone()),
+                ..ActionParams::default()
+            },
+            format!(
+                "{what}: {} from the last checkpoint{exclusion} (requeue {} of {limit})",
+                kind.as_str(),
+                workflow.requeues_used + 1
+            ),
+        ));
+    }
+    if policy.drain_culprit_nodes
+        && attribution.recoverable
+        && let Some(node) = &culprit
+        && matches!(
+            attribution.component,
+            Component::Gpu | Component::Network | Component::Infrastructure
+        )
+    {
+        intents.push(intent(
+            ActionKind::DrainNode,
+            ActionParams {
+                node: Some(node.clone()),
+                reason: Some(format!("runguard: {}", attribution.category)),
+                ..ActionParams::default()
+            },
+            format!("{what}: take {node} out of scheduling until it is checked"),
+        ));
+    }
+
+    let summary = match &stop_reason {
+        Some(reason) => format!(
+            "attempt {} {}: stop recovering: {reason}",
+            attempt.index,
+            anomaly.as_str()
+        ),
+        None => format!(
+            "attempt {} {}: {}",
+            attempt.index,
+            anomaly.as_str(),
+            intents
+                .first()
+                .map(|intent| intent.why.clone())
+                .unwrap_or_default()
+        ),
+    };
+    Decision {
+        intents,
+        status: if stop_reason.is_some() {
+            WorkflowStatus::Completed
+        } else {
+            WorkflowStatus::Recovering
+        },
+        crash_loop: stop_reason
+            .as_deref()
+            .is_some_and(|reason| reason.starts_with("crash loop")),
+        stop_reason,
+        failures_since_checkpoint: failures,
+        summary,
+    }
+}
+
+/// The spec changes of the first recommended fix that names any the backend can make. A failure a
+/// plain requeue recovers only takes an explicit `recreate_with_patch`; one it does not also takes a
+/// `config_fix`.
+pub fn spec_changes(remedies: &[Remedy], recoverable: bool) -> Vec<SpecChange> {
+    remedies
+        .iter()
+        .filter(|remedy| match remedy.kind {
+            RemedyKind::RecreateWithPatch => true,
+            RemedyKind::ConfigFix => !recoverable,
+            _ => false,
+        })
+        .map(|remedy| remedy.params.spec_changes())
+        .find(|changes| !changes.is_empty())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

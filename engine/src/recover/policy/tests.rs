@@ -1,0 +1,402 @@
+//! Tests of the policy module.
+
+use chrono::{DateTime, Utc};
+
+use super::*;
+use crate::model::{Culprit, JobSpec, JobState, RecoveryLimits};
+
+fn now() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-01-05T09:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+fn workflow() -> Workflow {
+    Workflow {
+        id: 1,
+        name: "llama".into(),
+        backend: "sim".into(),
+        spec: JobSpec::default(),
+        limits: RecoveryLimits {
+            max_requeue_times: Some(5),
+            auto_resume_mode: Some("requeue".into()),
+            allowed_actions: None,
+        },
+        status: WorkflowStatus::Enabled,
+        status_reason: None,
+        succeeded: false,
+        requeues_used: 0,
+        failures_since_checkpoint: 0,
+        created_at: now(),
+        updated_at: now(),
+    }
+}
+
+fn attempt(state: JobState) -> Attempt {
+    Attempt {
+        workflow_id: 1,
+        index: 0,
+        job_id: "4201".into(),
+        restart_count: 0,
+        nodes: vec!["node-05".into(), "node-07".into()],
+        gpus: 16,
+        state,
+        state_raw: state.as_str().to_uppercase(),
+        reason: None,
+        submit_time: None,
+        start_time: None,
+        end_time: None,
+        exit_code: Some(1),
+        excluded_nodes: vec!["node-02".into()],
+        log_path: None,
+        last_log_time: None,
+        last_iteration: None,
+        last_progress_time: None,
+        updated_at: now(),
+    }
+}
+
+fn attribution(category: &str, component: Component, recoverable: bool) -> Attribution {
+    Attribution {
+        id: 0,
+        workflow_id: 1,
+        attempt_index: 0,
+        category: category.into(),
+        component,
+        culprit: Culprit {
+            node: Some("node-07".into()),
+            ..Culprit::default()
+        },
+        confidence: 0.8,
+        recoverable,
+        signature: None,
+        explanation: String::new(),
+        evidence: vec![],
+        time: now(),
+        remedies: vec![],
+    }
+}
+
+fn policy() -> Policy {
+    Policy::from_config(&RecoveryConfig::default(), false)
+}
+
+/// A remedy as the catalog would give it.
+fn remedy(kind: &str, params: serde_json::Value) -> Remedy {
+    serde_json::from_value(serde_json::json!({"kind": kind, "description": "", "params": params}))
+        .unwrap()
+}
+
+#[test]
+fn where_the_spec_can_change_a_fix_becomes_a_proposed_re_creation_instead_of_a_stop() {
+    let workflow = workflow();
+    let failed = attempt(JobState::Failed);
+    let mut shm = attribution("dataloader_shm", Component::HostMemory, false);
+    shm.remedies = vec![
+        remedy("stop", serde_json::json!({})),
+        remedy(
+            "recreate_with_patch",
+            serde_json::json!({"shm_size": "16Gi"}),
+        ),
+        remedy("config_fix", serde_json::json!({"num_workers": 2})),
+    ];
+    // Slurm: nothing to apply, the run stops.
+    let stopped = decide(
+        &workflow,
+        &failed,
+        AnomalyKind::Crash,
+        &shm,
+        &policy(),
+        None,
+    );
+    assert_eq!(stopped.status, WorkflowStatus::Completed);
+    // Kubernetes: the first fix, proposed (not in the default whitelist).
+    let mut kubernetes = policy();
+    kubernetes.capabilities.recreate = true;
+    let decision = decide(
+        &workflow,
+        &failed,
+        AnomalyKind::Crash,
+        &shm,
+        &kubernetes,
+        None,
+    );
+    assert_eq!(decision.status, WorkflowStatus::Recovering);
+    let recreate = &decision.intents[0];
+    assert_eq!(recreate.kind, ActionKind::Recreate);
+    assert!(!recreate.permitted && !recreate.auto_approved);
+    assert_eq!(
+        recreate.params.changes,
+        vec![SpecChange::SharedMemory {
+            size_limit: "16Gi".into()
+        }]
+    );
+    assert!(recreate.why.contains("/dev/shm"), "{}", recreate.why);
+}
+
+#[test]
+fn a_job_s_own_whitelist_narrows_the_configured_one_and_never_widens_it() {
+    let mut workflow = workflow();
+    workflow.limits.allowed_actions = Some(vec![ActionKind::Cancel, ActionKind::DrainNode]);
+    let failed = attempt(JobState::Failed);
+    let nccl = attribution("nccl_timeout", Component::Network, true);
+    let decision = decide(
+        &workflow,
+        &failed,
+        AnomalyKind::Crash,
+        &nccl,
+        &policy(),
+        None,
+    );
+    let requeue = decision
+        .intents
+        .iter()
+        .find(|intent| intent.kind == ActionKind::Requeue)
+        .unwrap();
+    assert!(!requeue.permitted, "the job does not allow it");
+    let drain = decision
+        .intents
+        .iter()
+        .find(|intent| intent.kind == ActionKind::DrainNode);
+    assert!(
+        drain.is_none_or(|drain| !drain.permitted),
+        "the config does not allow it"
+    );
+}
+
+#[test]
+fn remedy_parameters_map_to_spec_changes() {
+    let changes = spec_changes(
+        &[remedy(
+            "config_fix",
+            serde_json::json!({
+                "micro_batch_size": "half",
+                "env": {"NCCL_SOCKET_IFNAME": "ib0", "TMPDIR": "/scratch/$USER/tmp"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            }),
+        )],
+        false,
+    );
+    assert_eq!(
+        changes,
+        vec![
+            SpecChange::HalveMicroBatch,
+            SpecChange::Env {
+                name: "NCCL_SOCKET_IFNAME".into(),
+                value: "ib0".into()
+            },
+            SpecChange::Toleration {
+                key: "nvidia.com/gpu".into(),
+                operator: "Exists".into(),
+                value: None,
+                effect: Some("NoSchedule".into())
+            },
+        ]
+    );
+    assert!(
+        spec_changes(
+            &[remedy("requeue", serde_json::json!({"num_workers": 2}))],
+            false
+        )
+        .is_empty()
+    );
+    // A failure a requeue recovers is not changed on a mere suggestion.
+    assert!(
+        spec_changes(
+            &[remedy("config_fix", serde_json::json!({"num_workers": 2}))],
+            true
+        )
+        .is_empty()
+    );
+}
+
+#[test]
+fn does_not_restart_on_fewer_nodes_than_the_job_needs() {
+    let mut workflow = workflow();
+    workflow.spec.nodes = 2;
+    workflow.spec.partition = Some("gpu".into());
+    let failed = attempt(JobState::Failed);
+    let nccl = attribution("nccl_timeout", Component::Network, true);
+    let usable: Vec<String> = ["node-02", "node-07", "node-09", "node-11"]
+        .map(String::from)
+        .to_vec();
+    // node-02 was excluded before and node-07 is the culprit: two usable nodes remain, enough.
+    let decision = decide(
+        &workflow,
+        &failed,
+        AnomalyKind::Crash,
+        &nccl,
+        &policy(),
+        Some(&usable),
+    );
+    assert_eq!(decision.status, WorkflowStatus::Recovering);
+
+    // Only one would remain: the job is not restarted on fewer nodes than it needs.
+    let decision = decide(
+        &workflow,
+        &failed,
+        AnomalyKind::Crash,
+        &nccl,
+        &policy(),
+        Some(&usable[..3]),
+    );
+    assert_eq!(decision.status, WorkflowStatus::Completed);
+    let reason = decision.stop_reason.unwrap();
+    assert!(
+        reason.contains("too few usable nodes: 1 left in partition gpu"),
+        "{reason}"
+    );
+    assert!(reason.contains("needs at least 2"), "{reason}");
+    assert!(!decision.intents.iter().any(|i| i.kind.restarts_the_run()));
+
+    // A configured minimum below the job's size lets it restart on what is left.
+    let mut elastic = policy();
+    elastic.min_nodes = 1;
+    let decision = decide(
+        &workflow,
+        &failed,
+        AnomalyKind::Crash,
+        &nccl,
+        &elastic,
+        Some(&usable[..3]),
+    );
+    assert_eq!(decision.status, WorkflowStatus::Recovering);
+}
+
+#[test]
+fn requeues_excluding_the_culprit_and_keeps_earlier_exclusions() {
+    let decision = decide(
+        &workflow(),
+        &attempt(JobState::Failed),
+        AnomalyKind::Crash,
+        &attribution("nccl_timeout", Component::Network, true),
+        &policy(),
+        None,
+    );
+    assert_eq!(decision.status, WorkflowStatus::Recovering);
+    let requeue = &decision.intents[0];
+    assert_eq!(requeue.kind, ActionKind::Requeue);
+    assert_eq!(requeue.params.exclude_nodes, vec!["node-02", "node-07"]);
+    assert_eq!(requeue.params.restart_count, Some(0));
+    assert!(requeue.permitted && requeue.auto_approved);
+    let drain = &decision.intents[1];
+    assert_eq!(drain.kind, ActionKind::DrainNode);
+    assert!(!drain.permitted, "drain is not in the default whitelist");
+}
+
+#[test]
+fn a_preempted_job_is_requeued_without_excluding_its_node() {
+    let decision = decide(
+        &workflow(),
+        &attempt(JobState::Preempted),
+        AnomalyKind::Crash,
+        &attribution("preemption", Component::Scheduler, true),
+        &policy(),
+        None,
+    );
+    assert_eq!(decision.intents[0].kind, ActionKind::Requeue);
+    assert_eq!(decision.intents[0].params.exclude_nodes, vec!["node-02"]);
+}
+
+#[test]
+fn never_requeues_an_application_bug() {
+    let decision = decide(
+        &workflow(),
+        &attempt(JobState::Failed),
+        AnomalyKind::Crash,
+        &attribution("app_exception", Component::Application, false),
+        &policy(),
+        None,
+    );
+    assert_eq!(decision.status, WorkflowStatus::Completed);
+    assert!(decision.intents.is_empty());
+    assert!(decision.stop_reason.unwrap().contains("not recoverable"));
+}
+
+#[test]
+fn stops_a_crash_loop_at_the_threshold() {
+    let mut workflow = workflow();
+    workflow.failures_since_checkpoint = 2;
+    let decision = decide(
+        &workflow,
+        &attempt(JobState::Failed),
+        AnomalyKind::Crash,
+        &attribution("nccl_timeout", Component::Network, true),
+        &policy(),
+        None,
+    );
+    assert!(decision.crash_loop);
+    assert_eq!(decision.failures_since_checkpoint, 3);
+    assert!(
+        decision
+            .intents
+            .iter()
+            .all(|i| i.kind != ActionKind::Requeue)
+    );
+}
+
+#[test]
+fn the_requeue_limit_is_the_smaller_of_system_and_job() {
+    let mut workflow = workflow();
+    workflow.requeues_used = 5;
+    let decision = decide(
+        &workflow,
+        &attempt(JobState::Failed),
+        AnomalyKind::Crash,
+        &attribution("xid_79", Component::Gpu, true),
+        &policy(),
+        None,
+    );
+    assert_eq!(decision.status, WorkflowStatus::Completed);
+    assert!(decision.stop_reason.unwrap().contains("5 of 5"));
+
+    let config = RecoveryConfig {
+        system_max_requeues: 2,
+        ..RecoveryConfig::default()
+    };
+    let policy = Policy::from_config(&config, false);
+    workflow.requeues_used = 2;
+    assert_eq!(policy.requeue_limit(&workflow), 2);
+}
+
+#[test]
+fn outside_the_whitelist_or_without_auto_an_intent_is_only_proposed() {
+    let config = RecoveryConfig {
+        whitelist: vec![ActionKind::Cancel],
+        ..RecoveryConfig::default()
+    };
+    let decision = decide(
+        &workflow(),
+        &attempt(JobState::Failed),
+        AnomalyKind::Crash,
+        &attribution("nccl_timeout", Component::Network, true),
+        &Policy::from_config(&config, false),
+        None,
+    );
+    assert!(!decision.intents[0].permitted && !decision.intents[0].auto_approved);
+
+    let decision = decide(
+        &workflow(),
+        &attempt(JobState::Failed),
+        AnomalyKind::Crash,
+        &attribution("nccl_timeout", Component::Network, true),
+        &Policy::from_config(&RecoveryConfig::default(), true),
+        None,
+    );
+    assert!(decision.intents[0].permitted && !decision.intents[0].auto_approved);
+}
+
+#[test]
+fn a_stopped_hang_cancels_the_job_that_still_holds_its_nodes() {
+    let mut workflow = workflow();
+    workflow.failures_since_checkpoint = 2;
+    let decision = decide(
+        &workflow,
+        &attempt(JobState::Running),
+        AnomalyKind::Hang,
+        &attribution("hang", Component::Application, true),
+        &policy(),
+        None,
+    );
+    assert_eq!(decision.intents[0].kind, ActionKind::Cancel);
+}
