@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
+pub use super::columns::{Column, DEFAULT_COLUMNS};
 use super::log_view::LogView;
 use super::snapshot::{AttemptRow, Snapshot};
 use runguard_engine::model::{ActionId, JobState, WorkflowId};
@@ -63,102 +64,6 @@ impl Pane {
         }
     }
 }
-
-/// The overview's columns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Column {
-    Select,
-    Job,
-    Workflow,
-    Nodes,
-    Gpus,
-    State,
-    Reason,
-    Duration,
-    Checkpoints,
-    Submitted,
-    Updated,
-    User,
-    Partition,
-    Backend,
-}
-
-impl Column {
-    pub const ALL: [Column; 14] = [
-        Column::Select,
-        Column::Job,
-        Column::Workflow,
-        Column::Nodes,
-        Column::Gpus,
-        Column::State,
-        Column::Reason,
-        Column::Duration,
-        Column::Checkpoints,
-        Column::Submitted,
-        Column::Updated,
-        Column::User,
-        Column::Partition,
-        Column::Backend,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Column::Select => "sel",
-            Column::Job => "job",
-            Column::Workflow => "workflow",
-            Column::Nodes => "nodes",
-            Column::Gpus => "gpus",
-            Column::State => "state",
-            Column::Reason => "reason",
-            Column::Duration => "duration",
-            Column::Checkpoints => "checkpoints",
-            Column::Submitted => "submitted",
-            Column::Updated => "updated",
-            Column::User => "user",
-            Column::Partition => "partition",
-            Column::Backend => "backend",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Column> {
-        Column::ALL.into_iter().find(|c| c.name() == name)
-    }
-
-    /// The heading shown in the table.
-    pub fn heading(self) -> &'static str {
-        match self {
-            Column::Select => " ",
-            Column::Job => "JOB.ATT",
-            Column::Workflow => "WORKFLOW",
-            Column::Nodes => "NODES",
-            Column::Gpus => "GPUS",
-            Column::State => "STATE",
-            Column::Reason => "REASON",
-            Column::Duration => "DURATION",
-            Column::Checkpoints => "CKPTS",
-            Column::Submitted => "SUBMITTED",
-            Column::Updated => "UPDATED",
-            Column::User => "USER",
-            Column::Partition => "PARTITION",
-            Column::Backend => "BACKEND",
-        }
-    }
-}
-
-/// The default columns, as the AJR cockpit shows them.
-pub const DEFAULT_COLUMNS: [Column; 11] = [
-    Column::Select,
-    Column::Job,
-    Column::Workflow,
-    Column::Nodes,
-    Column::Gpus,
-    Column::State,
-    Column::Reason,
-    Column::Duration,
-    Column::Checkpoints,
-    Column::Submitted,
-    Column::Updated,
-];
 
 /// What the keyboard is typing into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -434,7 +339,7 @@ impl App {
             }),
             Some((column, descending)) => {
                 rows.sort_by(|a, b| {
-                    let order = compare(column, a, b, now);
+                    let order = column.order(a, b, now);
                     if descending { order.reverse() } else { order }
                 });
             }
@@ -693,7 +598,7 @@ impl App {
                         self.message = Some(self.sort_label());
                     }
                     None => {
-                        self.message = Some(format!("no column {column:?}: {}", column_names()))
+                        self.message = Some(format!("no column {column:?}: {}", Column::names()))
                     }
                 },
             },
@@ -736,7 +641,7 @@ impl App {
                         Some(column) if !columns.contains(&column) => columns.push(column),
                         Some(_) => {}
                         None => {
-                            self.message = Some(format!("no column {name:?}: {}", column_names()));
+                            self.message = Some(format!("no column {name:?}: {}", Column::names()));
                             return Effect::None;
                         }
                     }
@@ -772,14 +677,6 @@ impl App {
     }
 }
 
-fn column_names() -> String {
-    Column::ALL
-        .iter()
-        .map(|c| c.name())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// How long an attempt ran (until now when it still runs).
 pub fn duration_of(row: &AttemptRow, now: DateTime<Utc>) -> Option<chrono::TimeDelta> {
     let start = row.attempt.start_time?;
@@ -789,34 +686,4 @@ pub fn duration_of(row: &AttemptRow, now: DateTime<Utc>) -> Option<chrono::TimeD
         now
     };
     Some((end - start).max(chrono::TimeDelta::zero()))
-}
-
-fn compare(
-    column: Column,
-    a: &AttemptRow,
-    b: &AttemptRow,
-    now: DateTime<Utc>,
-) -> std::cmp::Ordering {
-    match column {
-        Column::Select | Column::Job => a
-            .attempt
-            .job_id
-            .parse::<u64>()
-            .unwrap_or(0)
-            .cmp(&b.attempt.job_id.parse::<u64>().unwrap_or(0))
-            .then(a.attempt.job_id.cmp(&b.attempt.job_id))
-            .then(a.attempt.index.cmp(&b.attempt.index)),
-        Column::Workflow => a.workflow.cmp(&b.workflow),
-        Column::Nodes => a.attempt.nodes.len().cmp(&b.attempt.nodes.len()),
-        Column::Gpus => a.attempt.gpus.cmp(&b.attempt.gpus),
-        Column::State => a.attempt.state_raw.cmp(&b.attempt.state_raw),
-        Column::Reason => a.attempt.reason.cmp(&b.attempt.reason),
-        Column::Duration => duration_of(a, now).cmp(&duration_of(b, now)),
-        Column::Checkpoints => a.checkpoints.cmp(&b.checkpoints),
-        Column::Submitted => a.attempt.submit_time.cmp(&b.attempt.submit_time),
-        Column::Updated => a.attempt.updated_at.cmp(&b.attempt.updated_at),
-        Column::User => a.user.cmp(&b.user),
-        Column::Partition => a.partition.cmp(&b.partition),
-        Column::Backend => a.backend.cmp(&b.backend),
-    }
 }

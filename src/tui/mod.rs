@@ -3,6 +3,7 @@
 //! engine and one that only views it behave the same. The engine never imports this module.
 
 pub mod app;
+pub mod columns;
 pub mod log_view;
 pub mod panes;
 pub mod run;
