@@ -5,9 +5,10 @@ use std::cell::Cell;
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::crossterm::event::KeyEvent;
 
 pub use super::columns::{Column, DEFAULT_COLUMNS};
+use super::keys;
 use super::log_view::LogView;
 use super::snapshot::{AttemptRow, Snapshot};
 use runguard_engine::model::{ActionId, JobState, WorkflowId};
@@ -221,87 +222,9 @@ impl App {
         }
     }
 
-    /// The key map: vim keys and arrows; in the search and command lines, keys are text.
+    /// The action of a key, as the key table ([`keys::KEYS`]) has it where the cockpit is now.
     pub fn action_for_key(&self, key: KeyEvent) -> Option<UiAction> {
-        if key.modifiers.contains(KeyModifiers::CONTROL) {
-            return match key.code {
-                KeyCode::Char('c') => Some(UiAction::Quit),
-                KeyCode::Char('u') | KeyCode::Char('b') => Some(UiAction::PageUp),
-                KeyCode::Char('d') | KeyCode::Char('f') => Some(UiAction::PageDown),
-                _ => None,
-            };
-        }
-        if self.mode != Mode::Normal {
-            return match key.code {
-                KeyCode::Enter => Some(UiAction::Confirm),
-                KeyCode::Esc => Some(UiAction::Dismiss),
-                KeyCode::Backspace => Some(UiAction::Erase),
-                KeyCode::Char(c) => Some(UiAction::Type(c)),
-                _ => None,
-            };
-        }
-        if self.help {
-            return match key.code {
-                KeyCode::Char('?') | KeyCode::Esc | KeyCode::Char('q') => {
-                    Some(UiAction::ToggleHelp)
-                }
-                _ => None,
-            };
-        }
-        if self.report.is_some() {
-            return match key.code {
-                KeyCode::Char('R') | KeyCode::Esc | KeyCode::Char('q') | KeyCode::Char('h') => {
-                    Some(UiAction::ToggleReport)
-                }
-                KeyCode::Up | KeyCode::Char('k') => Some(UiAction::Up),
-                KeyCode::Down | KeyCode::Char('j') => Some(UiAction::Down),
-                KeyCode::PageUp => Some(UiAction::PageUp),
-                KeyCode::PageDown | KeyCode::Char(' ') => Some(UiAction::PageDown),
-                KeyCode::Home | KeyCode::Char('g') => Some(UiAction::Top),
-                KeyCode::End | KeyCode::Char('G') => Some(UiAction::Bottom),
-                KeyCode::Char('?') => Some(UiAction::ToggleHelp),
-                _ => None,
-            };
-        }
-        Some(match key.code {
-            KeyCode::Char('q') => UiAction::Quit,
-            KeyCode::Up | KeyCode::Char('k') => UiAction::Up,
-            KeyCode::Down | KeyCode::Char('j') => UiAction::Down,
-            KeyCode::PageUp => UiAction::PageUp,
-            KeyCode::PageDown => UiAction::PageDown,
-            KeyCode::Home | KeyCode::Char('g') => UiAction::Top,
-            KeyCode::End | KeyCode::Char('G') => UiAction::Bottom,
-            KeyCode::Tab => UiAction::NextPane,
-            KeyCode::BackTab => UiAction::PreviousPane,
-            KeyCode::Enter | KeyCode::Char('l') => UiAction::Enter,
-            KeyCode::Esc | KeyCode::Char('h') => UiAction::Back,
-            KeyCode::Char(' ') => UiAction::ToggleSelect,
-            KeyCode::Char('s') => UiAction::SortNext,
-            KeyCode::Char('t') => UiAction::ToggleDurationFormat,
-            KeyCode::Char('T') => UiAction::ToggleSubmittedFormat,
-            KeyCode::Char('U') => UiAction::ToggleUpdatedFormat,
-            KeyCode::Char('/') => UiAction::StartSearch,
-            KeyCode::Char(':') => UiAction::StartCommand,
-            KeyCode::Char('a') => UiAction::Approve,
-            KeyCode::Char('x') => UiAction::Reject,
-            KeyCode::Char('r') => UiAction::Refresh,
-            KeyCode::Char('D') => UiAction::Detach,
-            KeyCode::Char('?') => UiAction::ToggleHelp,
-            KeyCode::Char('A') => UiAction::ToggleAllUsers,
-            KeyCode::Char('1') => UiAction::Show(Pane::Overview),
-            KeyCode::Char('2') => UiAction::Show(Pane::Details),
-            KeyCode::Char('3') => UiAction::Show(Pane::Charts),
-            KeyCode::Char('4') => UiAction::Show(Pane::Timeline),
-            KeyCode::Char('5') => UiAction::Show(Pane::Approvals),
-            KeyCode::Char('6') => UiAction::Show(Pane::Notifications),
-            KeyCode::Char('7') | KeyCode::Char('L') => UiAction::Show(Pane::Log),
-            KeyCode::Char('8') | KeyCode::Char('c') => UiAction::Show(Pane::Compare),
-            KeyCode::Char('n') => UiAction::NextError,
-            KeyCode::Char('N') => UiAction::PreviousError,
-            KeyCode::Char('f') => UiAction::Follow,
-            KeyCode::Char('R') => UiAction::ToggleReport,
-            _ => return None,
-        })
+        keys::action_for(keys::Context::of(self), &key)
     }
 
     /// The overview's rows after search, filters and sort: grouped by workflow, newest first, unless a
