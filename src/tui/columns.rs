@@ -236,7 +236,7 @@ pub const DEFAULT_COLUMNS: [Column; 11] = [
 ];
 
 impl Column {
-    /// Every column, in the order of [`COLUMNS`].
+    /// Every column, in the order of the table of definitions.
     pub const ALL: [Column; 14] = {
         let mut all = [Column::Select; 14];
         let mut at = 0;

@@ -5,25 +5,9 @@ use ratatui::layout::{Constraint, Flex, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Paragraph};
 
+use crate::tui::app::COMMANDS;
 use crate::tui::keys::help_rows;
 use crate::tui::theme::Theme;
-
-/// The commands of the `:` line, as shown.
-pub const COMMANDS: [(&str, &str); 4] = [
-    (
-        ":sort COL [desc]",
-        "sort by a column (:sort alone: by workflow)",
-    ),
-    (
-        ":filter k=v …",
-        "state, user, partition, backend (:filter alone clears)",
-    ),
-    (
-        ":columns COL …",
-        "shown columns in order (saved in the config)",
-    ),
-    (":theme NAME", "dark, light, high-contrast, or your own"),
-];
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, theme: &Theme) {
     let row = |keys: &str, what: String, style| {
