@@ -1,15 +1,30 @@
 //! The cockpit's state and its one way to change: [`App::update`] with a [`UiAction`]. Keys, mouse
 //! clicks, the `:` command line and tests all produce the same actions, so each behaviour is tested once.
+//!
+//! The state is here; what each family of actions does is in a file of its own: `navigate` (cursor,
+//! panes, report, log), `rows` (search, filters, sort, focus), `line` (the `/` and `:` lines),
+//! `command` (the `:` commands), `decide` (approve, reject).
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::crossterm::event::KeyEvent;
 
+pub use super::columns::{Column, DEFAULT_COLUMNS};
+use super::keys;
 use super::log_view::LogView;
-use super::snapshot::{AttemptRow, Snapshot};
-use runguard_engine::model::{ActionId, JobState, WorkflowId};
+use super::snapshot::Snapshot;
+use runguard_engine::model::{ActionId, WorkflowId};
+
+mod command;
+mod decide;
+mod line;
+mod navigate;
+mod rows;
+
+pub use command::COMMANDS;
+pub use rows::duration_of;
 
 /// The panes, in Tab order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,102 +78,6 @@ impl Pane {
         }
     }
 }
-
-/// The overview's columns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Column {
-    Select,
-    Job,
-    Workflow,
-    Nodes,
-    Gpus,
-    State,
-    Reason,
-    Duration,
-    Checkpoints,
-    Submitted,
-    Updated,
-    User,
-    Partition,
-    Backend,
-}
-
-impl Column {
-    pub const ALL: [Column; 14] = [
-        Column::Select,
-        Column::Job,
-        Column::Workflow,
-        Column::Nodes,
-        Column::Gpus,
-        Column::State,
-        Column::Reason,
-        Column::Duration,
-        Column::Checkpoints,
-        Column::Submitted,
-        Column::Updated,
-        Column::User,
-        Column::Partition,
-        Column::Backend,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Column::Select => "sel",
-            Column::Job => "job",
-            Column::Workflow => "workflow",
-            Column::Nodes => "nodes",
-            Column::Gpus => "gpus",
-            Column::State => "state",
-            Column::Reason => "reason",
-            Column::Duration => "duration",
-            Column::Checkpoints => "checkpoints",
-            Column::Submitted => "submitted",
-            Column::Updated => "updated",
-            Column::User => "user",
-            Column::Partition => "partition",
-            Column::Backend => "backend",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Column> {
-        Column::ALL.into_iter().find(|c| c.name() == name)
-    }
-
-    /// The heading shown in the table.
-    pub fn heading(self) -> &'static str {
-        match self {
-            Column::Select => " ",
-            Column::Job => "JOB.ATT",
-            Column::Workflow => "WORKFLOW",
-            Column::Nodes => "NODES",
-            Column::Gpus => "GPUS",
-            Column::State => "STATE",
-            Column::Reason => "REASON",
-            Column::Duration => "DURATION",
-            Column::Checkpoints => "CKPTS",
-            Column::Submitted => "SUBMITTED",
-            Column::Updated => "UPDATED",
-            Column::User => "USER",
-            Column::Partition => "PARTITION",
-            Column::Backend => "BACKEND",
-        }
-    }
-}
-
-/// The default columns, as the AJR cockpit shows them.
-pub const DEFAULT_COLUMNS: [Column; 11] = [
-    Column::Select,
-    Column::Job,
-    Column::Workflow,
-    Column::Nodes,
-    Column::Gpus,
-    Column::State,
-    Column::Reason,
-    Column::Duration,
-    Column::Checkpoints,
-    Column::Submitted,
-    Column::Updated,
-];
 
 /// What the keyboard is typing into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,507 +235,51 @@ impl App {
         }
     }
 
-    /// The key map: vim keys and arrows; in the search and command lines, keys are text.
+    /// The action of a key, as the key table ([`keys::KEYS`]) has it where the cockpit is now.
     pub fn action_for_key(&self, key: KeyEvent) -> Option<UiAction> {
-        if key.modifiers.contains(KeyModifiers::CONTROL) {
-            return match key.code {
-                KeyCode::Char('c') => Some(UiAction::Quit),
-                KeyCode::Char('u') | KeyCode::Char('b') => Some(UiAction::PageUp),
-                KeyCode::Char('d') | KeyCode::Char('f') => Some(UiAction::PageDown),
-                _ => None,
-            };
-        }
-        if self.mode != Mode::Normal {
-            return match key.code {
-                KeyCode::Enter => Some(UiAction::Confirm),
-                KeyCode::Esc => Some(UiAction::Dismiss),
-                KeyCode::Backspace => Some(UiAction::Erase),
-                KeyCode::Char(c) => Some(UiAction::Type(c)),
-                _ => None,
-            };
-        }
-        if self.help {
-            return match key.code {
-                KeyCode::Char('?') | KeyCode::Esc | KeyCode::Char('q') => {
-                    Some(UiAction::ToggleHelp)
-                }
-                _ => None,
-            };
-        }
-        if self.report.is_some() {
-            return match key.code {
-                KeyCode::Char('R') | KeyCode::Esc | KeyCode::Char('q') | KeyCode::Char('h') => {
-                    Some(UiAction::ToggleReport)
-                }
-                KeyCode::Up | KeyCode::Char('k') => Some(UiAction::Up),
-                KeyCode::Down | KeyCode::Char('j') => Some(UiAction::Down),
-                KeyCode::PageUp => Some(UiAction::PageUp),
-                KeyCode::PageDown | KeyCode::Char(' ') => Some(UiAction::PageDown),
-                KeyCode::Home | KeyCode::Char('g') => Some(UiAction::Top),
-                KeyCode::End | KeyCode::Char('G') => Some(UiAction::Bottom),
-                KeyCode::Char('?') => Some(UiAction::ToggleHelp),
-                _ => None,
-            };
-        }
-        Some(match key.code {
-            KeyCode::Char('q') => UiAction::Quit,
-            KeyCode::Up | KeyCode::Char('k') => UiAction::Up,
-            KeyCode::Down | KeyCode::Char('j') => UiAction::Down,
-            KeyCode::PageUp => UiAction::PageUp,
-            KeyCode::PageDown => UiAction::PageDown,
-            KeyCode::Home | KeyCode::Char('g') => UiAction::Top,
-            KeyCode::End | KeyCode::Char('G') => UiAction::Bottom,
-            KeyCode::Tab => UiAction::NextPane,
-            KeyCode::BackTab => UiAction::PreviousPane,
-            KeyCode::Enter | KeyCode::Char('l') => UiAction::Enter,
-            KeyCode::Esc | KeyCode::Char('h') => UiAction::Back,
-            KeyCode::Char(' ') => UiAction::ToggleSelect,
-            KeyCode::Char('s') => UiAction::SortNext,
-            KeyCode::Char('t') => UiAction::ToggleDurationFormat,
-            KeyCode::Char('T') => UiAction::ToggleSubmittedFormat,
-            KeyCode::Char('U') => UiAction::ToggleUpdatedFormat,
-            KeyCode::Char('/') => UiAction::StartSearch,
-            KeyCode::Char(':') => UiAction::StartCommand,
-            KeyCode::Char('a') => UiAction::Approve,
-            KeyCode::Char('x') => UiAction::Reject,
-            KeyCode::Char('r') => UiAction::Refresh,
-            KeyCode::Char('D') => UiAction::Detach,
-            KeyCode::Char('?') => UiAction::ToggleHelp,
-            KeyCode::Char('A') => UiAction::ToggleAllUsers,
-            KeyCode::Char('1') => UiAction::Show(Pane::Overview),
-            KeyCode::Char('2') => UiAction::Show(Pane::Details),
-            KeyCode::Char('3') => UiAction::Show(Pane::Charts),
-            KeyCode::Char('4') => UiAction::Show(Pane::Timeline),
-            KeyCode::Char('5') => UiAction::Show(Pane::Approvals),
-            KeyCode::Char('6') => UiAction::Show(Pane::Notifications),
-            KeyCode::Char('7') | KeyCode::Char('L') => UiAction::Show(Pane::Log),
-            KeyCode::Char('8') | KeyCode::Char('c') => UiAction::Show(Pane::Compare),
-            KeyCode::Char('n') => UiAction::NextError,
-            KeyCode::Char('N') => UiAction::PreviousError,
-            KeyCode::Char('f') => UiAction::Follow,
-            KeyCode::Char('R') => UiAction::ToggleReport,
-            _ => return None,
-        })
-    }
-
-    /// The overview's rows after search, filters and sort: grouped by workflow, newest first, unless a
-    /// column sort is chosen.
-    pub fn visible_rows<'s>(
-        &self,
-        snapshot: &'s Snapshot,
-        now: DateTime<Utc>,
-    ) -> Vec<&'s AttemptRow> {
-        let needle = self.search.to_lowercase();
-        let mut rows: Vec<&AttemptRow> = snapshot
-            .rows
-            .iter()
-            .filter(|row| {
-                needle.is_empty()
-                    || row.workflow.to_lowercase().contains(&needle)
-                    || row.attempt.job_id.contains(&needle)
-            })
-            .filter(|row| {
-                let f = &self.filters;
-                f.state.as_deref().is_none_or(|s| {
-                    row.attempt.state.as_str() == s || row.attempt.state_raw.eq_ignore_ascii_case(s)
-                }) && f.user.as_deref().is_none_or(|u| row.user == u)
-                    && f.partition
-                        .as_deref()
-                        .is_none_or(|p| row.partition.as_deref() == Some(p))
-                    && f.backend.as_deref().is_none_or(|b| row.backend == b)
-            })
-            .collect();
-        match self.sort {
-            None => rows.sort_by(|a, b| {
-                b.workflow_id
-                    .cmp(&a.workflow_id)
-                    .then(b.attempt.index.cmp(&a.attempt.index))
-            }),
-            Some((column, descending)) => {
-                rows.sort_by(|a, b| {
-                    let order = compare(column, a, b, now);
-                    if descending { order.reverse() } else { order }
-                });
-            }
-        }
-        rows
+        keys::action_for(keys::Context::of(self), &key)
     }
 
     /// Applies one action; the effect is for the runner (the store, the terminal, the engine).
     pub fn update(&mut self, action: UiAction, snapshot: &Snapshot, now: DateTime<Utc>) -> Effect {
         self.message = None;
-        let rows = self.visible_rows(snapshot, now).len();
-        let approvals = snapshot.approvals.len();
         match action {
             UiAction::Quit => return Effect::Quit,
-            UiAction::Up => self.move_cursor(-1, rows, approvals),
-            UiAction::Down => self.move_cursor(1, rows, approvals),
-            UiAction::PageUp => self.move_cursor(-20, rows, approvals),
-            UiAction::PageDown => self.move_cursor(20, rows, approvals),
-            UiAction::Top => self.move_cursor(i64::MIN / 2, rows, approvals),
-            UiAction::Bottom => self.move_cursor(i64::MAX / 2, rows, approvals),
-            UiAction::NextPane | UiAction::PreviousPane => {
-                let at = Pane::ALL.iter().position(|p| *p == self.pane).unwrap_or(0);
-                let step = if action == UiAction::NextPane {
-                    1
-                } else {
-                    Pane::ALL.len() - 1
-                };
-                self.pane = Pane::ALL[(at + step) % Pane::ALL.len()];
-            }
+            UiAction::Refresh => return Effect::Refresh,
+            UiAction::Detach => return Effect::Detach,
+            UiAction::Up => self.move_cursor(-1, snapshot, now),
+            UiAction::Down => self.move_cursor(1, snapshot, now),
+            UiAction::PageUp => self.move_cursor(-20, snapshot, now),
+            UiAction::PageDown => self.move_cursor(20, snapshot, now),
+            UiAction::Top => self.move_cursor(i64::MIN / 2, snapshot, now),
+            UiAction::Bottom => self.move_cursor(i64::MAX / 2, snapshot, now),
+            UiAction::NextPane => self.cycle_pane(1),
+            UiAction::PreviousPane => self.cycle_pane(Pane::ALL.len() - 1),
             UiAction::Show(pane) => self.pane = pane,
-            UiAction::Enter => {
-                if self.pane == Pane::Overview && rows > 0 {
-                    self.pane = Pane::Details;
-                }
-            }
-            UiAction::Back => {
-                if self.pane != Pane::Overview {
-                    self.pane = Pane::Overview;
-                } else if !self.search.is_empty() {
-                    self.search.clear();
-                }
-            }
-            UiAction::ToggleSelect => {
-                if let Some(row) = self.focused(snapshot, now) {
-                    let key = (row.workflow_id, row.attempt.index);
-                    if !self.selected.remove(&key) {
-                        self.selected.insert(key);
-                    }
-                }
-            }
+            UiAction::Enter => self.enter(snapshot, now),
+            UiAction::Back => self.back(),
+            UiAction::ClickRow(index) => self.click_row(index, snapshot, now),
+            UiAction::ToggleSelect => self.toggle_select(snapshot, now),
+            UiAction::ToggleReport => self.toggle_report(snapshot, now),
+            UiAction::NextError => self.jump_to_error(true),
+            UiAction::PreviousError => self.jump_to_error(false),
+            UiAction::Follow => self.follow_log(),
             UiAction::SortBy(column) => self.sort_by(column),
-            UiAction::SortNext => {
-                let sortable: Vec<Column> = self
-                    .columns
-                    .iter()
-                    .copied()
-                    .filter(|c| *c != Column::Select)
-                    .collect();
-                let next = match self.sort {
-                    None => sortable.first().copied(),
-                    Some((current, _)) => sortable
-                        .iter()
-                        .position(|c| *c == current)
-                        .and_then(|at| sortable.get(at + 1).copied()),
-                };
-                match next {
-                    Some(column) => self.sort = Some((column, false)),
-                    None => self.sort = None,
-                }
-                self.message = Some(self.sort_label());
-            }
+            UiAction::SortNext => self.sort_next(),
+            UiAction::StartSearch => self.start_search(),
+            UiAction::StartCommand => self.start_command(),
+            UiAction::Type(c) => self.type_char(c),
+            UiAction::Erase => self.erase(),
+            UiAction::Confirm => return self.confirm(snapshot),
+            UiAction::Dismiss => self.dismiss(),
+            UiAction::Approve => return self.decide_focused(true, snapshot, now),
+            UiAction::Reject => return self.decide_focused(false, snapshot, now),
             UiAction::ToggleDurationFormat => self.duration_clock = !self.duration_clock,
             UiAction::ToggleSubmittedFormat => self.submitted_elapsed = !self.submitted_elapsed,
             UiAction::ToggleUpdatedFormat => self.updated_elapsed = !self.updated_elapsed,
-            UiAction::StartSearch => {
-                self.mode = Mode::Search;
-                self.input = self.search.clone();
-            }
-            UiAction::StartCommand => {
-                self.mode = Mode::Command;
-                self.input.clear();
-            }
-            UiAction::Type(c) => {
-                self.input.push(c);
-                if self.mode == Mode::Search {
-                    self.search = self.input.clone();
-                    self.cursor = 0;
-                }
-            }
-            UiAction::Erase => {
-                self.input.pop();
-                if self.mode == Mode::Search {
-                    self.search = self.input.clone();
-                    self.cursor = 0;
-                }
-            }
-            UiAction::Confirm => {
-                let mode = std::mem::replace(&mut self.mode, Mode::Normal);
-                if mode == Mode::Command {
-                    let line = std::mem::take(&mut self.input);
-                    return self.command(&line, snapshot);
-                }
-            }
-            UiAction::Dismiss => {
-                if self.mode == Mode::Search {
-                    self.search.clear();
-                }
-                self.mode = Mode::Normal;
-                self.input.clear();
-            }
-            UiAction::Approve | UiAction::Reject => {
-                let Some(approval) = self.focused_approval(snapshot, now) else {
-                    self.message = Some("no proposed action here".to_string());
-                    return Effect::None;
-                };
-                let id = approval.action.id;
-                return if action == UiAction::Approve {
-                    self.message = Some(format!("approving action {id}…"));
-                    Effect::Approve(id)
-                } else {
-                    self.message = Some(format!("rejecting action {id}…"));
-                    Effect::Reject(id)
-                };
-            }
-            UiAction::Refresh => return Effect::Refresh,
-            UiAction::Detach => return Effect::Detach,
             UiAction::ToggleHelp => self.help = !self.help,
-            UiAction::ToggleReport => {
-                if self.report.take().is_none() {
-                    match self.focused(snapshot, now) {
-                        Some(row) => {
-                            self.report = Some(ReportView {
-                                workflow_id: row.workflow_id,
-                                scroll: 0,
-                                max_scroll: Cell::new(0),
-                            });
-                        }
-                        None => self.message = Some("no workflow to report on".into()),
-                    }
-                }
-            }
             UiAction::ToggleAllUsers => self.all_users = !self.all_users,
-            UiAction::NextError | UiAction::PreviousError => {
-                if self.pane == Pane::Log && !self.log.jump_to_error(action == UiAction::NextError)
-                {
-                    self.message = Some("no more error lines that way".into());
-                }
-            }
-            UiAction::Follow => {
-                if self.pane == Pane::Log {
-                    self.log.follow = true;
-                    self.log.scroll(i64::MAX / 2, self.log_height);
-                }
-            }
-            UiAction::ClickRow(index) => {
-                // The rows are hidden under the report.
-                if index < rows && self.report.is_none() {
-                    if self.cursor == index {
-                        self.pane = Pane::Details;
-                    }
-                    self.cursor = index;
-                }
-            }
         }
         Effect::None
-    }
-
-    fn move_cursor(&mut self, by: i64, rows: usize, approvals: usize) {
-        if let Some(report) = &mut self.report {
-            let last = report.max_scroll.get() as i64;
-            report.scroll = (report.scroll as i64).saturating_add(by).clamp(0, last) as usize;
-            return;
-        }
-        if self.pane == Pane::Log {
-            self.log.scroll(by, self.log_height);
-            return;
-        }
-        let (cursor, len) = match self.pane {
-            Pane::Approvals => (&mut self.approval_cursor, approvals),
-            _ => (&mut self.cursor, rows),
-        };
-        let last = len.saturating_sub(1) as i64;
-        *cursor = (*cursor as i64).saturating_add(by).clamp(0, last.max(0)) as usize;
-    }
-
-    fn sort_by(&mut self, column: Column) {
-        self.sort = match self.sort {
-            Some((current, descending)) if current == column => Some((column, !descending)),
-            _ => Some((column, false)),
-        };
-        self.message = Some(self.sort_label());
-    }
-
-    fn sort_label(&self) -> String {
-        match self.sort {
-            None => "sorted by workflow, newest first".to_string(),
-            Some((column, descending)) => format!(
-                "sorted by {}{}",
-                column.name(),
-                if descending { ", descending" } else { "" }
-            ),
-        }
-    }
-
-    /// The overview row under the cursor.
-    pub fn focused<'s>(
-        &self,
-        snapshot: &'s Snapshot,
-        now: DateTime<Utc>,
-    ) -> Option<&'s AttemptRow> {
-        let rows = self.visible_rows(snapshot, now);
-        rows.get(self.cursor.min(rows.len().saturating_sub(1)))
-            .copied()
-    }
-
-    /// The approval the keys act on: the one under the cursor in the approvals pane, elsewhere the
-    /// oldest one of the focused workflow.
-    pub fn focused_approval<'s>(
-        &self,
-        snapshot: &'s Snapshot,
-        now: DateTime<Utc>,
-    ) -> Option<&'s super::snapshot::Approval> {
-        if self.pane == Pane::Approvals {
-            return snapshot.approvals.get(
-                self.approval_cursor
-                    .min(snapshot.approvals.len().saturating_sub(1)),
-            );
-        }
-        let row = self.focused(snapshot, now)?;
-        snapshot
-            .approvals
-            .iter()
-            .find(|a| a.action.workflow_id == row.workflow_id)
-    }
-
-    /// Runs a `:` command.
-    fn command(&mut self, line: &str, snapshot: &Snapshot) -> Effect {
-        let mut words = line.split_whitespace();
-        let Some(name) = words.next() else {
-            return Effect::None;
-        };
-        let rest: Vec<&str> = words.collect();
-        match name {
-            "q" | "quit" => return Effect::Quit,
-            "detach" => return Effect::Detach,
-            "refresh" => return Effect::Refresh,
-            "help" => self.help = true,
-            "sort" => match rest.first() {
-                None => {
-                    self.sort = None;
-                    self.message = Some(self.sort_label());
-                }
-                Some(column) => match Column::parse(column) {
-                    Some(column) => {
-                        self.sort = Some((column, rest.get(1) == Some(&"desc")));
-                        self.message = Some(self.sort_label());
-                    }
-                    None => {
-                        self.message = Some(format!("no column {column:?}: {}", column_names()))
-                    }
-                },
-            },
-            "filter" => {
-                if rest.is_empty() {
-                    self.filters = Filters::default();
-                    self.message = Some("filters cleared".to_string());
-                }
-                for pair in rest {
-                    let Some((key, value)) = pair.split_once('=') else {
-                        self.message = Some(format!(
-                            "{pair:?}: use key=value (state, user, partition, backend)"
-                        ));
-                        return Effect::None;
-                    };
-                    let value = (!value.is_empty()).then(|| value.to_string());
-                    match key {
-                        "state" => self.filters.state = value,
-                        "user" => self.filters.user = value,
-                        "partition" => self.filters.partition = value,
-                        "backend" => self.filters.backend = value,
-                        _ => {
-                            self.message = Some(format!(
-                                "no filter {key:?} (state, user, partition, backend)"
-                            ));
-                            return Effect::None;
-                        }
-                    }
-                }
-                self.cursor = 0;
-            }
-            "theme" => match rest.first() {
-                Some(theme) => return Effect::SetTheme(theme.to_string()),
-                None => self.message = Some("usage: :theme dark|light|high-contrast".to_string()),
-            },
-            "columns" => {
-                let mut columns = Vec::new();
-                for name in &rest {
-                    match Column::parse(name) {
-                        Some(column) if !columns.contains(&column) => columns.push(column),
-                        Some(_) => {}
-                        None => {
-                            self.message = Some(format!("no column {name:?}: {}", column_names()));
-                            return Effect::None;
-                        }
-                    }
-                }
-                if columns.is_empty() {
-                    columns = DEFAULT_COLUMNS.to_vec();
-                }
-                self.columns = columns.clone();
-                return Effect::SaveColumns(columns);
-            }
-            "approve" | "reject" => {
-                let Some(id) = rest.first().and_then(|id| id.parse::<ActionId>().ok()) else {
-                    self.message = Some(format!("usage: :{name} ACTION_ID"));
-                    return Effect::None;
-                };
-                if !snapshot.approvals.iter().any(|a| a.action.id == id) {
-                    self.message = Some(format!("action {id} is not waiting for approval"));
-                    return Effect::None;
-                }
-                return if name == "approve" {
-                    Effect::Approve(id)
-                } else {
-                    Effect::Reject(id)
-                };
-            }
-            other => {
-                self.message = Some(format!(
-                    "unknown command :{other} (q, sort, filter, columns, theme, approve, reject, detach, refresh, help)"
-                ));
-            }
-        }
-        Effect::None
-    }
-}
-
-fn column_names() -> String {
-    Column::ALL
-        .iter()
-        .map(|c| c.name())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// How long an attempt ran (until now when it still runs).
-pub fn duration_of(row: &AttemptRow, now: DateTime<Utc>) -> Option<chrono::TimeDelta> {
-    let start = row.attempt.start_time?;
-    let end = if row.attempt.state.is_terminal() || row.attempt.state == JobState::Requeued {
-        row.attempt.end_time.unwrap_or(now)
-    } else {
-        now
-    };
-    Some((end - start).max(chrono::TimeDelta::zero()))
-}
-
-fn compare(
-    column: Column,
-    a: &AttemptRow,
-    b: &AttemptRow,
-    now: DateTime<Utc>,
-) -> std::cmp::Ordering {
-    match column {
-        Column::Select | Column::Job => a
-            .attempt
-            .job_id
-            .parse::<u64>()
-            .unwrap_or(0)
-            .cmp(&b.attempt.job_id.parse::<u64>().unwrap_or(0))
-            .then(a.attempt.job_id.cmp(&b.attempt.job_id))
-            .then(a.attempt.index.cmp(&b.attempt.index)),
-        Column::Workflow => a.workflow.cmp(&b.workflow),
-        Column::Nodes => a.attempt.nodes.len().cmp(&b.attempt.nodes.len()),
-        Column::Gpus => a.attempt.gpus.cmp(&b.attempt.gpus),
-        Column::State => a.attempt.state_raw.cmp(&b.attempt.state_raw),
-        Column::Reason => a.attempt.reason.cmp(&b.attempt.reason),
-        Column::Duration => duration_of(a, now).cmp(&duration_of(b, now)),
-        Column::Checkpoints => a.checkpoints.cmp(&b.checkpoints),
-        Column::Submitted => a.attempt.submit_time.cmp(&b.attempt.submit_time),
-        Column::Updated => a.attempt.updated_at.cmp(&b.attempt.updated_at),
-        Column::User => a.user.cmp(&b.user),
-        Column::Partition => a.partition.cmp(&b.partition),
-        Column::Backend => a.backend.cmp(&b.backend),
     }
 }

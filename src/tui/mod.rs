@@ -3,6 +3,8 @@
 //! engine and one that only views it behave the same. The engine never imports this module.
 
 pub mod app;
+pub mod columns;
+pub mod keys;
 pub mod log_view;
 pub mod panes;
 pub mod run;
@@ -11,3 +13,24 @@ pub mod theme;
 
 #[cfg(all(test, feature = "sim"))]
 mod tests;
+
+/// The text of a `width`×`height` frame drawn by `draw`, a line per row.
+#[cfg(test)]
+pub(crate) fn drawn_text(
+    width: u16,
+    height: u16,
+    draw: impl FnOnce(&mut ratatui::Frame<'_>),
+) -> String {
+    let backend = ratatui::backend::TestBackend::new(width, height);
+    let mut terminal = ratatui::Terminal::new(backend).unwrap();
+    terminal.draw(draw).unwrap();
+    let buffer = terminal.backend().buffer();
+    let mut text = String::new();
+    for y in 0..buffer.area.height {
+        for x in 0..buffer.area.width {
+            text.push_str(buffer[(x, y)].symbol());
+        }
+        text.push('\n');
+    }
+    text
+}

@@ -5,8 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
 
 use super::app::{App, Pane, UiAction};
 use super::panes;
@@ -101,19 +99,9 @@ pub(super) fn render(
     height: u16,
 ) -> String {
     let theme = Theme::load("dark", None).unwrap();
-    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
-    terminal
-        .draw(|frame| panes::draw(frame, app, snapshot, &theme, now))
-        .unwrap();
-    let buffer = terminal.backend().buffer();
-    let mut text = String::new();
-    for y in 0..buffer.area.height {
-        for x in 0..buffer.area.width {
-            text.push_str(buffer[(x, y)].symbol());
-        }
-        text.push('\n');
-    }
-    text
+    super::drawn_text(width, height, |frame| {
+        panes::draw(frame, app, snapshot, &theme, now)
+    })
 }
 
 fn setup() -> (tempfile::TempDir, Snapshot, DateTime<Utc>) {

@@ -18,6 +18,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Tabs};
 
 use super::app::{App, Mode, Pane};
+use super::keys;
 use super::snapshot::Snapshot;
 use super::theme::Theme;
 
@@ -156,9 +157,10 @@ fn draw_status(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot
             }
             spans.push(Span::styled(
                 format!(
-                    "{} attempts · {} waiting for approval · j/k move · Enter details · a approve · x reject · / search · : command · D detach · ? keys · q quit",
+                    "{} attempts · {} waiting for approval · {}",
                     snapshot.rows.len(),
-                    snapshot.approvals.len()
+                    snapshot.approvals.len(),
+                    keys::hints()
                 ),
                 theme.muted(),
             ));

@@ -6,8 +6,8 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState};
 
-use super::{format_duration, format_time};
-use crate::tui::app::{App, Column, duration_of};
+use crate::tui::app::{App, Column};
+use crate::tui::columns::CellContext;
 use crate::tui::snapshot::{AttemptRow, Snapshot};
 use crate::tui::theme::Theme;
 
@@ -39,19 +39,14 @@ pub fn draw(
     let height = usize::from(table_area.height.saturating_sub(3)).max(1);
     let cursor = app.cursor.min(rows.len().saturating_sub(1));
     let offset = cursor.saturating_sub(height - 1);
+    let cx = CellContext { app, theme, now };
     let body: Vec<Row<'_>> = rows
         .iter()
         .skip(offset)
         .take(height)
-        .map(|row| {
-            Row::new(
-                app.columns
-                    .iter()
-                    .map(|column| cell(*column, row, app, theme, now)),
-            )
-        })
+        .map(|row| Row::new(app.columns.iter().map(|column| column.cell(row, &cx))))
         .collect();
-    let widths: Vec<Constraint> = app.columns.iter().map(|c| width(*c)).collect();
+    let widths: Vec<Constraint> = app.columns.iter().map(|c| c.width()).collect();
     let title = format!(
         " Workflows · {} of {} attempts ",
         rows.len(),
@@ -107,81 +102,11 @@ fn focus_line<'a>(row: Option<&'a AttemptRow>, theme: &Theme) -> Paragraph<'a> {
 /// its columns are laid out as the table lays them out).
 pub fn column_at(app: &App, frame_width: u16, x: u16) -> Option<Column> {
     let inner = Rect::new(1, 0, frame_width.saturating_sub(2), 1);
-    let widths: Vec<Constraint> = app.columns.iter().map(|c| width(*c)).collect();
+    let widths: Vec<Constraint> = app.columns.iter().map(|c| c.width()).collect();
     let areas = Layout::horizontal(widths).spacing(1).split(inner);
     app.columns
         .iter()
         .zip(areas.iter())
         .find(|(_, area)| x >= area.x && x < area.x + area.width)
         .map(|(column, _)| *column)
-}
-
-fn width(column: Column) -> Constraint {
-    match column {
-        Column::Select => Constraint::Length(1),
-        Column::Job => Constraint::Length(10),
-        Column::Workflow => Constraint::Min(12),
-        Column::Nodes => Constraint::Length(5),
-        Column::Gpus => Constraint::Length(4),
-        Column::State => Constraint::Length(12),
-        Column::Reason => Constraint::Length(14),
-        Column::Duration => Constraint::Length(11),
-        Column::Checkpoints => Constraint::Length(5),
-        Column::Submitted => Constraint::Length(14),
-        Column::Updated => Constraint::Length(14),
-        Column::User => Constraint::Length(8),
-        Column::Partition => Constraint::Length(9),
-        Column::Backend => Constraint::Length(7),
-    }
-}
-
-fn cell<'a>(
-    column: Column,
-    row: &'a AttemptRow,
-    app: &App,
-    theme: &Theme,
-    now: DateTime<Utc>,
-) -> Cell<'a> {
-    let attempt = &row.attempt;
-    match column {
-        Column::Select => {
-            if app.selected.contains(&(row.workflow_id, attempt.index)) {
-                Cell::from("✓")
-            } else {
-                Cell::from(" ")
-            }
-        }
-        Column::Job => Cell::from(format!("{}.{}", attempt.job_id, attempt.index)),
-        Column::Workflow => Cell::from(row.workflow.as_str()),
-        Column::Nodes => Cell::from(attempt.nodes.len().to_string()),
-        Column::Gpus => Cell::from(attempt.gpus.to_string()),
-        Column::State => {
-            let mut spans = vec![Span::styled(
-                attempt.state_raw.clone(),
-                theme.state(attempt.state),
-            )];
-            if !row.anomalies.is_empty() {
-                spans.push(Span::styled(" ▲", theme.anomaly()));
-            }
-            Cell::from(Line::from(spans))
-        }
-        Column::Reason => Cell::from(attempt.reason.clone().unwrap_or_else(|| "-".into())),
-        Column::Duration => Cell::from(
-            duration_of(row, now)
-                .map(|d| format_duration(d, app.duration_clock))
-                .unwrap_or_else(|| "-".into()),
-        ),
-        Column::Checkpoints => Cell::from(row.checkpoints.to_string()),
-        Column::Submitted => {
-            Cell::from(format_time(attempt.submit_time, app.submitted_elapsed, now))
-        }
-        Column::Updated => Cell::from(format_time(
-            Some(attempt.updated_at),
-            app.updated_elapsed,
-            now,
-        )),
-        Column::User => Cell::from(row.user.as_str()),
-        Column::Partition => Cell::from(row.partition.clone().unwrap_or_else(|| "-".into())),
-        Column::Backend => Cell::from(row.backend.as_str()),
-    }
 }
