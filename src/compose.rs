@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+#[cfg(feature = "slurm")]
 use std::time::Duration;
 
 use runguard_engine::attribute::{Catalog, CatalogError};

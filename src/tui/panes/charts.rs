@@ -446,5 +446,5 @@ fn draw_checkpoints(
     );
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sim"))]
 mod tests;

@@ -392,5 +392,5 @@ fn draw_gap_table(frame: &mut Frame<'_>, area: Rect, recoveries: &[Recovery], th
     );
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sim"))]
 pub(crate) mod tests;
