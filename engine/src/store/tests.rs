@@ -1,5 +1,12 @@
 //! Tests of the store as a whole: opening, migrating, transactions, concurrent processes.
 
+// Every kind of row, written and read back field for field.
+mod actions;
+mod evidence;
+mod fixtures;
+mod notifications;
+mod workflows;
+
 use super::*;
 use crate::model::{JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
 
