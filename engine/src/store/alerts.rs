@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::queries::{Db, collect};
+use super::db::{Db, collect};
 use super::{StoreError, time_from_text, time_to_text};
 use crate::model::{AlertEvent, Severity, WorkflowId};
 

@@ -3,11 +3,21 @@
 //! One engine writes at a time (see [`lock::EngineLock`]); other processes may read concurrently and
 //! leave commands (approve, reject) in a table the engine polls.
 
+mod actions;
 mod alerts;
+mod attempts;
+mod columns;
+mod commands;
+mod db;
+mod evidence;
 pub mod lock;
 mod narratives;
-mod queries;
+mod notifications;
+mod offsets;
 mod schema;
+mod warnings;
+mod watched;
+mod workflows;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,7 +27,10 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 pub use crate::model::EvidenceLine;
 pub use alerts::{Delivery, DeliveryState};
-pub use queries::{CheckpointCount, Command, CommandKind, Db, WorkflowSummary};
+pub use commands::{Command, CommandKind};
+pub use db::Db;
+pub use evidence::CheckpointCount;
+pub use workflows::WorkflowSummary;
 
 /// A store that could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]
