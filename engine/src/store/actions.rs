@@ -1,48 +1,32 @@
 //! Recovery actions, proposed or executed.
 
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{Row, params};
 
-use super::columns::{from_json, to_json};
-use super::db::{Db, collect};
-use super::{StoreError, time_from_text, time_to_text};
+use super::columns::{json, named, time, to_json};
+use super::db::{Db, FromRow};
+use super::{StoreError, time_to_text};
 use crate::model::{Action, ActionId, ActionKind, ActionState, WorkflowId};
 
-const ACTION_COLUMNS: &str = "id, workflow_id, attempt_index, kind, params, state, permitted, why, \
-     command, result, created_at, updated_at";
+impl FromRow for Action {
+    const COLUMNS: &'static str = "id, workflow_id, attempt_index, kind, params, state, permitted, \
+         why, command, result, created_at, updated_at";
 
-fn action_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Action, StoreError>> {
-    let kind: String = row.get(3)?;
-    let params: String = row.get(4)?;
-    let state: String = row.get(5)?;
-    let created: String = row.get(10)?;
-    let updated: String = row.get(11)?;
-    let (id, workflow_id, attempt_index, permitted, why, command, result) = (
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(6)?,
-        row.get(7)?,
-        row.get(8)?,
-        row.get(9)?,
-    );
-    Ok((|| {
-        Ok(Action {
-            id,
-            workflow_id,
-            attempt_index,
-            kind: ActionKind::parse(&kind)
-                .ok_or_else(|| StoreError::Corrupt(format!("action kind {kind:?}")))?,
-            params: from_json(&params)?,
-            state: ActionState::parse(&state)
-                .ok_or_else(|| StoreError::Corrupt(format!("action state {state:?}")))?,
-            permitted,
-            why,
-            command,
-            result,
-            created_at: time_from_text(&created)?,
-            updated_at: time_from_text(&updated)?,
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: row.get(0)?,
+            workflow_id: row.get(1)?,
+            attempt_index: row.get(2)?,
+            kind: named(row, 3, "action kind", ActionKind::parse)?,
+            params: json(row, 4)?,
+            state: named(row, 5, "action state", ActionState::parse)?,
+            permitted: row.get(6)?,
+            why: row.get(7)?,
+            command: row.get(8)?,
+            result: row.get(9)?,
+            created_at: time(row, 10)?,
+            updated_at: time(row, 11)?,
         })
-    })())
+    }
 }
 
 impl Db<'_> {
@@ -89,44 +73,34 @@ impl Db<'_> {
     }
 
     pub fn action(&self, id: ActionId) -> Result<Option<Action>, StoreError> {
-        self.conn
-            .query_row(
-                &format!("SELECT {ACTION_COLUMNS} FROM actions WHERE id = ?1"),
-                [id],
-                action_from_row,
-            )
-            .optional()?
-            .transpose()
+        self.select_one("FROM actions WHERE id = ?1", [id])
     }
 
     pub fn actions(&self, workflow_id: WorkflowId) -> Result<Vec<Action>, StoreError> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {ACTION_COLUMNS} FROM actions WHERE workflow_id = ?1 ORDER BY id"
-        ))?;
-        collect(stmt.query_map([workflow_id], action_from_row)?)
+        self.select(
+            "FROM actions WHERE workflow_id = ?1 ORDER BY id",
+            [workflow_id],
+        )
     }
 
     pub fn actions_in_state(&self, state: ActionState) -> Result<Vec<Action>, StoreError> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {ACTION_COLUMNS} FROM actions WHERE state = ?1 ORDER BY id"
-        ))?;
-        collect(stmt.query_map([state.as_str()], action_from_row)?)
+        self.select(
+            "FROM actions WHERE state = ?1 ORDER BY id",
+            [state.as_str()],
+        )
     }
 
     /// Every action, oldest first.
     pub fn all_actions(&self) -> Result<Vec<Action>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!("SELECT {ACTION_COLUMNS} FROM actions ORDER BY id"))?;
-        collect(stmt.query_map([], action_from_row)?)
+        self.select("FROM actions ORDER BY id", [])
     }
 
     /// The latest `limit` actions that ended (done, failed, rejected), newest first.
     pub fn recent_finished_actions(&self, limit: u32) -> Result<Vec<Action>, StoreError> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {ACTION_COLUMNS} FROM actions WHERE state IN ('done', 'failed', 'rejected') \
-             ORDER BY updated_at DESC, id DESC LIMIT ?1"
-        ))?;
-        collect(stmt.query_map([limit], action_from_row)?)
+        self.select(
+            "FROM actions WHERE state IN ('done', 'failed', 'rejected') \
+             ORDER BY updated_at DESC, id DESC LIMIT ?1",
+            [limit],
+        )
     }
 }

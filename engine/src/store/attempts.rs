@@ -4,60 +4,42 @@ use std::path::PathBuf;
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::columns::{from_json, opt_time, to_json};
-use super::db::{Db, collect};
-use super::{StoreError, time_from_text, time_to_text};
+use super::columns::{json, opt_time, time, to_json};
+use super::db::{Db, FromRow};
+use super::{StoreError, time_to_text};
 use crate::model::{Attempt, JobState, WorkflowId};
 
-const ATTEMPT_COLUMNS: &str = "workflow_id, idx, job_id, restart_count, nodes, gpus, state, state_raw, \
-     reason, submit_time, start_time, end_time, exit_code, excluded_nodes, log_path, last_log_time, \
-     last_iteration, updated_at, last_progress_time";
+impl FromRow for Attempt {
+    const COLUMNS: &'static str = "workflow_id, idx, job_id, restart_count, nodes, gpus, state, \
+         state_raw, reason, submit_time, start_time, end_time, exit_code, excluded_nodes, log_path, \
+         last_log_time, last_iteration, updated_at, last_progress_time";
 
-fn attempt_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Attempt, StoreError>> {
-    let nodes: String = row.get(4)?;
-    let state: String = row.get(6)?;
-    let excluded: String = row.get(13)?;
-    let submit: Option<String> = row.get(9)?;
-    let start: Option<String> = row.get(10)?;
-    let end: Option<String> = row.get(11)?;
-    let last_log: Option<String> = row.get(15)?;
-    let updated: String = row.get(17)?;
-    let last_progress: Option<String> = row.get(18)?;
-    let log_path: Option<String> = row.get(14)?;
-    let last_iteration: Option<i64> = row.get(16)?;
-    let (workflow_id, index, job_id, restart_count, gpus, state_raw, reason, exit_code) = (
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(5)?,
-        row.get(7)?,
-        row.get(8)?,
-        row.get(12)?,
-    );
-    Ok((|| {
-        Ok(Attempt {
-            workflow_id,
-            index,
-            job_id,
-            restart_count,
-            nodes: from_json(&nodes)?,
-            gpus,
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        let state: String = row.get(6)?;
+        let log_path: Option<String> = row.get(14)?;
+        let last_iteration: Option<i64> = row.get(16)?;
+        Ok(Self {
+            workflow_id: row.get(0)?,
+            index: row.get(1)?,
+            job_id: row.get(2)?,
+            restart_count: row.get(3)?,
+            nodes: json(row, 4)?,
+            gpus: row.get(5)?,
             state: JobState::parse(&state),
-            state_raw,
-            reason,
-            submit_time: opt_time(submit)?,
-            start_time: opt_time(start)?,
-            end_time: opt_time(end)?,
-            exit_code,
-            excluded_nodes: from_json(&excluded)?,
+            state_raw: row.get(7)?,
+            reason: row.get(8)?,
+            submit_time: opt_time(row, 9)?,
+            start_time: opt_time(row, 10)?,
+            end_time: opt_time(row, 11)?,
+            exit_code: row.get(12)?,
+            excluded_nodes: json(row, 13)?,
             log_path: log_path.map(PathBuf::from),
-            last_log_time: opt_time(last_log)?,
+            last_log_time: opt_time(row, 15)?,
             last_iteration: last_iteration.map(|i| i.max(0) as u64),
-            last_progress_time: opt_time(last_progress)?,
-            updated_at: time_from_text(&updated)?,
+            updated_at: time(row, 17)?,
+            last_progress_time: opt_time(row, 18)?,
         })
-    })())
+    }
 }
 
 impl Db<'_> {
@@ -102,18 +84,15 @@ impl Db<'_> {
 
     /// A workflow's attempts, first to last.
     pub fn attempts(&self, workflow_id: WorkflowId) -> Result<Vec<Attempt>, StoreError> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE workflow_id = ?1 ORDER BY idx"
-        ))?;
-        collect(stmt.query_map([workflow_id], attempt_from_row)?)
+        self.select(
+            "FROM attempts WHERE workflow_id = ?1 ORDER BY idx",
+            [workflow_id],
+        )
     }
 
     /// Every attempt of every workflow, by workflow and index (one read for a whole overview).
     pub fn all_attempts(&self) -> Result<Vec<Attempt>, StoreError> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM attempts ORDER BY workflow_id, idx"
-        ))?;
-        collect(stmt.query_map([], attempt_from_row)?)
+        self.select("FROM attempts ORDER BY workflow_id, idx", [])
     }
 
     /// The latest attempt that ran as `job_id` on `backend`.
@@ -122,22 +101,11 @@ impl Db<'_> {
         backend: &str,
         job_id: &str,
     ) -> Result<Option<Attempt>, StoreError> {
-        let columns = ATTEMPT_COLUMNS
-            .split(", ")
-            .map(|column| format!("a.{}", column.trim()))
-            .collect::<Vec<_>>()
-            .join(", ");
-        self.conn
-            .query_row(
-                &format!(
-                    "SELECT {columns} FROM attempts a JOIN workflows w ON w.id = a.workflow_id \
-                     WHERE w.backend = ?1 AND a.job_id = ?2 ORDER BY a.idx DESC LIMIT 1"
-                ),
-                params![backend, job_id],
-                attempt_from_row,
-            )
-            .optional()?
-            .transpose()
+        self.select_one(
+            "FROM (SELECT a.* FROM attempts a JOIN workflows w ON w.id = a.workflow_id \
+             WHERE w.backend = ?1 AND a.job_id = ?2 ORDER BY a.idx DESC LIMIT 1)",
+            params![backend, job_id],
+        )
     }
 
     /// Whether the engine already acted on this attempt's failure (so a restart does not act again).

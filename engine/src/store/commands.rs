@@ -1,9 +1,10 @@
 //! Commands other processes leave for the engine (approve, reject), which it polls.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{OptionalExtension, Row, params};
 
-use super::db::{Db, collect};
+use super::columns::named;
+use super::db::{Db, FromRow};
 use super::{StoreError, time_to_text};
 use crate::model::ActionId;
 
@@ -39,6 +40,18 @@ pub struct Command {
     pub action_id: ActionId,
 }
 
+impl FromRow for Command {
+    const COLUMNS: &'static str = "id, kind, action_id";
+
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: row.get(0)?,
+            kind: named(row, 1, "command kind", CommandKind::parse)?,
+            action_id: row.get(2)?,
+        })
+    }
+}
+
 impl Db<'_> {
     pub fn push_command(
         &self,
@@ -54,20 +67,7 @@ impl Db<'_> {
     }
 
     pub fn pending_commands(&self) -> Result<Vec<Command>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT id, kind, action_id FROM commands WHERE done = 0 ORDER BY id")?;
-        collect(stmt.query_map([], |row| {
-            let kind: String = row.get(1)?;
-            let (id, action_id) = (row.get(0)?, row.get(2)?);
-            Ok(CommandKind::parse(&kind)
-                .map(|kind| Command {
-                    id,
-                    kind,
-                    action_id,
-                })
-                .ok_or_else(|| StoreError::Corrupt(format!("command kind {kind:?}"))))
-        })?)
+        self.select("FROM commands WHERE done = 0 ORDER BY id", [])
     }
 
     /// The outcome of a command once the engine applied it.

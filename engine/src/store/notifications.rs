@@ -1,33 +1,28 @@
 //! Notifications: what the user is told, in the history and through alerts.
 
-use rusqlite::params;
+use rusqlite::{Row, params};
 
-use super::db::{Db, collect};
-use super::{StoreError, time_from_text, time_to_text};
+use super::columns::{named, time};
+use super::db::{Db, FromRow};
+use super::{StoreError, time_to_text};
 use crate::model::{AlertEvent, Notification, Severity};
 
-const NOTIFICATION_COLUMNS: &str = "id, workflow_id, time, severity, title, body, event";
+impl FromRow for Notification {
+    const COLUMNS: &'static str = "id, workflow_id, time, severity, title, body, event";
 
-fn notification_from_row(
-    row: &rusqlite::Row<'_>,
-) -> rusqlite::Result<Result<Notification, StoreError>> {
-    let time: String = row.get(2)?;
-    let severity: String = row.get(3)?;
-    let event: String = row.get(6)?;
-    let (id, workflow_id, title, body) = (row.get(0)?, row.get(1)?, row.get(4)?, row.get(5)?);
-    Ok((|| {
-        Ok(Notification {
-            id,
-            workflow_id,
-            time: time_from_text(&time)?,
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        let event: String = row.get(6)?;
+        Ok(Self {
+            id: row.get(0)?,
+            workflow_id: row.get(1)?,
+            time: time(row, 2)?,
             // An event name written by a newer version reads as a plain notice.
             event: AlertEvent::parse(&event).unwrap_or(AlertEvent::Notice),
-            severity: Severity::parse(&severity)
-                .ok_or_else(|| StoreError::Corrupt(format!("severity {severity:?}")))?,
-            title,
-            body,
+            severity: named(row, 3, "severity", Severity::parse)?,
+            title: row.get(4)?,
+            body: row.get(5)?,
         })
-    })())
+    }
 }
 
 impl Db<'_> {
@@ -48,10 +43,7 @@ impl Db<'_> {
 
     /// The newest `limit` notifications, newest first.
     pub fn notifications(&self, limit: u32) -> Result<Vec<Notification>, StoreError> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {NOTIFICATION_COLUMNS} FROM notifications ORDER BY id DESC LIMIT ?1"
-        ))?;
-        collect(stmt.query_map([limit], notification_from_row)?)
+        self.select("FROM notifications ORDER BY id DESC LIMIT ?1", [limit])
     }
 
     /// Notifications after `after_id`, oldest first, at most `limit`.
@@ -60,10 +52,10 @@ impl Db<'_> {
         after_id: i64,
         limit: u32,
     ) -> Result<Vec<Notification>, StoreError> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {NOTIFICATION_COLUMNS} FROM notifications WHERE id > ?1 ORDER BY id LIMIT ?2"
-        ))?;
-        collect(stmt.query_map(params![after_id, limit], notification_from_row)?)
+        self.select(
+            "FROM notifications WHERE id > ?1 ORDER BY id LIMIT ?2",
+            params![after_id, limit],
+        )
     }
 
     /// The highest notification id, 0 when there is none.

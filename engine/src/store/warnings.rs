@@ -43,13 +43,13 @@ impl Db<'_> {
 
     /// Warning counters: (kind, count, last message).
     pub fn warnings(&self) -> Result<Vec<(String, u64, String)>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT kind, count, last_message FROM warnings ORDER BY kind")?;
-        let rows = stmt.query_map([], |row| {
-            let count: i64 = row.get(1)?;
-            Ok((row.get(0)?, count.max(0) as u64, row.get(2)?))
-        })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        self.select_rows(
+            "SELECT kind, count, last_message FROM warnings ORDER BY kind",
+            [],
+            |row| {
+                let count: i64 = row.get(1)?;
+                Ok((row.get(0)?, count.max(0) as u64, row.get(2)?))
+            },
+        )
     }
 }

@@ -32,10 +32,10 @@ impl Db<'_> {
 
     /// The jobs watched by reference on `backend`, oldest first.
     pub fn watched_jobs(&self, backend: &str) -> Result<Vec<String>, StoreError> {
-        let mut stmt = self.conn.prepare(
+        self.select_rows(
             "SELECT job_ref FROM watched_jobs WHERE backend = ?1 ORDER BY added_at, job_ref",
-        )?;
-        let rows = stmt.query_map([backend], |row| row.get(0))?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            [backend],
+            |row| Ok(row.get(0)?),
+        )
     }
 }

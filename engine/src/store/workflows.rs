@@ -1,11 +1,11 @@
 //! Workflows: the training runs the user enrolled.
 
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{Row, params};
 use serde::Serialize;
 
-use super::columns::{from_json, to_json};
-use super::db::{Db, collect};
-use super::{StoreError, time_from_text, time_to_text};
+use super::columns::{json, named, time, to_json};
+use super::db::{Db, FromRow};
+use super::{StoreError, time_to_text};
 use crate::model::{Workflow, WorkflowId, WorkflowStatus};
 
 /// Counts shown next to a workflow in tables.
@@ -17,41 +17,26 @@ pub struct WorkflowSummary {
     pub pending_approvals: u32,
 }
 
-const WORKFLOW_COLUMNS: &str = "id, name, backend, spec, limits, status, status_reason, succeeded, \
-     requeues_used, failures_since_checkpoint, created_at, updated_at";
+impl FromRow for Workflow {
+    const COLUMNS: &'static str = "id, name, backend, spec, limits, status, status_reason, \
+         succeeded, requeues_used, failures_since_checkpoint, created_at, updated_at";
 
-fn workflow_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Workflow, StoreError>> {
-    let status: String = row.get(5)?;
-    let spec: String = row.get(3)?;
-    let limits: String = row.get(4)?;
-    let created: String = row.get(10)?;
-    let updated: String = row.get(11)?;
-    let (id, name, backend, status_reason, succeeded, requeues_used, failures) = (
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(6)?,
-        row.get(7)?,
-        row.get(8)?,
-        row.get(9)?,
-    );
-    Ok((|| {
-        Ok(Workflow {
-            id,
-            name,
-            backend,
-            spec: from_json(&spec)?,
-            limits: from_json(&limits)?,
-            status: WorkflowStatus::parse(&status)
-                .ok_or_else(|| StoreError::Corrupt(format!("workflow status {status:?}")))?,
-            status_reason,
-            succeeded,
-            requeues_used,
-            failures_since_checkpoint: failures,
-            created_at: time_from_text(&created)?,
-            updated_at: time_from_text(&updated)?,
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: row.get(0)?,
+            name: row.get(1)?,
+            backend: row.get(2)?,
+            spec: json(row, 3)?,
+            limits: json(row, 4)?,
+            status: named(row, 5, "workflow status", WorkflowStatus::parse)?,
+            status_reason: row.get(6)?,
+            succeeded: row.get(7)?,
+            requeues_used: row.get(8)?,
+            failures_since_checkpoint: row.get(9)?,
+            created_at: time(row, 10)?,
+            updated_at: time(row, 11)?,
         })
-    })())
+    }
 }
 
 impl Db<'_> {
@@ -106,22 +91,12 @@ impl Db<'_> {
     }
 
     pub fn workflow(&self, id: WorkflowId) -> Result<Option<Workflow>, StoreError> {
-        self.conn
-            .query_row(
-                &format!("SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE id = ?1"),
-                [id],
-                workflow_from_row,
-            )
-            .optional()?
-            .transpose()
+        self.select_one("FROM workflows WHERE id = ?1", [id])
     }
 
     /// Every workflow, oldest first.
     pub fn workflows(&self) -> Result<Vec<Workflow>, StoreError> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {WORKFLOW_COLUMNS} FROM workflows ORDER BY id"
-        ))?;
-        collect(stmt.query_map([], workflow_from_row)?)
+        self.select("FROM workflows ORDER BY id", [])
     }
 
     /// Forgets every workflow of a backend (a fresh demo replaces the previous demo's records).

@@ -3,28 +3,24 @@
 use rusqlite::{Row, params};
 
 use crate::model::{Anomaly, AnomalyKind, WorkflowId};
-use crate::store::columns::{from_json, to_json};
-use crate::store::db::{Db, collect};
-use crate::store::{StoreError, time_from_text, time_to_text};
+use crate::store::columns::{json, named, time, to_json};
+use crate::store::db::{Db, FromRow};
+use crate::store::{StoreError, time_to_text};
 
-fn anomaly_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Anomaly, StoreError>> {
-    let kind: String = row.get(3)?;
-    let time: String = row.get(4)?;
-    let evidence: String = row.get(6)?;
-    let (id, workflow_id, attempt_index, summary) =
-        (row.get(0)?, row.get(1)?, row.get(2)?, row.get(5)?);
-    Ok((|| {
-        Ok(Anomaly {
-            id,
-            workflow_id,
-            attempt_index,
-            kind: AnomalyKind::parse(&kind)
-                .ok_or_else(|| StoreError::Corrupt(format!("anomaly kind {kind:?}")))?,
-            time: time_from_text(&time)?,
-            summary,
-            evidence: from_json(&evidence)?,
+impl FromRow for Anomaly {
+    const COLUMNS: &'static str = "id, workflow_id, attempt_index, kind, time, summary, evidence";
+
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: row.get(0)?,
+            workflow_id: row.get(1)?,
+            attempt_index: row.get(2)?,
+            kind: named(row, 3, "anomaly kind", AnomalyKind::parse)?,
+            time: time(row, 4)?,
+            summary: row.get(5)?,
+            evidence: json(row, 6)?,
         })
-    })())
+    }
 }
 
 impl Db<'_> {
@@ -45,19 +41,15 @@ impl Db<'_> {
     }
 
     pub fn anomalies(&self, workflow_id: WorkflowId) -> Result<Vec<Anomaly>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, workflow_id, attempt_index, kind, time, summary, evidence FROM anomalies \
-             WHERE workflow_id = ?1 ORDER BY id",
-        )?;
-        collect(stmt.query_map([workflow_id], anomaly_from_row)?)
+        self.select(
+            "FROM anomalies WHERE workflow_id = ?1 ORDER BY id",
+            [workflow_id],
+        )
     }
 
     /// Every anomaly, oldest first.
     pub fn all_anomalies(&self) -> Result<Vec<Anomaly>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, workflow_id, attempt_index, kind, time, summary, evidence FROM anomalies ORDER BY id",
-        )?;
-        collect(stmt.query_map([], anomaly_from_row)?)
+        self.select("FROM anomalies ORDER BY id", [])
     }
 
     /// Whether an anomaly of `kind` was already raised on this attempt (detectors raise each once).

@@ -4,44 +4,31 @@ use chrono::{DateTime, Utc};
 use rusqlite::{Row, params};
 
 use crate::model::{Attribution, Component, WorkflowId};
-use crate::store::columns::{from_json, to_json};
-use crate::store::db::{Db, collect};
-use crate::store::{StoreError, time_from_text, time_to_text};
+use crate::store::columns::{json, named, time, to_json};
+use crate::store::db::{Db, FromRow};
+use crate::store::{StoreError, time_to_text};
 
-fn attribution_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Attribution, StoreError>> {
-    let component: String = row.get(4)?;
-    let culprit: String = row.get(5)?;
-    let evidence: String = row.get(10)?;
-    let time: String = row.get(11)?;
-    let remedies: String = row.get(12)?;
-    let (id, workflow_id, attempt_index, category, confidence, recoverable, signature, explanation) = (
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(6)?,
-        row.get(7)?,
-        row.get(8)?,
-        row.get(9)?,
-    );
-    Ok((|| {
-        Ok(Attribution {
-            id,
-            workflow_id,
-            attempt_index,
-            category,
-            component: Component::parse(&component)
-                .ok_or_else(|| StoreError::Corrupt(format!("component {component:?}")))?,
-            culprit: from_json(&culprit)?,
-            confidence,
-            recoverable,
-            signature,
-            explanation,
-            evidence: from_json(&evidence)?,
-            time: time_from_text(&time)?,
-            remedies: from_json(&remedies)?,
+impl FromRow for Attribution {
+    const COLUMNS: &'static str = "id, workflow_id, attempt_index, category, component, culprit, \
+         confidence, recoverable, signature, explanation, evidence, time, remedies";
+
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: row.get(0)?,
+            workflow_id: row.get(1)?,
+            attempt_index: row.get(2)?,
+            category: row.get(3)?,
+            component: named(row, 4, "component", Component::parse)?,
+            culprit: json(row, 5)?,
+            confidence: row.get(6)?,
+            recoverable: row.get(7)?,
+            signature: row.get(8)?,
+            explanation: row.get(9)?,
+            evidence: json(row, 10)?,
+            time: time(row, 11)?,
+            remedies: json(row, 12)?,
         })
-    })())
+    }
 }
 
 impl Db<'_> {
@@ -69,28 +56,22 @@ impl Db<'_> {
     }
 
     pub fn attributions(&self, workflow_id: WorkflowId) -> Result<Vec<Attribution>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, workflow_id, attempt_index, category, component, culprit, confidence, recoverable, \
-             signature, explanation, evidence, time, remedies FROM attributions WHERE workflow_id = ?1 ORDER BY id",
-        )?;
-        collect(stmt.query_map([workflow_id], attribution_from_row)?)
+        self.select(
+            "FROM attributions WHERE workflow_id = ?1 ORDER BY id",
+            [workflow_id],
+        )
     }
 
     /// Attributions of every workflow made at or after `since`.
     pub fn attributions_since(&self, since: DateTime<Utc>) -> Result<Vec<Attribution>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, workflow_id, attempt_index, category, component, culprit, confidence, recoverable, \
-             signature, explanation, evidence, time, remedies FROM attributions WHERE time >= ?1 ORDER BY id",
-        )?;
-        collect(stmt.query_map([time_to_text(since)], attribution_from_row)?)
+        self.select(
+            "FROM attributions WHERE time >= ?1 ORDER BY id",
+            [time_to_text(since)],
+        )
     }
 
     /// Every attribution, oldest first.
     pub fn all_attributions(&self) -> Result<Vec<Attribution>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, workflow_id, attempt_index, category, component, culprit, confidence, recoverable, \
-             signature, explanation, evidence, time, remedies FROM attributions ORDER BY id",
-        )?;
-        collect(stmt.query_map([], attribution_from_row)?)
+        self.select("FROM attributions ORDER BY id", [])
     }
 }

@@ -1,11 +1,12 @@
 //! The checkpoints a run saved.
 
 use chrono::{DateTime, Utc};
-use rusqlite::params;
+use rusqlite::{Row, params};
 
 use crate::model::{Checkpoint, WorkflowId};
-use crate::store::db::{Db, collect};
-use crate::store::{StoreError, time_from_text, time_to_text};
+use crate::store::columns::{opt_time, time};
+use crate::store::db::{Db, FromRow};
+use crate::store::{StoreError, time_to_text};
 
 /// How many checkpoints an attempt saved, and when the last one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +15,36 @@ pub struct CheckpointCount {
     pub attempt_index: u32,
     pub count: u32,
     pub last: Option<DateTime<Utc>>,
+}
+
+/// One row of the per-attempt aggregate over the checkpoints table.
+impl FromRow for CheckpointCount {
+    const COLUMNS: &'static str = "workflow_id, attempt_index, COUNT(*), MAX(time)";
+
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        let count: i64 = row.get(2)?;
+        Ok(Self {
+            workflow_id: row.get(0)?,
+            attempt_index: row.get(1)?,
+            count: count.max(0) as u32,
+            last: opt_time(row, 3)?,
+        })
+    }
+}
+
+impl FromRow for Checkpoint {
+    const COLUMNS: &'static str = "workflow_id, attempt_index, iteration, time, path";
+
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        let iteration: i64 = row.get(2)?;
+        Ok(Self {
+            workflow_id: row.get(0)?,
+            attempt_index: row.get(1)?,
+            iteration: iteration.max(0) as u64,
+            time: time(row, 3)?,
+            path: row.get(4)?,
+        })
+    }
 }
 
 impl Db<'_> {
@@ -33,43 +64,14 @@ impl Db<'_> {
     }
 
     pub fn checkpoints(&self, workflow_id: WorkflowId) -> Result<Vec<Checkpoint>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT workflow_id, attempt_index, iteration, time, path FROM checkpoints \
-             WHERE workflow_id = ?1 ORDER BY id",
-        )?;
-        collect(stmt.query_map([workflow_id], |row| {
-            let time: String = row.get(3)?;
-            let iteration: i64 = row.get(2)?;
-            let (workflow_id, attempt_index, path) = (row.get(0)?, row.get(1)?, row.get(4)?);
-            Ok(time_from_text(&time).map(|time| Checkpoint {
-                workflow_id,
-                attempt_index,
-                iteration: iteration.max(0) as u64,
-                time,
-                path,
-            }))
-        })?)
+        self.select(
+            "FROM checkpoints WHERE workflow_id = ?1 ORDER BY id",
+            [workflow_id],
+        )
     }
 
     /// Per attempt: how many checkpoints, and the last one's time.
     pub fn checkpoint_counts(&self) -> Result<Vec<CheckpointCount>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT workflow_id, attempt_index, COUNT(*), MAX(time) FROM checkpoints \
-             GROUP BY workflow_id, attempt_index",
-        )?;
-        collect(stmt.query_map([], |row| {
-            let count: i64 = row.get(2)?;
-            let last: Option<String> = row.get(3)?;
-            let (workflow_id, attempt_index) = (row.get(0)?, row.get(1)?);
-            Ok(last
-                .map(|text| time_from_text(&text))
-                .transpose()
-                .map(|last| CheckpointCount {
-                    workflow_id,
-                    attempt_index,
-                    count: count.max(0) as u32,
-                    last,
-                }))
-        })?)
+        self.select("FROM checkpoints GROUP BY workflow_id, attempt_index", [])
     }
 }

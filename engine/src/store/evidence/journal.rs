@@ -1,12 +1,26 @@
 //! The journal: the engine's decisions, executed or not, with their evidence.
 
 use chrono::{DateTime, Utc};
-use rusqlite::params;
+use rusqlite::{Row, params};
 
 use crate::model::{JournalEntry, WorkflowId};
-use crate::store::columns::{from_json, to_json};
-use crate::store::db::{Db, collect};
-use crate::store::{StoreError, time_from_text, time_to_text};
+use crate::store::columns::{json, time, to_json};
+use crate::store::db::{Db, FromRow};
+use crate::store::{StoreError, time_to_text};
+
+impl FromRow for JournalEntry {
+    const COLUMNS: &'static str = "id, workflow_id, time, decision, evidence";
+
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: row.get(0)?,
+            workflow_id: row.get(1)?,
+            time: time(row, 2)?,
+            decision: row.get(3)?,
+            evidence: json(row, 4)?,
+        })
+    }
+}
 
 impl Db<'_> {
     /// Records a decision of the engine, executed or not, with its evidence.
@@ -33,22 +47,9 @@ impl Db<'_> {
         &self,
         workflow_id: WorkflowId,
     ) -> Result<Vec<JournalEntry>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, workflow_id, time, decision, evidence FROM journal WHERE workflow_id = ?1 ORDER BY id",
-        )?;
-        collect(stmt.query_map([workflow_id], |row| {
-            let time: String = row.get(2)?;
-            let evidence: String = row.get(4)?;
-            let (id, workflow_id, decision) = (row.get(0)?, row.get(1)?, row.get(3)?);
-            Ok((|| {
-                Ok(JournalEntry {
-                    id,
-                    workflow_id,
-                    time: time_from_text(&time)?,
-                    decision,
-                    evidence: from_json(&evidence)?,
-                })
-            })())
-        })?)
+        self.select(
+            "FROM journal WHERE workflow_id = ?1 ORDER BY id",
+            [workflow_id],
+        )
     }
 }

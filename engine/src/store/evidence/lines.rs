@@ -1,13 +1,26 @@
 //! Notable log lines of an attempt.
 
-use rusqlite::params;
+use rusqlite::{Row, params};
 
 use crate::model::{EvidenceLine, WorkflowId};
-use crate::store::db::{Db, collect};
-use crate::store::{StoreError, time_from_text, time_to_text};
+use crate::store::columns::time;
+use crate::store::db::{Db, FromRow};
+use crate::store::{StoreError, time_to_text};
 
 /// Evidence lines kept per attempt; older ones are dropped so a log full of errors cannot grow the store.
 const EVIDENCE_LINES_PER_ATTEMPT: i64 = 400;
+
+impl FromRow for EvidenceLine {
+    const COLUMNS: &'static str = "time, rank, text";
+
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            time: time(row, 0)?,
+            rank: row.get(1)?,
+            text: row.get(2)?,
+        })
+    }
+}
 
 impl Db<'_> {
     /// Keeps a notable log line of an attempt, dropping the oldest beyond the per-attempt cap.
@@ -34,13 +47,9 @@ impl Db<'_> {
         workflow_id: WorkflowId,
         attempt_index: u32,
     ) -> Result<Vec<EvidenceLine>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT time, rank, text FROM evidence_lines WHERE workflow_id = ?1 AND attempt_index = ?2 ORDER BY id",
-        )?;
-        collect(stmt.query_map(params![workflow_id, attempt_index], |row| {
-            let time: String = row.get(0)?;
-            let (rank, text) = (row.get(1)?, row.get(2)?);
-            Ok(time_from_text(&time).map(|time| EvidenceLine { time, rank, text }))
-        })?)
+        self.select(
+            "FROM evidence_lines WHERE workflow_id = ?1 AND attempt_index = ?2 ORDER BY id",
+            params![workflow_id, attempt_index],
+        )
     }
 }

@@ -3,29 +3,26 @@
 use rusqlite::{Row, params};
 
 use crate::model::{ThroughputSample, WorkflowId};
-use crate::store::db::{Db, collect};
-use crate::store::{StoreError, time_from_text, time_to_text};
+use crate::store::columns::time;
+use crate::store::db::{Db, FromRow};
+use crate::store::{StoreError, time_to_text};
 
-/// A row of `SELECT workflow_id, attempt_index, time, iteration, tflops_per_gpu, rank, node`.
-fn throughput_from_row(row: &Row<'_>) -> rusqlite::Result<Result<ThroughputSample, StoreError>> {
-    let time: String = row.get(2)?;
-    let iteration: i64 = row.get(3)?;
-    let (workflow_id, attempt_index, tflops_per_gpu, rank, node) = (
-        row.get(0)?,
-        row.get(1)?,
-        row.get(4)?,
-        row.get(5)?,
-        row.get(6)?,
-    );
-    Ok(time_from_text(&time).map(|time| ThroughputSample {
-        workflow_id,
-        attempt_index,
-        time,
-        iteration: iteration.max(0) as u64,
-        tflops_per_gpu,
-        rank,
-        node,
-    }))
+impl FromRow for ThroughputSample {
+    const COLUMNS: &'static str =
+        "workflow_id, attempt_index, time, iteration, tflops_per_gpu, rank, node";
+
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        let iteration: i64 = row.get(3)?;
+        Ok(Self {
+            workflow_id: row.get(0)?,
+            attempt_index: row.get(1)?,
+            time: time(row, 2)?,
+            iteration: iteration.max(0) as u64,
+            tflops_per_gpu: row.get(4)?,
+            rank: row.get(5)?,
+            node: row.get(6)?,
+        })
+    }
 }
 
 impl Db<'_> {
@@ -56,14 +53,13 @@ impl Db<'_> {
         tail: usize,
     ) -> Result<(Vec<ThroughputSample>, Vec<ThroughputSample>), StoreError> {
         let select = |order: &str, limit: usize| -> Result<Vec<ThroughputSample>, StoreError> {
-            let mut stmt = self.conn.prepare(&format!(
-                "SELECT workflow_id, attempt_index, time, iteration, tflops_per_gpu, rank, node \
-                 FROM throughput WHERE workflow_id = ?1 AND attempt_index = ?2 ORDER BY id {order} LIMIT ?3"
-            ))?;
-            collect(stmt.query_map(
+            self.select(
+                &format!(
+                    "FROM throughput WHERE workflow_id = ?1 AND attempt_index = ?2 \
+                     ORDER BY id {order} LIMIT ?3"
+                ),
                 params![workflow_id, attempt_index, limit as i64],
-                throughput_from_row,
-            )?)
+            )
         };
         let first = select("ASC", head)?;
         let mut last = select("DESC", tail)?;
@@ -72,10 +68,9 @@ impl Db<'_> {
     }
 
     pub fn throughput(&self, workflow_id: WorkflowId) -> Result<Vec<ThroughputSample>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT workflow_id, attempt_index, time, iteration, tflops_per_gpu, rank, node \
-             FROM throughput WHERE workflow_id = ?1 ORDER BY id",
-        )?;
-        collect(stmt.query_map([workflow_id], throughput_from_row)?)
+        self.select(
+            "FROM throughput WHERE workflow_id = ?1 ORDER BY id",
+            [workflow_id],
+        )
     }
 }
