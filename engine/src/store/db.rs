@@ -65,14 +65,3 @@ impl<'c> Db<'c> {
         Ok(values)
     }
 }
-
-/// Collects rows through a fallible mapper that may fail on SQL or on content.
-pub(super) fn collect<T>(
-    rows: impl Iterator<Item = rusqlite::Result<Result<T, StoreError>>>,
-) -> Result<Vec<T>, StoreError> {
-    let mut out = Vec::new();
-    for row in rows {
-        out.push(row??);
-    }
-    Ok(out)
-}
