@@ -1,6 +1,6 @@
 //! How far each log has been read: an attempt's own log, and shared logs (a node's kernel log).
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{OptionalExtension, Params, params};
 
 use super::StoreError;
 use super::db::Db;
@@ -13,17 +13,10 @@ impl Db<'_> {
         workflow_id: WorkflowId,
         index: u32,
     ) -> Result<(u64, Option<String>), StoreError> {
-        let found: Option<(i64, Option<String>)> = self
-            .conn
-            .query_row(
-                "SELECT log_offset, log_identity FROM attempts WHERE workflow_id = ?1 AND idx = ?2",
-                params![workflow_id, index],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()?;
-        Ok(found.map_or((0, None), |(offset, identity)| {
-            (offset.max(0) as u64, identity)
-        }))
+        self.offset(
+            "SELECT log_offset, log_identity FROM attempts WHERE workflow_id = ?1 AND idx = ?2",
+            params![workflow_id, index],
+        )
     }
 
     pub fn set_log_offset(
@@ -42,17 +35,10 @@ impl Db<'_> {
 
     /// Offset up to which a shared log (a node's kernel log) has been read.
     pub fn file_offset(&self, path: &str) -> Result<(u64, Option<String>), StoreError> {
-        let found: Option<(i64, Option<String>)> = self
-            .conn
-            .query_row(
-                "SELECT offset, identity FROM log_offsets WHERE path = ?1",
-                [path],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()?;
-        Ok(found.map_or((0, None), |(offset, identity)| {
-            (offset.max(0) as u64, identity)
-        }))
+        self.offset(
+            "SELECT offset, identity FROM log_offsets WHERE path = ?1",
+            [path],
+        )
     }
 
     pub fn set_file_offset(
@@ -67,5 +53,16 @@ impl Db<'_> {
             params![path, offset as i64, identity],
         )?;
         Ok(())
+    }
+
+    /// The offset and file identity `sql` selects; nothing read yet when it finds no row.
+    fn offset(&self, sql: &str, params: impl Params) -> Result<(u64, Option<String>), StoreError> {
+        let found: Option<(i64, Option<String>)> = self
+            .conn
+            .query_row(sql, params, |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        Ok(found.map_or((0, None), |(offset, identity)| {
+            (offset.max(0) as u64, identity)
+        }))
     }
 }
