@@ -57,10 +57,7 @@ fn actions_read_back_by_id_workflow_state_and_recency() {
 
 #[test]
 fn commands_wait_until_finished_with_an_outcome() {
-    let (mut store, id) = store_with_a_workflow();
-    let action_id = store
-        .write(|db| db.insert_action(&action(id, ActionState::Proposed, 41)))
-        .unwrap();
+    let (mut store, _, action_id) = store_with_an_action();
     let (approve, reject) = store
         .write(|db| {
             Ok((
@@ -97,10 +94,7 @@ fn commands_wait_until_finished_with_an_outcome() {
 
 #[test]
 fn corrupt_values_are_errors_that_name_them() {
-    let (mut store, id) = store_with_a_workflow();
-    let action_id = store
-        .write(|db| db.insert_action(&action(id, ActionState::Proposed, 41)))
-        .unwrap();
+    let (mut store, id, action_id) = store_with_an_action();
     store
         .write(|db| db.push_command(CommandKind::Approve, action_id, at(50)))
         .unwrap();

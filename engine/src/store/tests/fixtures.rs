@@ -133,3 +133,12 @@ pub(super) fn store_with_a_workflow() -> (Store, i64) {
         .unwrap();
     (store, id)
 }
+
+/// A store with [`recovering_workflow`] and one proposed action of it: (store, workflow id, action id).
+pub(super) fn store_with_an_action() -> (Store, i64, i64) {
+    let (mut store, id) = store_with_a_workflow();
+    let action_id = store
+        .write(|db| db.insert_action(&action(id, ActionState::Proposed, 41)))
+        .unwrap();
+    (store, id, action_id)
+}

@@ -127,39 +127,25 @@ fn offsets_and_handled_marks_start_empty_and_keep_what_is_set() {
 #[test]
 fn watched_jobs_are_added_once_and_removed() {
     let mut store = Store::open_in_memory().unwrap();
-    assert!(
+    let mut watch = |backend: &str, job_ref: &str, secs| {
         store
-            .write(|db| db.add_watched("slurm", "4300", at(2)))
+            .write(|db| db.add_watched(backend, job_ref, at(secs)))
             .unwrap()
-    );
-    assert!(
-        store
-            .write(|db| db.add_watched("slurm", "4200", at(1)))
-            .unwrap()
-    );
-    assert!(
-        !store
-            .write(|db| db.add_watched("slurm", "4200", at(3)))
-            .unwrap()
-    );
-    assert!(
-        store
-            .write(|db| db.add_watched("k8s", "ns/job", at(1)))
-            .unwrap()
-    );
+    };
+    assert!(watch("slurm", "4300", 2));
+    assert!(watch("slurm", "4200", 1));
+    assert!(!watch("slurm", "4200", 3));
+    assert!(watch("k8s", "ns/job", 1));
     assert_eq!(
         store.db().watched_jobs("slurm").unwrap(),
         vec!["4200", "4300"]
     );
-    assert!(
+    let mut unwatch = |job_ref: &str| {
         store
-            .write(|db| db.remove_watched("slurm", "4200"))
+            .write(|db| db.remove_watched("slurm", job_ref))
             .unwrap()
-    );
-    assert!(
-        !store
-            .write(|db| db.remove_watched("slurm", "4200"))
-            .unwrap()
-    );
+    };
+    assert!(unwatch("4200"));
+    assert!(!unwatch("4200"));
     assert_eq!(store.db().watched_jobs("slurm").unwrap(), vec!["4300"]);
 }
