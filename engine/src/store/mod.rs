@@ -2,6 +2,9 @@
 //!
 //! One engine writes at a time (see [`lock::EngineLock`]); other processes may read concurrently and
 //! leave commands (approve, reject) in a table the engine polls.
+//!
+//! Each entity's reads and writes are in the file named after it (`workflows`, `attempts`, `actions`,
+//! `evidence/*`, `commands`, ...), each an `impl Db` block; rows become values through `db::FromRow`.
 
 mod actions;
 mod alerts;
