@@ -5,8 +5,9 @@ use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::queries::{Db, collect};
-use super::{StoreError, time_from_text, time_to_text};
+use super::columns::{named, time};
+use super::db::{Db, FromRow};
+use super::{StoreError, time_to_text};
 use crate::model::{AlertEvent, Severity, WorkflowId};
 
 /// Where a delivery stands.
@@ -60,46 +61,29 @@ pub struct Delivery {
     pub updated_at: DateTime<Utc>,
 }
 
-const DELIVERY_COLUMNS: &str = "id, notification_id, workflow_id, channel, event, severity, dedupe_key, \
-     payload, state, attempts, next_try_at, last_error, created_at, updated_at";
+impl FromRow for Delivery {
+    const COLUMNS: &'static str = "id, notification_id, workflow_id, channel, event, severity, \
+         dedupe_key, payload, state, attempts, next_try_at, last_error, created_at, updated_at";
 
-fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Delivery, StoreError>> {
-    let event: String = row.get(4)?;
-    let severity: String = row.get(5)?;
-    let state: String = row.get(8)?;
-    let next_try_at: String = row.get(10)?;
-    let created_at: String = row.get(12)?;
-    let updated_at: String = row.get(13)?;
-    let (id, notification_id, workflow_id, channel, dedupe_key, payload, attempts, last_error) = (
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(6)?,
-        row.get(7)?,
-        row.get(9)?,
-        row.get(11)?,
-    );
-    Ok((|| {
-        Ok(Delivery {
-            id,
-            notification_id,
-            workflow_id,
-            channel,
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        let event: String = row.get(4)?;
+        Ok(Self {
+            id: row.get(0)?,
+            notification_id: row.get(1)?,
+            workflow_id: row.get(2)?,
+            channel: row.get(3)?,
             event: AlertEvent::parse(&event).unwrap_or(AlertEvent::Notice),
-            severity: Severity::parse(&severity)
-                .ok_or_else(|| StoreError::Corrupt(format!("severity {severity:?}")))?,
-            dedupe_key,
-            payload,
-            state: DeliveryState::parse(&state)
-                .ok_or_else(|| StoreError::Corrupt(format!("delivery state {state:?}")))?,
-            attempts,
-            next_try_at: time_from_text(&next_try_at)?,
-            last_error,
-            created_at: time_from_text(&created_at)?,
-            updated_at: time_from_text(&updated_at)?,
+            severity: named(row, 5, "severity", Severity::parse)?,
+            dedupe_key: row.get(6)?,
+            payload: row.get(7)?,
+            state: named(row, 8, "delivery state", DeliveryState::parse)?,
+            attempts: row.get(9)?,
+            next_try_at: time(row, 10)?,
+            last_error: row.get(11)?,
+            created_at: time(row, 12)?,
+            updated_at: time(row, 13)?,
         })
-    })())
+    }
 }
 
 impl Db<'_> {
@@ -128,7 +112,7 @@ impl Db<'_> {
         self.conn.execute(
             &format!(
                 "INSERT INTO alert_deliveries ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-                DELIVERY_COLUMNS.trim_start_matches("id, ")
+                Delivery::COLUMNS.trim_start_matches("id, ")
             ),
             params![
                 delivery.notification_id,
@@ -191,11 +175,10 @@ impl Db<'_> {
         now: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<Delivery>, StoreError> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {DELIVERY_COLUMNS} FROM alert_deliveries WHERE state = 'pending' AND next_try_at <= ?1 \
-             ORDER BY id LIMIT ?2"
-        ))?;
-        collect(stmt.query_map(params![time_to_text(now), limit], delivery_from_row)?)
+        self.select(
+            "FROM alert_deliveries WHERE state = 'pending' AND next_try_at <= ?1 ORDER BY id LIMIT ?2",
+            params![time_to_text(now), limit],
+        )
     }
 
     /// When each of a channel's deliveries since `since` went out, oldest first: the rate limit's window.
@@ -204,15 +187,11 @@ impl Db<'_> {
         channel: &str,
         since: DateTime<Utc>,
     ) -> Result<Vec<DateTime<Utc>>, StoreError> {
-        let mut stmt = self.conn.prepare(
+        self.select_rows(
             "SELECT updated_at FROM alert_deliveries WHERE channel = ?1 AND state = 'delivered' \
              AND updated_at >= ?2 ORDER BY updated_at",
-        )?;
-        collect(
-            stmt.query_map(params![channel, time_to_text(since)], |row| {
-                let text: String = row.get(0)?;
-                Ok(time_from_text(&text))
-            })?,
+            params![channel, time_to_text(since)],
+            |row| time(row, 0),
         )
     }
 
@@ -227,26 +206,24 @@ impl Db<'_> {
 
     /// The newest `limit` deliveries, newest first.
     pub fn deliveries(&self, limit: u32) -> Result<Vec<Delivery>, StoreError> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {DELIVERY_COLUMNS} FROM alert_deliveries ORDER BY id DESC LIMIT ?1"
-        ))?;
-        collect(stmt.query_map([limit], delivery_from_row)?)
+        self.select("FROM alert_deliveries ORDER BY id DESC LIMIT ?1", [limit])
     }
 
     /// How many deliveries each channel has in each state.
     pub fn delivery_counts(&self) -> Result<Vec<(String, DeliveryState, u64)>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT channel, state, COUNT(*) FROM alert_deliveries GROUP BY channel, state ORDER BY channel, state",
-        )?;
-        collect(stmt.query_map([], |row| {
-            let channel: String = row.get(0)?;
-            let state: String = row.get(1)?;
-            let count: i64 = row.get(2)?;
-            let count = u64::try_from(count).unwrap_or_default();
-            Ok(DeliveryState::parse(&state)
-                .map(|state| (channel, state, count))
-                .ok_or_else(|| StoreError::Corrupt(format!("delivery state {state:?}"))))
-        })?)
+        self.select_rows(
+            "SELECT channel, state, COUNT(*) FROM alert_deliveries GROUP BY channel, state \
+             ORDER BY channel, state",
+            [],
+            |row| {
+                let count: i64 = row.get(2)?;
+                Ok((
+                    row.get(0)?,
+                    named(row, 1, "delivery state", DeliveryState::parse)?,
+                    u64::try_from(count).unwrap_or_default(),
+                ))
+            },
+        )
     }
 }
 

@@ -1,9 +1,25 @@
 //! The narratives a language model wrote for failures, one per workflow and anomaly.
 
-use rusqlite::params;
+use rusqlite::{Row, params};
 
-use super::{Db, StoreError, time_from_text, time_to_text};
+use super::columns::time;
+use super::db::{Db, FromRow};
+use super::{StoreError, time_to_text};
 use crate::model::{Narrative, WorkflowId};
+
+impl FromRow for Narrative {
+    const COLUMNS: &'static str = "workflow_id, anomaly_id, source, text, created_at";
+
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            workflow_id: row.get(0)?,
+            anomaly_id: row.get(1)?,
+            source: row.get(2)?,
+            text: row.get(3)?,
+            created_at: time(row, 4)?,
+        })
+    }
+}
 
 impl Db<'_> {
     /// Keeps a narrative, replacing an earlier one of the same failure.
@@ -25,26 +41,10 @@ impl Db<'_> {
 
     /// The narratives of a workflow's failures, by anomaly.
     pub fn narratives(&self, workflow_id: WorkflowId) -> Result<Vec<Narrative>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT workflow_id, anomaly_id, source, text, created_at FROM narratives \
-             WHERE workflow_id = ?1 ORDER BY anomaly_id",
-        )?;
-        let rows = stmt.query_map([workflow_id], |row| {
-            let created: String = row.get(4)?;
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, created))
-        })?;
-        let mut narratives = Vec::new();
-        for row in rows {
-            let (workflow_id, anomaly_id, source, text, created) = row?;
-            narratives.push(Narrative {
-                workflow_id,
-                anomaly_id,
-                source,
-                text,
-                created_at: time_from_text(&created)?,
-            });
-        }
-        Ok(narratives)
+        self.select(
+            "FROM narratives WHERE workflow_id = ?1 ORDER BY anomaly_id",
+            [workflow_id],
+        )
     }
 }
 

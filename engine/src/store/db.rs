@@ -1,0 +1,67 @@
+//! The query handle, and the one way rows become values: [`FromRow`] and the `select` helpers.
+
+use rusqlite::{Connection, Params, Row};
+
+use super::StoreError;
+
+/// Queries over a connection; inside [`super::Store::write`] they all share one transaction.
+pub struct Db<'c> {
+    pub(super) conn: &'c Connection,
+}
+
+/// A value read from one row of a `SELECT`.
+pub(super) trait FromRow: Sized {
+    /// What stands between `SELECT` and `FROM`: the columns [`FromRow::from_row`] reads, in order.
+    const COLUMNS: &'static str;
+
+    /// Fails on SQL (a column of another type) or on a value this version cannot read.
+    fn from_row(row: &Row<'_>) -> Result<Self, StoreError>;
+}
+
+impl<'c> Db<'c> {
+    pub(super) fn new(conn: &'c Connection) -> Self {
+        Self { conn }
+    }
+
+    /// Every row of `SELECT <T's columns> <tail>`, in the order the query gives them.
+    pub(super) fn select<T: FromRow>(
+        &self,
+        tail: &str,
+        params: impl Params,
+    ) -> Result<Vec<T>, StoreError> {
+        self.select_rows(
+            &format!("SELECT {} {tail}", T::COLUMNS),
+            params,
+            T::from_row,
+        )
+    }
+
+    /// The first row of `SELECT <T's columns> <tail>`, if there is one.
+    pub(super) fn select_one<T: FromRow>(
+        &self,
+        tail: &str,
+        params: impl Params,
+    ) -> Result<Option<T>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("SELECT {} {tail}", T::COLUMNS))?;
+        let mut rows = stmt.query(params)?;
+        rows.next()?.map(T::from_row).transpose()
+    }
+
+    /// Every row of `sql` through `map`: for rows that are not one value of a type (pairs, counts).
+    pub(super) fn select_rows<T>(
+        &self,
+        sql: &str,
+        params: impl Params,
+        mut map: impl FnMut(&Row<'_>) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut stmt = self.conn.prepare(sql)?;
+        let mut rows = stmt.query(params)?;
+        let mut values = Vec::new();
+        while let Some(row) = rows.next()? {
+            values.push(map(row)?);
+        }
+        Ok(values)
+    }
+}

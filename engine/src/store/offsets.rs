@@ -1,0 +1,68 @@
+//! How far each log has been read: an attempt's own log, and shared logs (a node's kernel log).
+
+use rusqlite::{OptionalExtension, Params, params};
+
+use super::StoreError;
+use super::db::Db;
+use crate::model::WorkflowId;
+
+impl Db<'_> {
+    /// Byte offset up to which the attempt's log has been read, and the identity of the file it was in.
+    pub fn log_offset(
+        &self,
+        workflow_id: WorkflowId,
+        index: u32,
+    ) -> Result<(u64, Option<String>), StoreError> {
+        self.offset(
+            "SELECT log_offset, log_identity FROM attempts WHERE workflow_id = ?1 AND idx = ?2",
+            params![workflow_id, index],
+        )
+    }
+
+    pub fn set_log_offset(
+        &self,
+        workflow_id: WorkflowId,
+        index: u32,
+        offset: u64,
+        identity: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE attempts SET log_offset = ?3, log_identity = ?4 WHERE workflow_id = ?1 AND idx = ?2",
+            params![workflow_id, index, offset as i64, identity],
+        )?;
+        Ok(())
+    }
+
+    /// Offset up to which a shared log (a node's kernel log) has been read.
+    pub fn file_offset(&self, path: &str) -> Result<(u64, Option<String>), StoreError> {
+        self.offset(
+            "SELECT offset, identity FROM log_offsets WHERE path = ?1",
+            [path],
+        )
+    }
+
+    pub fn set_file_offset(
+        &self,
+        path: &str,
+        offset: u64,
+        identity: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO log_offsets (path, offset, identity) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (path) DO UPDATE SET offset = ?2, identity = ?3",
+            params![path, offset as i64, identity],
+        )?;
+        Ok(())
+    }
+
+    /// The offset and file identity `sql` selects; nothing read yet when it finds no row.
+    fn offset(&self, sql: &str, params: impl Params) -> Result<(u64, Option<String>), StoreError> {
+        let found: Option<(i64, Option<String>)> = self
+            .conn
+            .query_row(sql, params, |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        Ok(found.map_or((0, None), |(offset, identity)| {
+            (offset.max(0) as u64, identity)
+        }))
+    }
+}
