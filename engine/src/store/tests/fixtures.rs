@@ -117,9 +117,12 @@ pub(super) fn attribution(workflow_id: i64, secs: i64) -> Attribution {
         signature: Some("nccl-watchdog".into()),
         explanation: "rank 12 on node-07 timed out".into(),
         remedies: vec![Remedy {
-            kind: "exclude_culprit".into(),
+            kind: crate::model::RemedyKind::Requeue,
             description: "requeue without node-07".into(),
-            params: serde_json::json!({"node": "node-07"}),
+            params: crate::model::RemedyParams {
+                exclude_culprit: true,
+                ..Default::default()
+            },
         }],
         evidence: vec!["Watchdog caught collective operation timeout".into()],
         time: at(secs),
