@@ -10,6 +10,7 @@ use runguard_engine::model::{
 };
 use runguard_engine::recover::Policy;
 use runguard_engine::store::{Db, StoreError};
+use runguard_engine::text::ellipsize;
 
 /// Everything known about one workflow.
 #[derive(Debug, Clone, Serialize)]
@@ -180,7 +181,7 @@ pub fn render_table(report: &StatusReport, now: DateTime<Utc>) -> String {
                 }
             );
             for line in attribution.evidence.iter().take(4) {
-                let _ = writeln!(out, "      │ {}", truncate(line, 140));
+                let _ = writeln!(out, "      │ {}", ellipsize(line, 140));
             }
         }
         for action in &view.actions {
@@ -209,17 +210,8 @@ pub fn render_table(report: &StatusReport, now: DateTime<Utc>) -> String {
         let _ = writeln!(
             out,
             "warning {kind}: {count} (last: {})",
-            truncate(last, 120)
+            ellipsize(last, 120)
         );
     }
     out
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        text.to_string()
-    } else {
-        let cut: String = text.chars().take(max).collect();
-        format!("{cut}…")
-    }
 }

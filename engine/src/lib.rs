@@ -24,3 +24,4 @@ pub mod report;
 pub mod store;
 pub mod sync;
 pub mod telemetry;
+pub mod text;

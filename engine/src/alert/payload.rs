@@ -371,14 +371,7 @@ fn bounded(lines: &[String]) -> Vec<String> {
     lines
         .iter()
         .skip(skip)
-        .map(|line| {
-            if line.chars().count() > MAX_LINE_CHARS {
-                let cut: String = line.chars().take(MAX_LINE_CHARS).collect();
-                format!("{cut}…")
-            } else {
-                line.clone()
-            }
-        })
+        .map(|line| crate::text::ellipsize(line, MAX_LINE_CHARS))
         .collect()
 }
 

@@ -42,6 +42,7 @@
 //! * an `error` record → [`Record::Error`] with the exception first, bounded in length;
 //!   the full stack trace is in [`TelemetryError::traceback`].
 
+use crate::text::clip;
 use std::borrow::Cow;
 
 use serde_json::Value;
@@ -210,7 +211,7 @@ impl TelemetryRecord {
             (Some(kind), _) => format!("{kind} ({context})"),
             (None, _) => format!("training telemetry error {context}"),
         };
-        cut(&text, MAX_ERROR_TEXT_BYTES).to_string()
+        clip(&text, MAX_ERROR_TEXT_BYTES).to_string()
     }
 }
 
@@ -316,7 +317,7 @@ fn build<'a>(get: impl Fn(&str) -> Option<Cow<'a, str>>) -> Option<TelemetryReco
             .unwrap_or_default(),
         exception_type: field("exception_type").map(Cow::into_owned),
         exception_message: field("exception_message").map(Cow::into_owned),
-        traceback: field("exception_traceback").map(|t| cut(&t, MAX_TRACEBACK_BYTES).to_string()),
+        traceback: field("exception_traceback").map(|t| clip(&t, MAX_TRACEBACK_BYTES).to_string()),
     });
     Some(TelemetryRecord {
         kind,
@@ -392,18 +393,6 @@ fn quote_non_finite(text: &str) -> String {
         rest = &rest[c.len_utf8()..];
     }
     out
-}
-
-/// Cuts `text` to at most `max` bytes on a character boundary.
-fn cut(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,17 +1,21 @@
 //! Proposed actions waiting for a human: why, the evidence, the exact command, whether the whitelist
 //! permits it; `a` approves, `x` rejects. Below, the latest results.
 
+use super::View;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, List, ListItem, ListState, Paragraph, Wrap};
 
-use crate::tui::app::App;
-use crate::tui::snapshot::Snapshot;
-use crate::tui::theme::Theme;
 use runguard_engine::model::ActionState;
 
-pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, theme: &Theme) {
+pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
+    let View {
+        app,
+        snapshot,
+        theme,
+        ..
+    } = *view;
     let [list_area, focus_area, results_area] = Layout::vertical([
         Constraint::Percentage(40),
         Constraint::Percentage(35),

@@ -2,6 +2,7 @@
 //! anomalies marked where they were raised, and the checkpoints saved, both on one time axis with the
 //! start of each attempt drawn as a vertical line.
 
+use super::View;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -12,8 +13,6 @@ use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Paragraph};
 
-use crate::tui::app::App;
-use crate::tui::snapshot::Snapshot;
 use crate::tui::theme::Theme;
 use runguard_engine::report::WorkflowHistory;
 
@@ -21,14 +20,13 @@ use runguard_engine::report::WorkflowHistory;
 const LISTED_ANOMALIES: usize = 4;
 
 /// Draws the charts of the focused row's workflow.
-pub fn draw(
-    frame: &mut Frame<'_>,
-    area: Rect,
-    app: &App,
-    snapshot: &Snapshot,
-    theme: &Theme,
-    now: DateTime<Utc>,
-) {
+pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
+    let View {
+        app,
+        snapshot,
+        theme,
+        now,
+    } = *view;
     let Some(detail) = app
         .focused(snapshot, now)
         .and_then(|row| snapshot.detail(row.workflow_id))

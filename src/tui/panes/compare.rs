@@ -1,6 +1,7 @@
 //! Two or more selected attempts side by side (Space selects in the workflows pane): configuration,
 //! nodes, throughput and anomalies, one column each.
 
+use super::View;
 use chrono::{DateTime, Utc};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Rect};
@@ -8,7 +9,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table};
 
 use super::format_duration;
-use crate::tui::app::{App, duration_of};
+use crate::tui::app::duration_of;
 use crate::tui::snapshot::{AttemptRow, Snapshot};
 use crate::tui::theme::Theme;
 
@@ -30,14 +31,13 @@ const FIELDS: [&str; 14] = [
     "attribution",
 ];
 
-pub fn draw(
-    frame: &mut Frame<'_>,
-    area: Rect,
-    app: &App,
-    snapshot: &Snapshot,
-    theme: &Theme,
-    now: DateTime<Utc>,
-) {
+pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
+    let View {
+        app,
+        snapshot,
+        theme,
+        now,
+    } = *view;
     let chosen: Vec<&AttemptRow> = snapshot
         .rows
         .iter()

@@ -1,25 +1,22 @@
 //! Details of the focused attempt: basic, hardware, performance and recovery information, anomalies and
 //! the attribution with its evidence lines.
 
-use chrono::{DateTime, Utc};
+use super::View;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Wrap};
 
 use super::{format_duration, format_time};
-use crate::tui::app::{App, duration_of};
-use crate::tui::snapshot::Snapshot;
-use crate::tui::theme::Theme;
+use crate::tui::app::duration_of;
 
-pub fn draw(
-    frame: &mut Frame<'_>,
-    area: Rect,
-    app: &App,
-    snapshot: &Snapshot,
-    theme: &Theme,
-    now: DateTime<Utc>,
-) {
+pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
+    let View {
+        app,
+        snapshot,
+        theme,
+        now,
+    } = *view;
     let Some(row) = app.focused(snapshot, now) else {
         frame.render_widget(
             Paragraph::new("no attempt to show").block(Block::bordered().title(" Details ")),

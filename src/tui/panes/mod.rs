@@ -22,6 +22,16 @@ use super::keys;
 use super::snapshot::Snapshot;
 use super::theme::Theme;
 
+/// What every pane draws from: the cockpit's state, the store's snapshot, the theme and the engine's
+/// time.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    pub app: &'a App,
+    pub snapshot: &'a Snapshot,
+    pub theme: &'a Theme,
+    pub now: DateTime<Utc>,
+}
+
 /// Draws the whole cockpit.
 pub fn draw(
     frame: &mut Frame<'_>,
@@ -30,6 +40,12 @@ pub fn draw(
     theme: &Theme,
     now: DateTime<Utc>,
 ) {
+    let view = View {
+        app,
+        snapshot,
+        theme,
+        now,
+    };
     let area = frame.area();
     frame.render_widget(Block::default().style(theme.text()), area);
     let [tabs, body, status] = Layout::vertical([
@@ -40,13 +56,13 @@ pub fn draw(
     .areas(area);
     draw_tabs(frame, tabs, app, snapshot, theme);
     match app.pane {
-        Pane::Overview => overview::draw(frame, body, app, snapshot, theme, now),
-        Pane::Details => details::draw(frame, body, app, snapshot, theme, now),
-        Pane::Charts => charts::draw(frame, body, app, snapshot, theme, now),
-        Pane::Timeline => timeline::draw(frame, body, app, snapshot, theme, now),
-        Pane::Approvals => approvals::draw(frame, body, app, snapshot, theme),
-        Pane::Notifications => notifications::draw(frame, body, app, snapshot, theme),
-        Pane::Compare => compare::draw(frame, body, app, snapshot, theme, now),
+        Pane::Overview => overview::draw(frame, body, &view),
+        Pane::Details => details::draw(frame, body, &view),
+        Pane::Charts => charts::draw(frame, body, &view),
+        Pane::Timeline => timeline::draw(frame, body, &view),
+        Pane::Approvals => approvals::draw(frame, body, &view),
+        Pane::Notifications => notifications::draw(frame, body, &view),
+        Pane::Compare => compare::draw(frame, body, &view),
         Pane::Log => {
             let evidence = app
                 .focused(snapshot, now)

@@ -1,16 +1,20 @@
 //! The alert history, the current user's by default (`A` shows every user's).
 
+use super::View;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Wrap};
 
-use crate::tui::app::App;
-use crate::tui::snapshot::Snapshot;
-use crate::tui::theme::Theme;
 use runguard_engine::model::Severity;
 
-pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, theme: &Theme) {
+pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
+    let View {
+        app,
+        snapshot,
+        theme,
+        ..
+    } = *view;
     let owner = |workflow_id: Option<i64>| {
         workflow_id
             .and_then(|id| snapshot.detail(id))

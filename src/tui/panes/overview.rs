@@ -1,6 +1,6 @@
 //! The workflows overview (home): one row per attempt, grouped by workflow, newest first.
 
-use chrono::{DateTime, Utc};
+use super::View;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
@@ -8,17 +8,16 @@ use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState};
 
 use crate::tui::app::{App, Column};
 use crate::tui::columns::CellContext;
-use crate::tui::snapshot::{AttemptRow, Snapshot};
+use crate::tui::snapshot::AttemptRow;
 use crate::tui::theme::Theme;
 
-pub fn draw(
-    frame: &mut Frame<'_>,
-    area: Rect,
-    app: &App,
-    snapshot: &Snapshot,
-    theme: &Theme,
-    now: DateTime<Utc>,
-) {
+pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
+    let View {
+        app,
+        snapshot,
+        theme,
+        now,
+    } = *view;
     let rows = app.visible_rows(snapshot, now);
     let focused = rows
         .get(app.cursor.min(rows.len().saturating_sub(1)))

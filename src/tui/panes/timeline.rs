@@ -2,6 +2,7 @@
 //! then running), the recovery gaps between attempts, the work recomputed after each failure and the
 //! workflow's goodput. The arithmetic lives in [`runguard_engine::report::downtime`]; this file only draws.
 
+use super::View;
 use std::ops::Range;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -12,8 +13,6 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, Wrap};
 
 use super::format_duration;
-use crate::tui::app::App;
-use crate::tui::snapshot::Snapshot;
 use crate::tui::theme::Theme;
 use runguard_engine::model::{Attempt, JobState};
 use runguard_engine::report::WorkflowHistory;
@@ -25,14 +24,13 @@ use runguard_engine::report::downtime::{
 const LABEL_WIDTH: u16 = 22;
 
 /// Draws the attempts timeline of the focused row's workflow.
-pub fn draw(
-    frame: &mut Frame<'_>,
-    area: Rect,
-    app: &App,
-    snapshot: &Snapshot,
-    theme: &Theme,
-    now: DateTime<Utc>,
-) {
+pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
+    let View {
+        app,
+        snapshot,
+        theme,
+        now,
+    } = *view;
     let focused = app.focused(snapshot, now);
     let Some(detail) = focused.and_then(|row| snapshot.detail(row.workflow_id)) else {
         frame.render_widget(

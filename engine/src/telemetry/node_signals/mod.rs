@@ -7,6 +7,8 @@
 //! the few lines it lets through. Every parser here takes outside input: none
 //! panics, and each bounds the work it does per line.
 
+use crate::text::clip;
+
 mod dcgmi;
 mod kernel;
 mod nvidia_smi;
@@ -123,18 +125,6 @@ fn hex_field(text: &str, max_digits: usize) -> Option<u32> {
         return None;
     }
     u32::from_str_radix(text, 16).ok()
-}
-
-/// The longest prefix of `text` that fits in `max` bytes and ends on a character boundary.
-fn clip(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or_default()
 }
 
 #[cfg(test)]

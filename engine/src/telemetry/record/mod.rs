@@ -12,6 +12,7 @@
 //! announcement is all it prints (Lightning, a plain `Saving checkpoint`), the
 //! announcement is. Loads count when they start and when they finish.
 
+use crate::text::clip;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -297,7 +298,7 @@ fn exception_line(message: &str) -> Option<Record> {
         .any(|suffix| name.len() > suffix.len() && name.ends_with(suffix));
     named_like_exception.then(|| Record::ExceptionLine {
         exception: name.to_string(),
-        message: capped(text).to_string(),
+        message: clip(text, MAX_TEXT_BYTES).to_string(),
     })
 }
 
@@ -500,20 +501,8 @@ fn error_marker_at(message: &str, marker: &str, at: usize) -> bool {
 
 fn error(message: &str) -> Record {
     Record::Error {
-        text: capped(message).to_string(),
+        text: clip(message, MAX_TEXT_BYTES).to_string(),
     }
-}
-
-/// Cuts `text` to at most [`MAX_TEXT_BYTES`] on a character boundary.
-fn capped(text: &str) -> &str {
-    if text.len() <= MAX_TEXT_BYTES {
-        return text;
-    }
-    let mut end = MAX_TEXT_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or_default()
 }
 
 /// Whether a checkpoint line reports a finished save or a load.
@@ -713,7 +702,7 @@ fn checkpoint_path(message: &str) -> Option<&str> {
                     .iter()
                     .any(|ext| word.len() > ext.len() && word.ends_with(ext))
         })
-        .map(capped)
+        .map(|text| clip(text, MAX_TEXT_BYTES))
 }
 
 fn training_done(message: &str) -> Option<Record> {

@@ -31,6 +31,7 @@
 //! Not handled: Python 3.11 exception groups (`+ Exception Group Traceback`),
 //! whose nested tracebacks are kept as frame lines of the enclosing block.
 
+use crate::text::clip;
 use std::collections::{HashMap, VecDeque};
 
 use super::line::FramedLine;
@@ -151,7 +152,7 @@ impl OpenBlock {
     }
 
     fn keep(&mut self, line: &str, limits: &TracebackLimits) {
-        let line = cut(line, limits.max_line_bytes).to_string();
+        let line = clip(line, limits.max_line_bytes).to_string();
         let head_room = limits.max_lines.div_ceil(2);
         if self.head.len() < head_room {
             self.head.push(line);
@@ -469,18 +470,6 @@ fn raised_exception(line: &str) -> Option<RaisedException> {
         exception: name.to_string(),
         message: message.to_string(),
     })
-}
-
-/// Cuts `text` to at most `max` bytes on a character boundary.
-fn cut(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.get(..end).unwrap_or_default()
 }
 
 #[cfg(test)]

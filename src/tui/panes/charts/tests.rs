@@ -1,9 +1,10 @@
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::*;
-use crate::tui::app::{Pane, UiAction};
+use crate::tui::app::{App, Pane, UiAction};
 use crate::tui::panes::timeline::tests::recovered;
 use crate::tui::snapshot::AttemptRow;
+use crate::tui::snapshot::Snapshot;
 use crate::tui::tests::{failed_and_proposed, render};
 use runguard_engine::config::Config;
 use runguard_engine::model::{AnomalyKind, JobState, WorkflowStatus};

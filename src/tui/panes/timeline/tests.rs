@@ -1,5 +1,6 @@
 use super::*;
-use crate::tui::app::{Pane, UiAction};
+use crate::tui::app::{App, Pane, UiAction};
+use crate::tui::snapshot::Snapshot;
 use crate::tui::tests::{failed_and_proposed, render, sim_engine, tick_until};
 use runguard_engine::clock::Clock;
 use runguard_engine::config::Config;

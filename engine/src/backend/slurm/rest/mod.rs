@@ -346,11 +346,7 @@ fn excerpt(text: &str) -> String {
     if line.is_empty() {
         return "(an empty answer)".to_string();
     }
-    let mut cut: String = line.chars().take(LIMIT).collect();
-    if cut.len() < line.len() {
-        cut.push('…');
-    }
-    cut
+    crate::text::ellipsize(&line, LIMIT)
 }
 
 /// A job id that can go into a URL path: digits, with `_` or `+` for array and heterogeneous jobs.
