@@ -1,0 +1,294 @@
+//! Kubernetes workloads seen as runguard jobs: which pods belong to a workload and in which rank
+//! order, what state the workload is in, and which statuses and events are evidence. Pure functions of
+//! the objects as JSON, so they are tested on real-shaped fixtures without an API server.
+
+pub mod evidence;
+mod nodes;
+mod pods;
+pub mod snapshot;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+pub use evidence::{EvidenceLine, evidence};
+pub use nodes::{node_readiness, node_usable};
+pub use pods::{PodIndex, pod_ended, pods_of, ranked};
+pub use snapshot::{excluded_nodes, snapshot};
+
+/// The label a workload opts in with.
+pub const ENABLED_LABEL: &str = "runguard.io/enabled";
+/// The workload's own restart limit.
+pub const MAX_RESTARTS_ANNOTATION: &str = "runguard.io/max-restarts";
+/// The actions the workload's owner allows, comma-separated (narrows the configured whitelist).
+pub const WHITELIST_ANNOTATION: &str = "runguard.io/whitelist";
+/// How many times runguard has re-created the workload; a re-creation is the next attempt.
+pub const RESTART_ANNOTATION: &str = "runguard.io/restart-count";
+/// The node label a node-affinity exclusion uses.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// Container waiting reasons that do not go away by waiting: the pod will not start as specified.
+pub(super) const STUCK_WAITING: [&str; 5] = [
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+/// The kinds of workload runguard watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WorkloadKind {
+    /// batch/v1 Job.
+    Job,
+    /// Kubeflow training operator's PyTorchJob (kubeflow.org/v1).
+    PyTorchJob,
+    /// KubeRay's RayJob (ray.io/v1).
+    RayJob,
+}
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 3] = [Self::Job, Self::PyTorchJob, Self::RayJob];
+
+    /// The name used in job ids and on the command line.
+    pub fn short(self) -> &'static str {
+        match self {
+            Self::Job => "job",
+            Self::PyTorchJob => "pytorchjob",
+            Self::RayJob => "rayjob",
+        }
+    }
+
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Job => "Job",
+            Self::PyTorchJob => "PyTorchJob",
+            Self::RayJob => "RayJob",
+        }
+    }
+
+    pub fn group(self) -> &'static str {
+        match self {
+            Self::Job => "batch",
+            Self::PyTorchJob => "kubeflow.org",
+            Self::RayJob => "ray.io",
+        }
+    }
+
+    pub fn version(self) -> &'static str {
+        "v1"
+    }
+
+    pub fn plural(self) -> &'static str {
+        match self {
+            Self::Job => "jobs",
+            Self::PyTorchJob => "pytorchjobs",
+            Self::RayJob => "rayjobs",
+        }
+    }
+
+    /// `kind`, its plural, or `plural.group` as kubectl accepts them.
+    pub fn parse(name: &str) -> Option<Self> {
+        let name = name.to_ascii_lowercase();
+        Self::ALL.into_iter().find(|kind| {
+            name == kind.short()
+                || name == kind.plural()
+                || name == format!("{}.{}", kind.short(), kind.group())
+                || name == format!("{}.{}", kind.plural(), kind.group())
+        })
+    }
+
+    /// The REST path of the collection in `namespace`, or of one object.
+    pub fn path(self, namespace: &str, name: Option<&str>) -> String {
+        let base = format!(
+            "/apis/{}/{}/namespaces/{namespace}/{}",
+            self.group(),
+            self.version(),
+            self.plural()
+        );
+        match name {
+            Some(name) => format!("{base}/{name}"),
+            None => base,
+        }
+    }
+
+    /// The pod templates of a workload with their replica counts.
+    pub fn templates(self, workload: &Value) -> Vec<(&Value, u32)> {
+        let replicas = |spec: &Value| {
+            spec.get("replicas")
+                .and_then(Value::as_u64)
+                .map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX))
+        };
+        match self {
+            Self::Job => {
+                let parallelism = at(workload, "/spec/parallelism")
+                    .and_then(Value::as_u64)
+                    .map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX));
+                at(workload, "/spec/template")
+                    .map(|template| vec![(template, parallelism)])
+                    .unwrap_or_default()
+            }
+            Self::PyTorchJob => ["Master", "Worker"]
+                .iter()
+                .filter_map(|role| at(workload, &format!("/spec/pytorchReplicaSpecs/{role}")))
+                .filter_map(|spec| spec.get("template").map(|t| (t, replicas(spec))))
+                .collect(),
+            Self::RayJob => {
+                let mut templates = Vec::new();
+                if let Some(head) = at(workload, "/spec/rayClusterSpec/headGroupSpec/template") {
+                    templates.push((head, 1));
+                }
+                if let Some(groups) =
+                    at(workload, "/spec/rayClusterSpec/workerGroupSpecs").and_then(Value::as_array)
+                {
+                    for group in groups {
+                        if let Some(template) = group.get("template") {
+                            templates.push((template, replicas(group)));
+                        }
+                    }
+                }
+                templates
+            }
+        }
+    }
+
+    /// The same, to change them (re-creation patches).
+    pub fn templates_mut(self, workload: &mut Value) -> Vec<&mut Value> {
+        match self {
+            Self::Job => workload.pointer_mut("/spec/template").into_iter().collect(),
+            Self::PyTorchJob => match workload
+                .pointer_mut("/spec/pytorchReplicaSpecs")
+                .and_then(Value::as_object_mut)
+            {
+                Some(specs) => specs
+                    .values_mut()
+                    .filter_map(|spec| spec.get_mut("template"))
+                    .collect(),
+                None => Vec::new(),
+            },
+            Self::RayJob => {
+                let Some(cluster) = workload
+                    .pointer_mut("/spec/rayClusterSpec")
+                    .and_then(Value::as_object_mut)
+                else {
+                    return Vec::new();
+                };
+                let mut templates = Vec::new();
+                for (key, value) in cluster.iter_mut() {
+                    match key.as_str() {
+                        "headGroupSpec" => templates.extend(value.get_mut("template")),
+                        "workerGroupSpecs" => {
+                            if let Some(groups) = value.as_array_mut() {
+                                templates.extend(
+                                    groups.iter_mut().filter_map(|g| g.get_mut("template")),
+                                );
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                templates
+            }
+        }
+    }
+}
+
+/// A workload's identity: `KIND/NAMESPACE/NAME` as a job id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkloadRef {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl WorkloadRef {
+    pub fn id(&self) -> String {
+        format!("{}/{}/{}", self.kind.short(), self.namespace, self.name)
+    }
+
+    /// `pytorchjob/ml/llama`; `pytorchjob/llama` takes `default_namespace`.
+    pub fn parse(text: &str, default_namespace: &str) -> Option<Self> {
+        let parts: Vec<&str> = text.split('/').collect();
+        let (kind, namespace, name) = match parts.as_slice() {
+            [kind, name] => (*kind, default_namespace, *name),
+            [kind, namespace, name] => (*kind, *namespace, *name),
+            _ => return None,
+        };
+        // DNS-1123 names: lowercase letters, digits, '-' and '.', starting and ending alphanumeric.
+        let valid = |part: &str| {
+            let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+            part.starts_with(alphanumeric)
+                && part.ends_with(alphanumeric)
+                && part
+                    .chars()
+                    .all(|c| alphanumeric(c) || c == '-' || c == '.')
+        };
+        if !valid(namespace) || !valid(name) {
+            return None;
+        }
+        Some(Self {
+            kind: WorkloadKind::parse(kind)?,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
+    }
+
+    pub fn of(kind: WorkloadKind, workload: &Value) -> Option<Self> {
+        Some(Self {
+            kind,
+            namespace: str_at(workload, "/metadata/namespace")
+                .unwrap_or("default")
+                .to_string(),
+            name: str_at(workload, "/metadata/name")?.to_string(),
+        })
+    }
+}
+
+/// The value at a JSON pointer made of plain keys (`/metadata/name`). Unlike `Value::pointer` it
+/// allocates nothing, which matters when a listing looks into every pod for every workload.
+pub fn at<'a>(value: &'a Value, pointer: &str) -> Option<&'a Value> {
+    pointer
+        .split('/')
+        .skip(1)
+        .try_fold(value, |inner, key| match inner {
+            Value::Object(map) => map.get(key),
+            Value::Array(list) => key.parse::<usize>().ok().and_then(|i| list.get(i)),
+            _ => None,
+        })
+}
+
+pub fn str_at<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
+    at(value, pointer).and_then(Value::as_str)
+}
+
+pub(super) fn time_at(value: &Value, pointer: &str) -> Option<DateTime<Utc>> {
+    str_at(value, pointer)
+        .and_then(|text| DateTime::parse_from_rfc3339(text).ok())
+        .map(|time| time.with_timezone(&Utc))
+}
+
+pub(super) fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    at(object, "/metadata/labels")
+        .and_then(|labels| labels.get(key))
+        .and_then(Value::as_str)
+}
+
+pub(super) fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    at(object, "/metadata/annotations")
+        .and_then(|annotations| annotations.get(key))
+        .and_then(Value::as_str)
+}
+
+/// The workload opted in with its label.
+pub fn enrolled(workload: &Value) -> bool {
+    label(workload, ENABLED_LABEL) == Some("true")
+}
+
+/// Which re-creation of the workload this is (0 for the user's own).
+pub fn restart_count(workload: &Value) -> u32 {
+    annotation(workload, RESTART_ANNOTATION)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests;

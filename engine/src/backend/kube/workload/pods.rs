@@ -1,0 +1,181 @@
+//! The pods of a workload, found by the operators' labels and owner references, in rank order.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::*;
+
+/// The pods of this incarnation of the workload, in rank order (rank = index).
+/// The labels by which the operators name a pod's workload (or Ray cluster).
+pub(super) const OWNER_LABELS: [&str; 4] = [
+    "training.kubeflow.org/job-name",
+    "batch.kubernetes.io/job-name",
+    "job-name",
+    "ray.io/cluster",
+];
+
+/// Pods by namespace and the workload (or Ray cluster) their labels name: a listing finds each
+/// workload's pods without looking at every pod for every workload.
+pub struct PodIndex<'a> {
+    /// namespace → owner → pods.
+    by_owner: HashMap<&'a str, HashMap<&'a str, Vec<&'a Value>>>,
+}
+
+impl<'a> PodIndex<'a> {
+    pub fn new(pods: &'a [Value]) -> Self {
+        let mut by_owner: HashMap<&'a str, HashMap<&'a str, Vec<&'a Value>>> = HashMap::new();
+        for pod in pods {
+            let namespace = str_at(pod, "/metadata/namespace").unwrap_or("default");
+            let mut owners: Vec<&str> = OWNER_LABELS
+                .iter()
+                .filter_map(|key| label(pod, key))
+                .collect();
+            owners.sort_unstable();
+            owners.dedup();
+            for owner in owners {
+                by_owner
+                    .entry(namespace)
+                    .or_default()
+                    .entry(owner)
+                    .or_default()
+                    .push(pod);
+            }
+        }
+        Self { by_owner }
+    }
+
+    fn named(&self, namespace: &str, owner: &str) -> &[&'a Value] {
+        self.by_owner
+            .get(namespace)
+            .and_then(|owners| owners.get(owner))
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+}
+
+pub fn pods_of<'a>(kind: WorkloadKind, workload: &Value, index: &PodIndex<'a>) -> Vec<&'a Value> {
+    let namespace = str_at(workload, "/metadata/namespace").unwrap_or("default");
+    let name = str_at(workload, "/metadata/name").unwrap_or_default();
+    let uid = str_at(workload, "/metadata/uid");
+    let ray_cluster = str_at(workload, "/status/rayClusterName");
+    let owned_by_this_incarnation = |pod: &Value| {
+        // A pod left over from the previous incarnation (same name) has the old owner's uid.
+        match (
+            uid,
+            at(pod, "/metadata/ownerReferences").and_then(Value::as_array),
+        ) {
+            (Some(uid), Some(owners)) if !owners.is_empty() => owners
+                .iter()
+                .any(|owner| owner.get("uid").and_then(Value::as_str) == Some(uid)),
+            _ => true,
+        }
+    };
+    let mut candidates: Vec<&'a Value> = index.named(namespace, name).to_vec();
+    if let Some(cluster) = ray_cluster {
+        candidates.extend(index.named(namespace, cluster));
+    }
+    // A pod named by both (a Ray cluster named like its job) counts once.
+    candidates.sort_by_key(|pod| std::ptr::from_ref::<Value>(*pod) as usize);
+    candidates.dedup_by_key(|pod| std::ptr::from_ref::<Value>(*pod) as usize);
+    let mut mine: Vec<(u64, &str, &'a Value)> = candidates
+        .into_iter()
+        .filter_map(|pod| {
+            let pod_name = str_at(pod, "/metadata/name").unwrap_or_default();
+            let order = match kind {
+                WorkloadKind::Job => {
+                    let job = label(pod, "batch.kubernetes.io/job-name").or(label(pod, "job-name"));
+                    if job != Some(name) || !owned_by_this_incarnation(pod) {
+                        return None;
+                    }
+                    annotation(pod, "batch.kubernetes.io/job-completion-index")
+                        .and_then(|index| index.parse().ok())
+                        .unwrap_or(0)
+                }
+                WorkloadKind::PyTorchJob => {
+                    let job =
+                        label(pod, "training.kubeflow.org/job-name").or(label(pod, "job-name"));
+                    if job != Some(name) || !owned_by_this_incarnation(pod) {
+                        return None;
+                    }
+                    let index: u64 = label(pod, "training.kubeflow.org/replica-index")
+                        .and_then(|index| index.parse().ok())
+                        .unwrap_or(0);
+                    match label(pod, "training.kubeflow.org/replica-type") {
+                        Some(role) if role.eq_ignore_ascii_case("master") => index,
+                        _ => 1_000_000 + index,
+                    }
+                }
+                WorkloadKind::RayJob => {
+                    if ray_cluster.is_some() && label(pod, "ray.io/cluster") == ray_cluster {
+                        match label(pod, "ray.io/node-type") {
+                            Some("head") => 0,
+                            _ => 1_000,
+                        }
+                    } else if label(pod, "batch.kubernetes.io/job-name").or(label(pod, "job-name"))
+                        == Some(name)
+                    {
+                        // The submitter: it runs the driver, whose output is the job's log.
+                        2_000_000
+                    } else {
+                        return None;
+                    }
+                }
+            };
+            Some((order, pod_name, pod))
+        })
+        .collect();
+    mine.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+    mine.into_iter().map(|(_, _, pod)| pod).collect()
+}
+
+/// A pod whose run is over: it finished, or one of its containers terminated.
+pub fn pod_ended(pod: &Value) -> bool {
+    matches!(str_at(pod, "/status/phase"), Some("Succeeded" | "Failed"))
+        || containers(pod).any(|status| at(status, "/state/terminated").is_some())
+}
+
+pub(super) fn containers(pod: &Value) -> impl Iterator<Item = &Value> {
+    at(pod, "/status/containerStatuses")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+/// The first terminated container with a failure, as (container, reason, exit code).
+pub(super) fn failed_container(pod: &Value) -> Option<(String, String, i32)> {
+    containers(pod).find_map(|status| {
+        let terminated =
+            at(status, "/state/terminated").or_else(|| at(status, "/lastState/terminated"))?;
+        let code = terminated.get("exitCode").and_then(Value::as_i64)?;
+        (code != 0).then(|| {
+            (
+                str_at(status, "/name").unwrap_or_default().to_string(),
+                str_at(terminated, "/reason").unwrap_or("Error").to_string(),
+                i32::try_from(code).unwrap_or(i32::MAX),
+            )
+        })
+    })
+}
+
+/// A container waiting for a reason that will not pass: (reason, message).
+pub(super) fn stuck_container(pod: &Value) -> Option<(String, String)> {
+    containers(pod).find_map(|status| {
+        let waiting = at(status, "/state/waiting")?;
+        let reason = str_at(waiting, "/reason")?;
+        STUCK_WAITING.contains(&reason).then(|| {
+            (
+                reason.to_string(),
+                str_at(waiting, "/message").unwrap_or_default().to_string(),
+            )
+        })
+    })
+}
+
+/// The rank of each pod of `pods_of`: its index.
+pub fn ranked<'a>(pods: &[&'a Value]) -> Vec<(u32, &'a Value)> {
+    pods.iter()
+        .enumerate()
+        .map(|(rank, pod)| (u32::try_from(rank).unwrap_or(u32::MAX), *pod))
+        .collect()
+}

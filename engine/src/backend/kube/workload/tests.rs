@@ -1,0 +1,156 @@
+//! Tests of the workload readers on real-shaped fixtures.
+
+use super::*;
+use crate::model::JobState;
+
+/// The objects of a fixture file of `tests/fixtures/kube/`.
+fn fixture(text: &str) -> Vec<Value> {
+    let document: Value = serde_json::from_str(text).unwrap_or_default();
+    match document.get("items").and_then(Value::as_array) {
+        Some(items) => items.clone(),
+        None => vec![document],
+    }
+}
+
+fn split(objects: Vec<Value>) -> (Value, Vec<Value>) {
+    let (workloads, pods): (Vec<Value>, Vec<Value>) = objects
+        .into_iter()
+        .partition(|object| object["kind"] != "Pod");
+    (workloads[0].clone(), pods)
+}
+
+fn nodes() -> Vec<Value> {
+    fixture(include_str!(
+        "../../../../../tests/fixtures/kube/nodes.json"
+    ))
+}
+
+#[test]
+fn a_running_pytorchjob_is_its_pods_in_rank_order() {
+    let (job, pods) = split(fixture(include_str!(
+        "../../../../../tests/fixtures/kube/pytorchjob-running.json"
+    )));
+    let mine = pods_of(WorkloadKind::PyTorchJob, &job, &PodIndex::new(&pods));
+    let names: Vec<&str> = mine
+        .iter()
+        .filter_map(|pod| str_at(pod, "/metadata/name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "llama-pretrain-master-0",
+            "llama-pretrain-worker-0",
+            "llama-pretrain-worker-1"
+        ]
+    );
+    let snapshot = snapshot(WorkloadKind::PyTorchJob, &job, &mine, &nodes(), None, None)
+        .unwrap_or_else(|| unreachable!("a named workload"));
+    assert_eq!(snapshot.job_id, "pytorchjob/ml/llama-pretrain");
+    assert_eq!(snapshot.state, JobState::Running);
+    assert_eq!(snapshot.nodes, ["gpu-node-1", "gpu-node-2", "gpu-spot-1"]);
+    assert_eq!(snapshot.spec.nodes, 3);
+    assert_eq!(snapshot.spec.gpus_per_node, 8);
+    assert_eq!(snapshot.gpus, 24);
+    assert_eq!(snapshot.restart_count, 0);
+    assert!(enrolled(&job));
+}
+
+#[test]
+fn a_pod_of_an_earlier_incarnation_with_the_same_name_is_not_this_one_s() {
+    let (mut job, pods) = split(fixture(include_str!(
+        "../../../../../tests/fixtures/kube/pytorchjob-running.json"
+    )));
+    job["metadata"]["uid"] = Value::from("a-new-uid");
+    assert!(pods_of(WorkloadKind::PyTorchJob, &job, &PodIndex::new(&pods)).is_empty());
+}
+
+#[test]
+fn an_oom_killed_worker_is_a_failure_with_its_evidence() {
+    let (job, pods) = split(fixture(include_str!(
+        "../../../../../tests/fixtures/kube/pytorchjob-failed-oom.json"
+    )));
+    let mine = pods_of(WorkloadKind::PyTorchJob, &job, &PodIndex::new(&pods));
+    let snapshot = snapshot(WorkloadKind::PyTorchJob, &job, &mine, &nodes(), None, None)
+        .unwrap_or_else(|| unreachable!("a named workload"));
+    assert_eq!(snapshot.state, JobState::Failed);
+    assert_eq!(
+        snapshot.nodes,
+        ["gpu-node-5", "gpu-node-5"],
+        "one entry per pod"
+    );
+    let lines: Vec<String> = evidence(WorkloadKind::PyTorchJob, &job, &mine, &nodes(), &[])
+        .into_iter()
+        .map(|line| line.text)
+        .collect();
+    assert!(
+        lines.iter().any(|line| line.starts_with(
+            "kubernetes: Warning OOMKilled pod/bert-finetune-worker-0: container pytorch terminated with exit code 137"
+        )),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.contains(" pytorchjob/bert-finetune: ")),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn an_image_pull_in_back_off_is_a_failure_and_a_job_s_own_pod_is_found() {
+    let (job, pods) = split(fixture(include_str!(
+        "../../../../../tests/fixtures/kube/batch-job.json"
+    )));
+    let mine = pods_of(WorkloadKind::Job, &job, &PodIndex::new(&pods));
+    assert_eq!(mine.len(), 1);
+    let snapshot = snapshot(WorkloadKind::Job, &job, &mine, &nodes(), None, None)
+        .unwrap_or_else(|| unreachable!("a named workload"));
+    assert_eq!(snapshot.state, JobState::Failed);
+    assert_eq!(snapshot.state_raw, "ImagePullBackOff");
+}
+
+#[test]
+fn a_rayjob_is_its_cluster_s_pods_head_first() {
+    let objects = fixture(include_str!(
+        "../../../../../tests/fixtures/kube/rayjob.json"
+    ));
+    let job = objects
+        .iter()
+        .find(|object| object["kind"] == "RayJob")
+        .cloned()
+        .unwrap_or_default();
+    let pods: Vec<Value> = objects
+        .into_iter()
+        .filter(|object| object["kind"] == "Pod")
+        .collect();
+    let mine = pods_of(WorkloadKind::RayJob, &job, &PodIndex::new(&pods));
+    assert_eq!(
+        mine.first().and_then(|pod| label(pod, "ray.io/node-type")),
+        Some("head")
+    );
+    let snapshot = snapshot(WorkloadKind::RayJob, &job, &mine, &nodes(), None, None)
+        .unwrap_or_else(|| unreachable!("a named workload"));
+    assert_eq!(snapshot.state, JobState::Running);
+}
+
+#[test]
+fn only_ready_schedulable_untainted_nodes_are_usable() {
+    let usable: Vec<String> = nodes()
+        .iter()
+        .filter(|node| node_usable(node))
+        .filter_map(|node| str_at(node, "/metadata/name").map(str::to_string))
+        .collect();
+    assert_eq!(usable, ["gpu-node-1", "gpu-node-5", "gpu-spot-1"]);
+}
+
+#[test]
+fn references_parse_with_or_without_a_namespace() {
+    let reference = WorkloadRef::parse("PyTorchJobs/llama", "ml").unwrap_or_else(|| unreachable!());
+    assert_eq!(reference.id(), "pytorchjob/ml/llama");
+    assert_eq!(
+        WorkloadRef::parse("rayjob.ray.io/research/tune", "default").map(|r| r.id()),
+        Some("rayjob/research/tune".to_string())
+    );
+    assert!(WorkloadRef::parse("deployment/web", "default").is_none());
+    assert!(WorkloadRef::parse("job/../etc", "default").is_none());
+}
