@@ -138,6 +138,24 @@ pub struct RemedyParams {
     /// sbatch options to add.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sbatch: Option<String>,
+    /// srun options to add.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub srun_flags: Option<String>,
+    /// DeepSpeed options to add.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deepspeed: Option<String>,
+    /// The numeric precision to train in (`fp16`, `bf16`, `fp32`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
+    /// An inference engine's maximum sequence length (`half`, or a number of tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<String>,
+    /// `torch.load(weights_only=...)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weights_only: Option<bool>,
+    /// The spec field a person changes (`resources.requests.memory`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub ulimit: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
