@@ -17,9 +17,10 @@ use kube::api::{
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::KubernetesConfig;
+use super::errors::{action_error, api_error};
 use super::logs::{Follow, LogHub};
 use super::recreate::{clean, next_incarnation, spec_diff};
 use super::workload::{
@@ -46,33 +47,33 @@ struct WatchHealth {
 }
 
 /// One resource watched in one namespace (or all).
-struct Watched {
-    store: Store<DynamicObject>,
+pub(super) struct Watched {
+    pub(super) store: Store<DynamicObject>,
 }
 
 /// Kubernetes through its API server.
 pub struct KubeBackend {
-    client: Client,
-    config: KubernetesConfig,
-    data_dir: PathBuf,
-    default_namespace: String,
-    cluster: Option<String>,
-    workloads: Vec<(WorkloadKind, Vec<Watched>)>,
-    pods: Vec<Watched>,
-    events: Vec<Watched>,
-    nodes: Watched,
+    pub(super) client: Client,
+    pub(super) config: KubernetesConfig,
+    pub(super) data_dir: PathBuf,
+    pub(super) default_namespace: String,
+    pub(super) cluster: Option<String>,
+    pub(super) workloads: Vec<(WorkloadKind, Vec<Watched>)>,
+    pub(super) pods: Vec<Watched>,
+    pub(super) events: Vec<Watched>,
+    pub(super) nodes: Watched,
     health: Arc<Mutex<WatchHealth>>,
     /// The resource behind each watch label, to ask about it directly.
-    resources: HashMap<String, ApiResource>,
+    pub(super) resources: HashMap<String, ApiResource>,
     /// The engine's waker, once it has given it.
-    waker: Arc<Mutex<Option<Arc<tokio::sync::Notify>>>>,
-    watched: Mutex<BTreeSet<String>>,
+    pub(super) waker: Arc<Mutex<Option<Arc<tokio::sync::Notify>>>>,
+    pub(super) watched: Mutex<BTreeSet<String>>,
     /// When each ended workload was first seen ended (see `settle`).
-    ending: Mutex<HashMap<String, std::time::Instant>>,
+    pub(super) ending: Mutex<HashMap<String, std::time::Instant>>,
     /// The resourceVersion whose spec was last saved, per workload.
-    saved: Mutex<HashMap<String, String>>,
-    logs: Arc<LogHub>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    pub(super) saved: Mutex<HashMap<String, String>>,
+    pub(super) logs: Arc<LogHub>,
+    pub(super) tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for KubeBackend {
@@ -80,31 +81,6 @@ impl Drop for KubeBackend {
         for task in &self.tasks {
             task.abort();
         }
-    }
-}
-
-fn api_error(err: kube::Error) -> BackendError {
-    match err {
-        kube::Error::Api(status) if status.code == 401 => {
-            BackendError::Credentials(format!("{} (401 Unauthorized)", status.message))
-        }
-        kube::Error::Api(status) if status.code == 404 => BackendError::NoSuchJob(status.message),
-        kube::Error::Api(status) => BackendError::Unavailable(format!(
-            "{} ({} {})",
-            status.message, status.code, status.reason
-        )),
-        other => BackendError::transport("Kubernetes API", other),
-    }
-}
-
-/// An error of an action: a refusal (RBAC) becomes "would have done" with the exact request.
-fn action_error(err: kube::Error, request: &str) -> BackendError {
-    match err {
-        kube::Error::Api(status) if status.code == 403 => BackendError::Refused {
-            command: request.to_string(),
-            message: status.message,
-        },
-        other => api_error(other),
     }
 }
 
@@ -399,15 +375,6 @@ impl KubeBackend {
             .join(format!("restart-{restart}.log"))
     }
 
-    fn spec_file(&self, reference: &WorkloadRef) -> PathBuf {
-        self.data_dir.join("specs").join(format!(
-            "{}_{}_{}.json",
-            reference.kind.short(),
-            reference.namespace,
-            reference.name
-        ))
-    }
-
     fn resource(kind: WorkloadKind) -> ApiResource {
         ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk(kind.group(), kind.version(), kind.kind()),
@@ -415,7 +382,7 @@ impl KubeBackend {
         )
     }
 
-    fn workload_api(&self, reference: &WorkloadRef) -> Api<DynamicObject> {
+    pub(super) fn workload_api(&self, reference: &WorkloadRef) -> Api<DynamicObject> {
         Api::namespaced_with(
             self.client.clone(),
             &reference.namespace,
@@ -441,104 +408,6 @@ impl KubeBackend {
             ))
         })
     }
-
-    /// Keeps the user's spec of each incarnation, for a re-creation after the object is gone.
-    async fn save_spec(&self, reference: &WorkloadRef, workload: &Value) {
-        // Written once per version of the object, not on every listing.
-        let version = str_at(workload, "/metadata/resourceVersion")
-            .unwrap_or_default()
-            .to_string();
-        if lock(&self.saved).get(&reference.id()) == Some(&version) {
-            return;
-        }
-        lock(&self.saved).insert(reference.id(), version);
-        let path = self.spec_file(reference);
-        let manifest = clean(reference.kind, workload);
-        let text = match serde_json::to_string_pretty(&manifest) {
-            Ok(text) => text,
-            Err(_) => return,
-        };
-        if tokio::fs::read_to_string(&path).await.ok().as_deref() == Some(text.as_str()) {
-            return;
-        }
-        if let Some(dir) = path.parent() {
-            let _ = tokio::fs::create_dir_all(dir).await;
-        }
-        if let Err(err) = tokio::fs::write(&path, text).await {
-            tracing::warn!(path = %path.display(), %err, "saving a workload's spec");
-        }
-    }
-
-    /// The workload as the API server has it now, else its saved spec.
-    async fn current_spec(&self, reference: &WorkloadRef) -> Result<Value, BackendError> {
-        match self.workload_api(reference).get_opt(&reference.name).await {
-            Ok(Some(object)) => serde_json::to_value(&object)
-                .map_err(|err| BackendError::transport("reading the workload", err)),
-            Ok(None) => {
-                let path = self.spec_file(reference);
-                let text = tokio::fs::read_to_string(&path).await.map_err(|_| {
-                    BackendError::NoSuchJob(format!(
-                        "{} is gone and its spec was never saved",
-                        reference.id()
-                    ))
-                })?;
-                serde_json::from_str(&text).map_err(|err| {
-                    BackendError::Invalid(format!("saved spec {}: {err}", path.display()))
-                })
-            }
-            Err(err) => Err(api_error(err)),
-        }
-    }
-
-    fn recreate_request(reference: &WorkloadRef) -> String {
-        format!(
-            "DELETE {} ; POST {}",
-            reference
-                .kind
-                .path(&reference.namespace, Some(&reference.name)),
-            reference.kind.path(&reference.namespace, None)
-        )
-    }
-
-    fn cordon_patch(&self, node: &str, reason: &str) -> Value {
-        let mut taints: Vec<Value> = self
-            .nodes
-            .store
-            .state()
-            .iter()
-            .find(|object| object.metadata.name.as_deref() == Some(node))
-            .and_then(|object| object.data.pointer("/spec/taints").cloned())
-            .and_then(|taints| taints.as_array().cloned())
-            .unwrap_or_default();
-        taints.retain(|taint| str_at(taint, "/key") != Some(SUSPECT_TAINT));
-        taints.push(json!({
-            "key": SUSPECT_TAINT,
-            "value": taint_value(reason),
-            "effect": "NoSchedule",
-        }));
-        json!({"spec": {"unschedulable": true, "taints": taints}})
-    }
-}
-
-/// A reason as a taint value: at most 63 characters of letters, digits, `-`, `_` and `.`.
-fn taint_value(reason: &str) -> String {
-    let cleaned: String = reason
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    let trimmed = cleaned.trim_matches(|c: char| !c.is_ascii_alphanumeric());
-    trimmed
-        .chars()
-        .take(63)
-        .collect::<String>()
-        .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
-        .to_string()
 }
 
 #[async_trait]
@@ -892,19 +761,4 @@ pub fn default_data_dir(store_path: &Path) -> PathBuf {
         .parent()
         .map(|dir| dir.join("kube"))
         .unwrap_or_else(|| PathBuf::from("kube"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reason_becomes_a_valid_taint_value() {
-        assert_eq!(
-            taint_value("runguard: node_failure on n2"),
-            "runguard--node_failure-on-n2"
-        );
-        assert_eq!(taint_value(&"x".repeat(100)).len(), 63);
-        assert_eq!(taint_value("  :xid_79: "), "xid_79");
-    }
 }

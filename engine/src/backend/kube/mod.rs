@@ -1,8 +1,11 @@
 //! Kubernetes: batch/v1 Jobs, Kubeflow PyTorchJobs and KubeRay RayJobs, watched through the API server.
 
 pub mod backend;
+mod drain;
+mod errors;
 pub mod logs;
 pub mod recreate;
+mod specs;
 pub mod workload;
 
 pub use crate::config::KubernetesConfig;
