@@ -12,6 +12,7 @@ mod cluster;
 mod error;
 mod faults;
 mod files;
+mod progress;
 mod scenario;
 mod state;
 mod text;
