@@ -48,7 +48,7 @@ impl Backend for OneJob {
             state: JobState::Running,
             state_raw: "RUNNING".into(),
             reason: None,
-            held: false,
+            hold: None,
             nodes: vec!["node-01".into()],
             gpus: 8,
             submit_time: Some(chrono::Utc::now()),

@@ -89,7 +89,7 @@ fn job(id: &str, state: JobState, nodes: &[&str], log: PathBuf) -> JobSnapshot {
         state,
         state_raw: format!("{state:?}").to_uppercase(),
         reason: None,
-        held: false,
+        hold: None,
         nodes: nodes.iter().map(|n| n.to_string()).collect(),
         gpus: 8 * nodes.len() as u32,
         submit_time: Some(start()),

@@ -114,7 +114,7 @@ impl Rig {
             state,
             state_raw: format!("{state:?}").to_uppercase(),
             reason: (state == JobState::Pending).then(|| "ReqNodeNotAvail".to_string()),
-            held: false,
+            hold: None,
             nodes: if state == JobState::Pending {
                 vec![]
             } else {

@@ -112,9 +112,9 @@ pub struct JobSnapshot {
     pub state_raw: String,
     /// The scheduler's reason code, if any.
     pub reason: Option<String>,
-    /// The scheduler keeps this pending job from starting until it is released: held by its user, or
-    /// requeued in the held state (the backend reads its scheduler's words for it).
-    pub held: bool,
+    /// Why the scheduler keeps this pending job from starting until it is released, if it does (the
+    /// backend reads its scheduler's words for it).
+    pub hold: Option<Hold>,
     /// Allocated nodes (empty while pending).
     pub nodes: Vec<String>,
     /// GPUs allocated (or requested while pending) in total.
@@ -135,6 +135,19 @@ pub struct JobSnapshot {
     pub limits: RecoveryLimits,
     /// The tag runguard gave a job it submitted, linking it back to its workflow and attempt.
     pub tag: Option<String>,
+}
+
+/// Who holds a pending job. runguard releases only a requeue's own hold, never a user's or an
+/// administrator's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hold {
+    /// Requeued in the held state (`scontrol requeuehold`): the hold of a requeue in progress.
+    Requeue,
+    /// Held by its owner (`scontrol hold`, `sbatch -H`).
+    User,
+    /// Held by an administrator.
+    Admin,
 }
 
 /// What an executed action did.

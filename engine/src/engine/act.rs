@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::observe::attempt_tag;
 use super::{Engine, EngineError, EngineEvent, complete_workflow, with_timeout};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Hold, JobSnapshot};
 use crate::model::{
     Action, ActionKind, ActionState, AlertEvent, JobState, Notification, Severity, WorkflowStatus,
 };
@@ -58,10 +58,16 @@ impl Engine {
                     }
                     Err(err) => return retry_or_fail(err),
                 };
+                if job.state == JobState::Unknown {
+                    return not_understood(&job);
+                }
                 let planned = params.restart_count.unwrap_or(0);
                 // Requeued and held by an earlier try that did not get as far as the release (the job
                 // was slow to leave its nodes, or the engine stopped): finish the requeue.
-                if job.restart_count > planned && job.state == JobState::Pending && job.held {
+                if job.restart_count > planned
+                    && job.state == JobState::Pending
+                    && job.hold == Some(Hold::Requeue)
+                {
                     return match with_timeout(self.backend.release(&job_id)).await {
                         Ok(outcome) => Execution::Ran(format!(
                             "requeued job {job_id} (held by an earlier try): {}",
@@ -155,6 +161,9 @@ impl Engine {
             }
             ActionKind::Cancel => {
                 match with_timeout(self.backend.job(&job_id)).await {
+                    Ok(Some(job)) if job.state == JobState::Unknown => {
+                        return not_understood(&job);
+                    }
                     Ok(Some(job)) if job.state.is_terminal() => {
                         return Execution::AlreadyDone(format!(
                             "job {job_id} already ended ({})",
@@ -172,6 +181,9 @@ impl Engine {
             }
             ActionKind::Hold | ActionKind::Release => {
                 match with_timeout(self.backend.job(&job_id)).await {
+                    Ok(Some(job)) if job.state == JobState::Unknown => {
+                        return not_understood(&job);
+                    }
                     Ok(Some(job)) if job.state != JobState::Pending => {
                         return Execution::Superseded(format!(
                             "job {job_id} is {} now, not pending",
@@ -325,6 +337,15 @@ impl Engine {
         self.flush_events();
         Ok(())
     }
+}
+
+/// A job whose state the backend could not read is not acted on: the action waits, approved, for a
+/// state that is understood.
+fn not_understood(job: &JobSnapshot) -> Execution {
+    Execution::Retry(format!(
+        "job {} is in a state runguard does not understand ({}); not acting on it",
+        job.job_id, job.state_raw
+    ))
 }
 
 /// A transient error is tried again; a refusal says what would have run; anything else failed.

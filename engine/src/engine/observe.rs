@@ -216,6 +216,18 @@ impl Engine {
         snapshot: &JobSnapshot,
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
+        // A state the backend could not read is never recorded or acted on: the attempt keeps the
+        // last state that was understood until the scheduler says something readable again.
+        if snapshot.state == JobState::Unknown {
+            return self.warn(
+                "not_understood",
+                format!(
+                    "job {}: the scheduler's state {:?} is not understood; nothing is decided on it",
+                    snapshot.job_id, snapshot.state_raw
+                ),
+                now,
+            );
+        }
         let backend_name = self.backend.name().to_string();
         let existing = self
             .store

@@ -326,7 +326,7 @@ impl World {
             state: sim_state(job, now_ms),
             state_raw: raw.to_string(),
             reason,
-            held: false,
+            hold: None,
             nodes,
             gpus: job.spec.nodes * job.spec.gpus_per_node,
             submit_time: time(Some(job.submit_ms)),

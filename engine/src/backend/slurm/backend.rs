@@ -205,7 +205,7 @@ fn snapshot_from_history(attempts: &[JobCompRecord]) -> Option<JobSnapshot> {
         state_raw: last.state_raw.clone(),
         reason: last.reason.clone(),
         // An ended attempt from the history: nothing holds it.
-        held: false,
+        hold: None,
         nodes: last.nodes.clone(),
         gpus: 0,
         submit_time: last.submit_time,

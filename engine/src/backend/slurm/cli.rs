@@ -149,7 +149,9 @@ impl SlurmCli {
         &self,
         job_id: Option<&str>,
     ) -> Result<(Vec<SlurmJob>, Vec<String>), BackendError> {
-        let mut argv = argv(&["squeue", "--all", "--json"]);
+        // Since 24.05.1 `squeue --json` applies its default state filter, leaving out the jobs that ended;
+        // `--states=all` keeps them (22.05 ignores the option).
+        let mut argv = argv(&["squeue", "--all", "--states=all", "--json"]);
         if let Some(id) = job_id {
             argv.extend(["--jobs".to_string(), id.to_string()]);
         }

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod comment;
 pub mod hostlist;
 pub mod jobcomp;
+pub mod json;
 pub mod rest;
 pub mod sacct;
 pub mod scontrol;

@@ -1,7 +1,10 @@
-//! `squeue --json` (Slurm 22.05 prints the OpenAPI v0.0.38 shape) into job snapshots.
+//! `squeue --json`, `scontrol show job --json` and slurmrestd's `/jobs` into job snapshots, whatever
+//! data_parser version the answer declares (v0.0.38 of 22.05 to v0.0.43 of 25.05; the shapes are read
+//! in [`super::json`]).
 //!
-//! Every field is optional and typed loosely: versions differ, and a field that does not parse is
-//! skipped with a warning rather than losing the whole listing.
+//! Every field is optional and typed loosely: a field that does not parse is skipped rather than losing
+//! the whole listing, and a job whose state cannot be read keeps the state `Unknown`, which the engine
+//! never acts on.
 
 use std::path::PathBuf;
 
@@ -10,6 +13,7 @@ use serde::Deserialize;
 
 use super::comment::{self, Enrolment};
 use super::hostlist;
+use super::json::{DataParser, StateWords, exit_code, number, standard_output, state_words, text};
 use crate::backend::JobSnapshot;
 use crate::model::{JobSpec, JobState, RecoveryLimits};
 
@@ -22,6 +26,8 @@ pub struct ListingError(String);
 struct Listing {
     #[serde(default)]
     jobs: Vec<serde_json::Value>,
+    #[serde(default)]
+    meta: serde_json::Value,
 }
 
 /// One job of the listing, with what the scheduler said about it.
@@ -39,6 +45,13 @@ pub fn parse(text: &str) -> Result<(Vec<SlurmJob>, Vec<String>), ListingError> {
         serde_json::from_str(text).map_err(|err| ListingError(err.to_string()))?;
     let mut jobs = Vec::new();
     let mut warnings = Vec::new();
+    let declared = DataParser::declared(&serde_json::json!({"meta": listing.meta}));
+    if let Some(version) = declared.filter(|version| !version.known()) {
+        warnings.push(format!(
+            "the answer declares data_parser {version}, newer than runguard knows (v0.0.38 to \
+             v0.0.43): fields are read where their shape is known"
+        ));
+    }
     for value in listing.jobs {
         match job_from_value(&value) {
             Ok(job) => jobs.push(job),
@@ -46,18 +59,6 @@ pub fn parse(text: &str) -> Result<(Vec<SlurmJob>, Vec<String>), ListingError> {
         }
     }
     Ok((jobs, warnings))
-}
-
-fn text<'v>(value: &'v serde_json::Value, key: &str) -> Option<&'v str> {
-    value.get(key)?.as_str().filter(|s| !s.is_empty())
-}
-
-fn number(value: &serde_json::Value, key: &str) -> Option<i64> {
-    let field = value.get(key)?;
-    field
-        .as_i64()
-        // Newer versions wrap numbers: {"set": true, "number": 5}.
-        .or_else(|| field.get("number")?.as_i64())
 }
 
 fn time(value: &serde_json::Value, key: &str) -> Option<DateTime<Utc>> {
@@ -80,15 +81,6 @@ fn gpus(tres: &str) -> Option<u32> {
         let (key, count) = item.split_once('=')?;
         (key == "gres/gpu").then(|| count.parse().ok()).flatten()
     })
-}
-
-/// An exit code from a wait status (`768` = exit 3) or a plain code.
-fn exit_code(raw: i64) -> i32 {
-    if raw > 255 {
-        (raw >> 8) as i32
-    } else {
-        raw as i32
-    }
 }
 
 /// `afterok:4201(unfulfilled)` → "4201".
@@ -135,7 +127,10 @@ pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, Stri
     let job_id = number(value, "job_id")
         .ok_or("a job without a job_id")?
         .to_string();
-    let state_raw = text(value, "job_state").unwrap_or("UNKNOWN").to_string();
+    let words = state_words(value);
+    let state_raw = words
+        .as_ref()
+        .map_or_else(|| "UNKNOWN".to_string(), StateWords::raw);
     let nodes = match text(value, "nodes") {
         Some(list) => hostlist::expand(list).map_err(|err| format!("job {job_id}: {err}"))?,
         None => Vec::new(),
@@ -161,11 +156,16 @@ pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, Stri
     let reason = text(value, "state_reason")
         .filter(|reason| *reason != "None")
         .map(str::to_string);
-    let state = super::words::job_state(&state_raw);
-    let held = state == JobState::Pending
-        && reason
+    let state = words.as_ref().map_or(JobState::Unknown, |words| {
+        super::words::job_state(words.word())
+    });
+    let hold = if state == JobState::Pending {
+        reason
             .as_deref()
-            .is_some_and(super::words::is_user_or_requeue_hold);
+            .and_then(|reason| super::words::hold(reason, text(value, "state_description")))
+    } else {
+        None
+    };
     let (name_for_path, user_for_path) = (name.clone(), user.clone());
     let snapshot = JobSnapshot {
         job_id: job_id.clone(),
@@ -174,18 +174,16 @@ pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, Stri
         state,
         state_raw,
         reason,
-        held,
+        hold,
         nodes,
         gpus: gpus_total,
         submit_time: time(value, "submit_time"),
         start_time: time(value, "start_time"),
         end_time: time(value, "end_time"),
-        exit_code: (state.is_terminal())
-            .then(|| number(value, "exit_code").map(exit_code))
-            .flatten(),
+        exit_code: state.is_terminal().then(|| exit_code(value)).flatten(),
         restart_count: number(value, "restart_cnt").unwrap_or(0).max(0) as u32,
         excluded_nodes,
-        log_path: text(value, "standard_output").map(|pattern| {
+        log_path: standard_output(value).map(|pattern| {
             PathBuf::from(expand_output(
                 pattern,
                 &job_id,
@@ -225,6 +223,7 @@ pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Hold;
 
     fn fixture() -> String {
         std::fs::read_to_string("../tests/fixtures/slurm/squeue_22.05.json").unwrap()
@@ -285,5 +284,75 @@ mod tests {
                 .unwrap();
         assert!(jobs.is_empty());
         assert_eq!(warnings.len(), 2);
+    }
+    /// A v0.0.42 listing as Slurm 24.11 writes it (shapes from `tests/fixtures/slurm/data_parser.md`).
+    fn v42(jobs: serde_json::Value) -> String {
+        serde_json::json!({
+            "jobs": jobs,
+            "meta": {"plugin": {"type": "", "name": "", "data_parser": "data_parser/v0.0.42", "accounting_storage": ""}},
+            "errors": [], "warnings": []
+        })
+        .to_string()
+    }
+
+    fn noval(number: i64) -> serde_json::Value {
+        serde_json::json!({"set": true, "infinite": false, "number": number})
+    }
+
+    #[test]
+    fn a_v0_0_42_listing_reads_its_lists_wrapped_numbers_and_exit_objects() {
+        let text = v42(serde_json::json!([
+            {"job_id": 7, "name": "train", "user_name": "alice", "job_state": ["FAILED"],
+             "state_reason": "NonZeroExitCode", "state_description": "", "nodes": "n[1-2]",
+             "excluded_nodes": "", "restart_cnt": 1, "node_count": noval(2),
+             "submit_time": noval(1_764_000_000), "start_time": noval(1_764_000_010),
+             "end_time": noval(1_764_000_100),
+             "exit_code": {"status": ["ERROR"], "return_code": noval(3),
+                           "signal": {"id": {"set": false, "infinite": false, "number": 0}, "name": ""}},
+             "standard_output": "/lab/train_7.log", "comment": "", "partition": "gpu",
+             "tres_alloc_str": "cpu=4,node=2,billing=4,gres/gpu=16"},
+            {"job_id": 8, "name": "train", "user_name": "alice", "job_state": ["PENDING"],
+             "state_reason": "JobHeldUser", "state_description": "job requeued in held state",
+             "nodes": "", "restart_cnt": 2},
+            {"job_id": 9, "name": "train", "user_name": "alice", "job_state": ["PENDING"],
+             "state_reason": "JobHeldUser", "state_description": "", "nodes": "", "restart_cnt": 0},
+            {"job_id": 10, "name": "train", "user_name": "alice", "job_state": ["PENDING", "REQUEUED"],
+             "state_reason": "BeginTime", "nodes": "", "restart_cnt": 1},
+            {"job_id": 11, "name": "train", "user_name": "alice", "job_state": {"odd": true}, "nodes": ""}
+        ]));
+        let (jobs, warnings) = parse(&text).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let by_id = |id: &str| {
+            jobs.iter()
+                .map(|job| &job.snapshot)
+                .find(|job| job.job_id == id)
+                .unwrap()
+        };
+        let failed = by_id("7");
+        assert_eq!(failed.state, JobState::Failed);
+        assert_eq!(failed.exit_code, Some(3));
+        assert_eq!(failed.nodes, ["n1", "n2"]);
+        assert_eq!(failed.gpus, 16);
+        assert_eq!(failed.spec.gpus_per_node, 8);
+        assert_eq!(failed.restart_count, 1);
+        assert_eq!(failed.end_time.map(|t| t.timestamp()), Some(1_764_000_100));
+        assert_eq!(
+            failed.log_path.as_deref(),
+            Some(std::path::Path::new("/lab/train_7.log"))
+        );
+        assert_eq!(by_id("8").hold, Some(Hold::Requeue));
+        assert_eq!(by_id("9").hold, Some(Hold::User));
+        let requeued = by_id("10");
+        assert_eq!(requeued.state, JobState::Requeued);
+        assert_eq!(requeued.state_raw, "PENDING,REQUEUED");
+        assert_eq!(by_id("11").state, JobState::Unknown, "never guessed");
+    }
+
+    #[test]
+    fn a_newer_data_parser_than_known_is_said_once() {
+        let text = v42(serde_json::json!([])).replace("v0.0.42", "v0.0.44");
+        let (_, warnings) = parse(&text).unwrap();
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("v0.0.44"), "{warnings:?}");
     }
 }

@@ -246,7 +246,7 @@ pub fn snapshot(
         state,
         state_raw,
         reason,
-        held: false,
+        hold: None,
         nodes: pod_nodes,
         gpus,
         submit_time: time_at(workload, "/metadata/creationTimestamp"),
