@@ -44,6 +44,10 @@ pub enum BackendError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A step of an action could not be confirmed in time and is not retried blindly: the message says
+    /// what state the job was left in and the exact command that finishes the step by hand.
+    #[error("{0}")]
+    Unconfirmed(String),
     /// This backend cannot do that at all (see [`Capabilities`]).
     #[error("{backend} cannot {operation}")]
     Unsupported {

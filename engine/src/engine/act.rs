@@ -68,7 +68,10 @@ impl Engine {
                     && job.state == JobState::Pending
                     && job.hold == Some(Hold::Requeue)
                 {
-                    return match with_timeout(self.backend.release(&job_id)).await {
+                    // The backend's requeue of a pending job sets the exclusion again and releases it.
+                    return match with_timeout(self.backend.requeue(&job_id, &params.exclude_nodes))
+                        .await
+                    {
                         Ok(outcome) => Execution::Ran(format!(
                             "requeued job {job_id} (held by an earlier try): {}",
                             outcome.detail

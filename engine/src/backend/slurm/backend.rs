@@ -13,7 +13,7 @@ use super::api::{Operation, SlurmApi, Submission};
 use super::comment::Enrolment;
 use super::jobcomp::JobCompRecord;
 use super::squeue::SlurmJob;
-use crate::backend::{ActionOutcome, Backend, BackendError, Capabilities, JobSnapshot};
+use crate::backend::{ActionOutcome, Backend, BackendError, Capabilities, Hold, JobSnapshot};
 use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits};
 use crate::sync::lock;
 
@@ -123,18 +123,45 @@ impl SlurmBackend {
         }
     }
 
-    /// Waits until a requeued job has left its nodes: pending, no longer completing.
+    /// Waits until a requeued job has left its nodes: pending, no longer completing. A job that does
+    /// not within the settle timeout stays held by runguard's requeue, which is escalated with the
+    /// command that releases it rather than retried in silence.
     async fn wait_until_settled(&self, job_id: &str) -> Result<(), BackendError> {
-        self.wait_for(
-            job_id,
-            &format!(
-                "was requeued but did not leave its nodes; it stays held (release it with \
-                 `scontrol release {job_id}` once its nodes are free)"
-            ),
-            |job| job.state == JobState::Pending && job.nodes.is_empty(),
-        )
-        .await
-        .map(drop)
+        let settle = self.options.settle_timeout.as_secs();
+        match self
+            .wait_for(job_id, "did not leave its nodes", |job| {
+                job.state == JobState::Pending && job.nodes.is_empty()
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(BackendError::Unavailable(message)) if message.contains("within") => {
+                Err(BackendError::Unconfirmed(format!(
+                    "job {job_id} was requeued and held by runguard but did not leave its nodes \
+                     within {settle} s; it is still held: release it with `scontrol release \
+                     {job_id}` once its nodes are free"
+                )))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// A hold that is not runguard's own (the user's `scontrol hold`, an administrator's) is never
+    /// released by it.
+    fn refuse_foreign_hold(job: &JobSnapshot) -> Result<(), BackendError> {
+        match job.hold {
+            Some(hold @ (Hold::User | Hold::Admin)) => Err(BackendError::Invalid(format!(
+                "job {} is held by {} ({}); runguard releases only its own requeue's hold",
+                job.job_id,
+                if hold == Hold::User {
+                    "its user"
+                } else {
+                    "an administrator"
+                },
+                job.reason.as_deref().unwrap_or("-")
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// The operations of a requeue, in order: held first, so that the exclusion is in place before it
@@ -309,7 +336,8 @@ impl Backend for SlurmBackend {
         };
         if job.state == JobState::Pending {
             // Queued again already (by Slurm itself, or by an earlier try): set the exclusion, and
-            // release it if it is held.
+            // release it if it is held by a requeue.
+            Self::refuse_foreign_hold(&job)?;
             if !exclude.is_empty() {
                 self.perform(exclude_step).await?;
             }
@@ -409,6 +437,9 @@ impl Backend for SlurmBackend {
     }
 
     async fn release(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
+        if let Some(job) = self.job(job_id).await? {
+            Self::refuse_foreign_hold(&job)?;
+        }
         self.release_now(job_id, None).await?;
         Ok(ActionOutcome {
             detail: format!("released job {job_id}"),
@@ -494,5 +525,134 @@ impl Backend for SlurmBackend {
         partition: Option<&str>,
     ) -> Result<Option<Vec<String>>, BackendError> {
         self.api.usable_nodes(partition).await.map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::backend::slurm::comment::Enrolment;
+
+    /// A controller that always lists the same jobs and records what it is asked to do.
+    struct Scripted {
+        jobs: Vec<JobSnapshot>,
+        performed: Mutex<Vec<Operation>>,
+    }
+
+    #[async_trait]
+    impl SlurmApi for Scripted {
+        async fn jobs(
+            &self,
+            _job_id: Option<&str>,
+        ) -> Result<(Vec<SlurmJob>, Vec<String>), BackendError> {
+            let jobs = self
+                .jobs
+                .iter()
+                .map(|snapshot| SlurmJob {
+                    snapshot: snapshot.clone(),
+                    enrolment: Enrolment::NotMentioned,
+                    partition: None,
+                })
+                .collect();
+            Ok((jobs, Vec::new()))
+        }
+        async fn perform(&self, operation: &Operation) -> Result<String, BackendError> {
+            self.performed.lock().unwrap().push(operation.clone());
+            Ok(String::new())
+        }
+        fn describe(&self, operation: &Operation) -> String {
+            format!("{operation:?}")
+        }
+        async fn usable_nodes(&self, _: Option<&str>) -> Result<Vec<String>, BackendError> {
+            Ok(Vec::new())
+        }
+        async fn history(&self, _: &str) -> Result<Option<Vec<JobCompRecord>>, BackendError> {
+            Ok(None)
+        }
+    }
+
+    fn job(state: JobState, hold: Option<Hold>, nodes: &[&str]) -> JobSnapshot {
+        JobSnapshot {
+            job_id: "7".into(),
+            name: "train".into(),
+            user: "alice".into(),
+            state,
+            state_raw: format!("{state:?}").to_uppercase(),
+            reason: hold.map(|_| "JobHeldUser".to_string()),
+            hold,
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            gpus: 0,
+            submit_time: None,
+            start_time: None,
+            end_time: None,
+            exit_code: None,
+            restart_count: 1,
+            excluded_nodes: Vec::new(),
+            log_path: None,
+            spec: JobSpec::default(),
+            limits: RecoveryLimits::default(),
+            tag: None,
+        }
+    }
+
+    fn backend(jobs: Vec<JobSnapshot>) -> (SlurmBackend, Arc<Scripted>) {
+        let api = Arc::new(Scripted {
+            jobs,
+            performed: Mutex::new(Vec::new()),
+        });
+        let options = SlurmOptions {
+            settle_timeout: Duration::ZERO,
+            ..SlurmOptions::default()
+        };
+        (SlurmBackend::new(options, api.clone()), api)
+    }
+
+    #[tokio::test]
+    async fn a_users_own_hold_is_never_released() {
+        for hold in [Hold::User, Hold::Admin] {
+            let (slurm, api) = backend(vec![job(JobState::Pending, Some(hold), &[])]);
+            let requeue = slurm.requeue("7", &["n2".into()]).await.unwrap_err();
+            let release = slurm.release("7").await.unwrap_err();
+            assert!(
+                requeue.to_string().contains("releases only its own"),
+                "{requeue}"
+            );
+            assert!(!requeue.is_transient() && !release.is_transient());
+            assert!(api.performed.lock().unwrap().is_empty(), "nothing done");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_requeues_own_hold_is_released_with_the_exclusion() {
+        let (slurm, api) = backend(vec![job(JobState::Pending, Some(Hold::Requeue), &[])]);
+        slurm.requeue("7", &["n2".into()]).await.unwrap();
+        let performed = api.performed.lock().unwrap();
+        assert!(matches!(performed[0], Operation::ExcludeNodes { .. }));
+        assert!(matches!(performed[1], Operation::Release { .. }));
+        assert!(matches!(performed[2], Operation::StartNow { .. }));
+    }
+
+    #[tokio::test]
+    async fn a_held_job_that_never_leaves_its_nodes_is_escalated_with_the_release_command() {
+        // Requeued and held, but still on its nodes when the settle timeout is over.
+        let (slurm, api) = backend(vec![job(
+            JobState::Pending,
+            Some(Hold::Requeue),
+            &["n1", "n2"],
+        )]);
+        let err = slurm.requeue("7", &[]).await.unwrap_err();
+        assert!(matches!(err, BackendError::Unconfirmed(_)), "{err:?}");
+        assert!(!err.is_transient());
+        assert!(err.to_string().contains("`scontrol release 7`"), "{err}");
+        assert!(
+            !api.performed
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|op| matches!(op, Operation::Release { .. })),
+            "not released onto nodes it has not left"
+        );
     }
 }
