@@ -2,14 +2,11 @@
 //! server and not at a client library: discovery, selectors, pagination, writes and patches, watches
 //! and their resumption, logs, refusals and the request record.
 
-#[path = "kube_fake/mod.rs"]
-mod kube_fake;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use kube_fake::FakeKube;
+use crate::kube_fake::FakeKube;
 use serde_json::{Value, json};
 
 const READ_TIMEOUT: Duration = Duration::from_secs(10);

@@ -5,9 +5,6 @@
 //! Skipped with a message where kubectl is not on PATH (Debian's `kubernetes-client` provides it);
 //! RUNGUARD_REQUIRE_KUBECTL=1 turns a skip into a failure.
 
-#[path = "kube_fake/mod.rs"]
-mod kube_fake;
-
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -15,7 +12,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kube_fake::FakeKube;
+use crate::kube_fake::FakeKube;
 use serde_json::{Value, json};
 
 /// How long one kubectl command may take before the test gives up on it.
@@ -326,7 +323,7 @@ fn a_watch_prints_a_pod_applied_while_it_runs() {
     wait_for(&lab.kube, "kubectl to open its watch", |kube| {
         kube.open_watches() == 1
     });
-    let mut new_pod = kube_fake::fixture("pytorchjob-running.json")
+    let mut new_pod = crate::kube_fake::fixture("pytorchjob-running.json")
         .into_iter()
         .find(|object| object["metadata"]["name"] == "llama-pretrain-worker-1")
         .unwrap();

@@ -5,13 +5,10 @@
 //! `RUNGUARD_KUBECONFIG=path/to/kubeconfig` points the last test at a real cluster, which the backend
 //! then reads (and never writes); the scenarios need the stand-in, whose objects they shape.
 
-#[path = "kube_fake/mod.rs"]
-mod kube_fake;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube_fake::{FakeKube, RecordedRequest};
+use crate::kube_fake::{FakeKube, RecordedRequest};
 use runguard::status::{StatusReport, WorkflowView, report};
 use runguard_engine::attribute::Catalog;
 use runguard_engine::backend::Backend;
@@ -677,7 +674,7 @@ async fn expired_credentials_move_the_workflows_to_credential_error_until_they_w
 }
 
 /// The same backend against a real cluster: `RUNGUARD_KUBECONFIG=~/.kube/config cargo test --test
-/// kubernetes real_cluster -- --nocapture` (optionally `RUNGUARD_KUBE_CONTEXT`, and
+/// integration real_cluster -- --nocapture` (optionally `RUNGUARD_KUBE_CONTEXT`, and
 /// `RUNGUARD_KUBE_NAMESPACE` to read one namespace). It only reads: the scenarios above shape the
 /// cluster, which a real one is not for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,90 +5,18 @@
 //! RUNGUARD_REQUIRE_SLURM=1 so that a skip fails there instead.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_runguard");
-const CLUSTER_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
-const TRAIN_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/train.sh");
-/// Runs a command as user nobody: a researcher without operator rights.
-const AS_NOBODY: [&str; 4] = [
-    "setpriv",
-    "--reuid=nobody",
-    "--regid=nogroup",
-    "--clear-groups",
-];
+use crate::support::slurm::{AS_NOBODY, Cluster, TRAIN_SH, one_at_a_time};
 
-/// One cluster at a time: jobs and nodes are heavy enough for a 2-core machine.
-static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+const BIN: &str = env!("CARGO_BIN_EXE_runguard");
 
 fn slurm_available() -> bool {
-    let found = Command::new("sh")
-        .args([
-            "-c",
-            "command -v slurmctld && command -v slurmd && command -v sbatch && command -v setpriv",
-        ])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !found {
-        if std::env::var("RUNGUARD_REQUIRE_SLURM").as_deref() == Ok("1") {
-            panic!("Slurm is required here (RUNGUARD_REQUIRE_SLURM=1) but not installed");
-        }
-        eprintln!(
-            "SKIPPED: Slurm is not installed (apt-get install slurmctld slurmd slurm-client)"
-        );
-    }
-    found
-}
-
-/// A running Slurm, stopped when dropped.
-struct Cluster {
-    dir: PathBuf,
-    conf: PathBuf,
-}
-
-impl Cluster {
-    fn start(dir: &Path) -> Self {
-        Self::start_with(dir, 30)
-    }
-
-    /// A cluster that marks a node down after `slurmd_timeout` seconds without an answer.
-    fn start_with(dir: &Path, slurmd_timeout: u32) -> Self {
-        let output = Command::new("bash")
-            .args([CLUSTER_SH, "start"])
-            .arg(dir)
-            .env("RUNGUARD_SLURMD_TIMEOUT", slurmd_timeout.to_string())
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "slurm did not start: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Self {
-            dir: dir.to_path_buf(),
-            conf: dir.join("slurm.conf"),
-        }
-    }
-
-    fn command(&self, program: &str) -> Command {
-        let mut command = Command::new(program);
-        command.env("SLURM_CONF", &self.conf);
-        command
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .args([CLUSTER_SH, "stop"])
-            .arg(&self.dir)
-            .status();
-    }
+    crate::support::slurm::available(&[])
 }
 
 /// A batch script running train.sh on `nodes` nodes, enrolled with `max_requeue_times`, with the
@@ -156,9 +84,7 @@ fn status(sandbox: &Path, conf: &Path) -> Option<Value> {
 /// Runs the headless engine against a fresh cluster with the case's job submitted, until the workflow
 /// completes.
 fn run_case(case: Case<'_>) -> Finished {
-    let _one_at_a_time = CLUSTER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one_at_a_time = one_at_a_time();
     // World-searchable and (for nobody's runs) world-writable: the job and the engine write here.
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -586,9 +512,7 @@ fn a_job_named_with_runguard_watch_is_recovered_without_an_enrolment_comment() {
     if !slurm_available() {
         return;
     }
-    let _one_at_a_time = CLUSTER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one_at_a_time = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let cluster = Cluster::start(&dir.path().join("slurm"));
     std::fs::create_dir(dir.path().join("ckpt")).unwrap();
@@ -677,9 +601,7 @@ fn an_ended_job_s_attempts_are_read_from_the_controller_s_jobcomp_file() {
     use runguard_engine::backend::slurm::cli::{Listing, SlurmCli};
     use runguard_engine::model::JobState;
 
-    let _one_at_a_time = CLUSTER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one_at_a_time = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let cluster = Cluster::start(&dir.path().join("slurm"));
     let submitted = cluster

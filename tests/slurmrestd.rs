@@ -9,7 +9,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use runguard_engine::backend::slurm::comment::Enrolment;
@@ -20,40 +20,10 @@ use runguard_engine::backend::slurm::squeue::{self, SlurmJob};
 use runguard_engine::backend::{BackendError, JobSnapshot};
 use runguard_engine::model::JobState;
 
-/// One cluster at a time: four slurmd, a controller and slurmrestd are a lot for a 2-core machine.
-static CLUSTER: Mutex<()> = Mutex::new(());
-
-const CLUSTER_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
-const RESTD_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/restd.sh");
-const AS_NOBODY: [&str; 4] = [
-    "setpriv",
-    "--reuid=nobody",
-    "--regid=nogroup",
-    "--clear-groups",
-];
+use crate::support::slurm::{AS_NOBODY, Cluster, RESTD_SH, one_at_a_time};
 
 fn slurmrestd_available() -> bool {
-    let missing: Vec<&str> = ["slurmctld", "slurmd", "sbatch", "slurmrestd", "setpriv"]
-        .into_iter()
-        .filter(|program| {
-            !Command::new("sh")
-                .args(["-c", &format!("command -v {program}")])
-                .output()
-                .is_ok_and(|output| output.status.success())
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    if std::env::var("RUNGUARD_REQUIRE_SLURM").as_deref() == Ok("1") {
-        panic!(
-            "Slurm and slurmrestd are required here (RUNGUARD_REQUIRE_SLURM=1) but {missing:?} are missing"
-        );
-    }
-    eprintln!(
-        "SKIPPED: {missing:?} not installed (apt-get install slurmctld slurmd slurm-client slurmrestd)"
-    );
-    false
+    crate::support::slurm::available(&["slurmrestd"])
 }
 
 /// How the test's slurmrestd listens.
@@ -66,30 +36,27 @@ enum Listen {
 
 /// A running Slurm with slurmrestd in front of it, both stopped when dropped.
 struct Lab {
-    /// Holds the cluster's files; world-searchable so that nobody reaches slurm.conf and the socket.
-    root: tempfile::TempDir,
-    dir: PathBuf,
+    cluster: Cluster,
     /// Where nobody's jobs run and write their logs.
     jobs: PathBuf,
     runtime: tokio::runtime::Runtime,
+    /// Holds the cluster's files; world-searchable so that nobody reaches slurm.conf and the socket.
+    root: tempfile::TempDir,
     _one_at_a_time: MutexGuard<'static, ()>,
 }
 
 impl Lab {
     fn start(listen: Listen) -> Self {
-        let guard = CLUSTER
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let guard = one_at_a_time();
         let root = tempfile::Builder::new()
             .permissions(std::fs::Permissions::from_mode(0o755))
             .tempdir()
             .unwrap();
-        let dir = root.path().join("slurm");
         let jobs = root.path().join("jobs");
         std::fs::create_dir(&jobs).unwrap();
         std::fs::set_permissions(&jobs, std::fs::Permissions::from_mode(0o777)).unwrap();
         let lab = Self {
-            dir,
+            cluster: Cluster::start(&root.path().join("slurm")),
             jobs,
             runtime: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -98,17 +65,13 @@ impl Lab {
             root,
             _one_at_a_time: guard,
         };
-        run(Command::new("bash")
-            .arg(CLUSTER_SH)
-            .arg("start")
-            .arg(&lab.dir));
         lab.start_restd(&listen);
         lab
     }
 
     fn start_restd(&self, listen: &Listen) {
         let mut command = Command::new("bash");
-        command.arg(RESTD_SH).arg("start").arg(&self.dir);
+        command.arg(RESTD_SH).arg("start").arg(&self.cluster.dir);
         if let Listen::Tcp(port) = listen {
             command.arg("--tcp").arg(port.to_string());
         }
@@ -119,11 +82,11 @@ impl Lab {
         run(Command::new("bash")
             .arg(RESTD_SH)
             .arg("stop")
-            .arg(&self.dir));
+            .arg(&self.cluster.dir));
     }
 
     fn socket(&self) -> PathBuf {
-        self.dir.join("rest/rest.sock")
+        self.cluster.dir.join("rest/rest.sock")
     }
 
     fn unix_client(&self) -> SlurmRest {
@@ -136,9 +99,7 @@ impl Lab {
 
     /// A Slurm client command with this cluster's configuration.
     fn slurm(&self, program: &str) -> Command {
-        let mut command = Command::new(program);
-        command.env("SLURM_CONF", self.dir.join("slurm.conf"));
-        command
+        self.cluster.command(program)
     }
 
     /// `sbatch --parsable ARGS` as nobody, in the jobs directory; the new job id.
@@ -191,16 +152,12 @@ impl Lab {
 }
 
 impl Drop for Lab {
+    /// slurmrestd first; the cluster stops when its field is dropped.
     fn drop(&mut self) {
         let _ = Command::new("bash")
             .arg(RESTD_SH)
             .arg("stop")
-            .arg(&self.dir)
-            .status();
-        let _ = Command::new("bash")
-            .arg(CLUSTER_SH)
-            .arg("stop")
-            .arg(&self.dir)
+            .arg(&self.cluster.dir)
             .status();
     }
 }
@@ -433,7 +390,7 @@ fn a_stopped_slurmrestd_and_a_lost_controller_are_unavailable() {
     let job_id = lab
         .block(rest.submit("#!/bin/bash\nsleep 30\n", &lab.submit_options("orphan")))
         .unwrap();
-    let controller = std::fs::read_to_string(lab.dir.join("slurmctld.pid")).unwrap();
+    let controller = std::fs::read_to_string(lab.cluster.dir.join("slurmctld.pid")).unwrap();
     run(Command::new("kill").arg(controller.trim()));
     std::thread::sleep(Duration::from_millis(500));
     // slurmrestd still answers (after ~18 s of its own retries), but says it cannot find even a job

@@ -3,15 +3,14 @@
 //! fixtures and Rust, and a record of every request the client made.
 //!
 //! ```ignore
-//! #[path = "kube_fake/mod.rs"]
-//! mod kube_fake;
+//! mod kube_fake; // tests/main.rs; a bench: #[path = "../tests/kube_fake/mod.rs"]
 //!
 //! let kube = kube_fake::FakeKube::start();
 //! kube.load_fixture("pytorchjob-running.json");
 //! let kubeconfig = kube.kubeconfig(dir.path());
 //! ```
 
-// Each test binary and bench that includes this module uses a different part of it.
+// The tests and the bench that include this module each use a different part of it.
 #![allow(dead_code)]
 
 mod body;
