@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::support::CliSandbox;
 use crate::support::slurm::{AS_NOBODY, Cluster, TRAIN_SH, one_at_a_time};
-
-const BIN: &str = env!("CARGO_BIN_EXE_runguard");
 
 fn slurm_available() -> bool {
     crate::support::slurm::available(&[])
@@ -68,14 +67,12 @@ struct Finished {
     checkpoints: Vec<String>,
 }
 
-fn status(sandbox: &Path, conf: &Path) -> Option<Value> {
-    let output = Command::new(BIN)
-        .arg("--config")
-        .arg(sandbox.join("config.toml"))
-        .arg("--db")
-        .arg(sandbox.join("runguard.sqlite"))
+/// `runguard status --json` about `cluster`.
+fn status(sandbox: &CliSandbox, cluster: &Cluster) -> Option<Value> {
+    let output = sandbox
+        .command()
         .args(["status", "--json"])
-        .env("SLURM_CONF", conf)
+        .env("SLURM_CONF", &cluster.conf)
         .output()
         .ok()?;
     serde_json::from_slice(&output.stdout).ok()
@@ -86,31 +83,27 @@ fn status(sandbox: &Path, conf: &Path) -> Option<Value> {
 fn run_case(case: Case<'_>) -> Finished {
     let _one_at_a_time = one_at_a_time();
     // World-searchable and (for nobody's runs) world-writable: the job and the engine write here.
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let sandbox = CliSandbox::default();
+    std::fs::set_permissions(sandbox.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let cluster = Cluster::start_with(
-        &dir.path().join("slurm"),
+        &sandbox.path().join("slurm"),
         if case.node_dies.is_some() { 10 } else { 30 },
     );
-    std::fs::create_dir(dir.path().join("ckpt")).unwrap();
+    std::fs::create_dir(sandbox.path().join("ckpt")).unwrap();
     std::fs::set_permissions(
-        dir.path().join("ckpt"),
+        sandbox.path().join("ckpt"),
         std::fs::Permissions::from_mode(0o777),
     )
     .unwrap();
-    std::fs::write(
-        dir.path().join("config.toml"),
-        format!(
-            "[engine]\npoll_interval_secs = 0.5\n{}\n\n[backend]\nkind = \"slurm\"\n\n[recovery]\nwhitelist = {}\n{}\n",
-            case.engine, case.whitelist, case.config
-        ),
-    )
-    .unwrap();
-    let script = dir.path().join("train.sbatch");
+    sandbox.write_config(&format!(
+        "[engine]\npoll_interval_secs = 0.5\n{}\n\n[backend]\nkind = \"slurm\"\n\n[recovery]\nwhitelist = {}\n{}\n",
+        case.engine, case.whitelist, case.config
+    ));
+    let script = sandbox.path().join("train.sbatch");
     std::fs::write(
         &script,
         case.script
-            .replace("LOGDIR", &dir.path().display().to_string()),
+            .replace("LOGDIR", &sandbox.path().display().to_string()),
     )
     .unwrap();
     let as_user = |program: &str| {
@@ -121,19 +114,17 @@ fn run_case(case: Case<'_>) -> Finished {
         } else {
             cluster.command(program)
         };
-        command.current_dir(dir.path());
+        command.current_dir(sandbox.path());
         command
     };
-    let mut engine: Child = as_user(BIN)
-        .arg("--config")
-        .arg(dir.path().join("config.toml"))
-        .arg("--db")
-        .arg(dir.path().join("runguard.sqlite"))
+    let launcher: &[&str] = if case.as_nobody { &AS_NOBODY } else { &[] };
+    let mut engine: Child = sandbox
+        .command_via(launcher)
+        .current_dir(sandbox.path())
+        .env("SLURM_CONF", &cluster.conf)
         .args(["run", "--auto"])
-        .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
-        .env("XDG_DATA_HOME", dir.path().join("xdg"))
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("engine.err")).unwrap())
+        .stderr(std::fs::File::create(sandbox.path().join("engine.err")).unwrap())
         .spawn()
         .unwrap();
     let submitted = as_user("sbatch")
@@ -153,7 +144,7 @@ fn run_case(case: Case<'_>) -> Finished {
     while start.elapsed() < Duration::from_secs(150) {
         if let Some(node) = case.node_dies
             && !node_stopped
-            && dir.path().join("ckpt/iter_0000010").exists()
+            && sandbox.path().join("ckpt/iter_0000010").exists()
         {
             // The node's slurmd and the job's rank on it freeze, as on a node that hangs.
             let slurmd = std::fs::read_to_string(cluster.dir.join(format!("slurmd-{node}.pid")))
@@ -170,7 +161,7 @@ fn run_case(case: Case<'_>) -> Finished {
             }
             node_stopped = true;
         }
-        if let Some(status) = status(dir.path(), &cluster.conf)
+        if let Some(status) = status(&sandbox, &cluster)
             && status["workflows"][0]["status"] == "completed"
         {
             last = Some(status);
@@ -185,8 +176,8 @@ fn run_case(case: Case<'_>) -> Finished {
             .args(["-KILL", &pid.to_string()])
             .status();
     }
-    let logs = job_logs(dir.path());
-    let mut checkpoints: Vec<String> = std::fs::read_dir(dir.path().join("ckpt"))
+    let logs = job_logs(sandbox.path());
+    let mut checkpoints: Vec<String> = std::fs::read_dir(sandbox.path().join("ckpt"))
         .unwrap()
         .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|name| name.starts_with("iter_"))
@@ -195,9 +186,9 @@ fn run_case(case: Case<'_>) -> Finished {
     let status = last.unwrap_or_else(|| {
         panic!(
             "did not complete: {:#?}\n{}\nengine: {}",
-            status(dir.path(), &cluster.conf),
+            status(&sandbox, &cluster),
             logs,
-            std::fs::read_to_string(dir.path().join("engine.err")).unwrap_or_default()
+            std::fs::read_to_string(sandbox.path().join("engine.err")).unwrap_or_default()
         )
     });
     Finished {
@@ -513,22 +504,13 @@ fn a_job_named_with_runguard_watch_is_recovered_without_an_enrolment_comment() {
         return;
     }
     let _one_at_a_time = one_at_a_time();
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = Cluster::start(&dir.path().join("slurm"));
-    std::fs::create_dir(dir.path().join("ckpt")).unwrap();
-    std::fs::write(
-        dir.path().join("config.toml"),
-        "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n",
-    )
-    .unwrap();
+    let sandbox =
+        CliSandbox::new("[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n");
+    let cluster = Cluster::start(&sandbox.path().join("slurm"));
+    std::fs::create_dir(sandbox.path().join("ckpt")).unwrap();
     let runguard = |args: &[&str]| {
-        let mut command = cluster.command(BIN);
-        command
-            .arg("--config")
-            .arg(dir.path().join("config.toml"))
-            .arg("--db")
-            .arg(dir.path().join("runguard.sqlite"))
-            .args(args);
+        let mut command = sandbox.command();
+        command.args(args).env("SLURM_CONF", &cluster.conf);
         command
     };
     let mut engine = runguard(&["run", "--auto"])
@@ -542,19 +524,19 @@ fn a_job_named_with_runguard_watch_is_recovered_without_an_enrolment_comment() {
         .filter(|line| !line.contains("--comment"))
         .collect::<Vec<_>>()
         .join("\n")
-        .replace("LOGDIR", &dir.path().display().to_string());
-    std::fs::write(dir.path().join("train.sbatch"), script).unwrap();
+        .replace("LOGDIR", &sandbox.path().display().to_string());
+    std::fs::write(sandbox.path().join("train.sbatch"), script).unwrap();
     let submitted = cluster
         .command("sbatch")
         .args(["--parsable", "--hold", "-J", "unenrolled"])
-        .arg(dir.path().join("train.sbatch"))
+        .arg(sandbox.path().join("train.sbatch"))
         .output()
         .unwrap();
     let job_id = String::from_utf8_lossy(&submitted.stdout)
         .trim()
         .to_string();
     std::thread::sleep(Duration::from_secs(2));
-    let before = status(dir.path(), &cluster.conf).unwrap_or_default();
+    let before = status(&sandbox, &cluster).unwrap_or_default();
     assert!(
         before["workflows"]
             .as_array()
@@ -575,7 +557,7 @@ fn a_job_named_with_runguard_watch_is_recovered_without_an_enrolment_comment() {
     let start = Instant::now();
     let mut workflow = Value::Null;
     while start.elapsed() < Duration::from_secs(90) {
-        if let Some(status) = status(dir.path(), &cluster.conf) {
+        if let Some(status) = status(&sandbox, &cluster) {
             workflow = status["workflows"][0].clone();
             if workflow["status"] == "completed" {
                 break;

@@ -20,6 +20,7 @@ use runguard_engine::backend::slurm::squeue::{self, SlurmJob};
 use runguard_engine::backend::{BackendError, JobSnapshot};
 use runguard_engine::model::JobState;
 
+use crate::support::CliSandbox;
 use crate::support::slurm::{AS_NOBODY, Cluster, RESTD_SH, one_at_a_time};
 
 fn slurmrestd_available() -> bool {
@@ -41,7 +42,7 @@ struct Lab {
     jobs: PathBuf,
     runtime: tokio::runtime::Runtime,
     /// Holds the cluster's files; world-searchable so that nobody reaches slurm.conf and the socket.
-    root: tempfile::TempDir,
+    _root: tempfile::TempDir,
     _one_at_a_time: MutexGuard<'static, ()>,
 }
 
@@ -62,7 +63,7 @@ impl Lab {
                 .enable_all()
                 .build()
                 .unwrap(),
-            root,
+            _root: root,
             _one_at_a_time: guard,
         };
         lab.start_restd(&listen);
@@ -407,10 +408,7 @@ fn over_tcp_slurmrestd_turns_away_requests_without_the_jwt_headers() {
     if !slurmrestd_available() {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let lab = Lab::start(Listen::Tcp(port));
     let url = format!("http://127.0.0.1:{port}");
 
@@ -453,26 +451,13 @@ fn the_engine_over_slurmrestd_requeues_a_failed_job_without_its_culprit_node() {
         return;
     }
     let lab = Lab::start(Listen::Unix);
-    let state = lab.root.path().join("runguard");
-    std::fs::create_dir(&state).unwrap();
-    let config = state.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n\n[slurm]\napi = \"rest\"\nrest_endpoint = \"unix:{}\"\n\n[recovery]\nwhitelist = [\"requeue\", \"cancel\"]\n",
-            lab.socket().display()
-        ),
-    )
-    .unwrap();
+    let sandbox = CliSandbox::new(&format!(
+        "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n\n[slurm]\napi = \"rest\"\nrest_endpoint = \"unix:{}\"\n\n[recovery]\nwhitelist = [\"requeue\", \"cancel\"]\n",
+        lab.socket().display()
+    ));
     let runguard = |args: &[&str]| {
-        let mut command = lab.slurm(env!("CARGO_BIN_EXE_runguard"));
-        command
-            .arg("--config")
-            .arg(&config)
-            .arg("--db")
-            .arg(state.join("runguard.sqlite"))
-            .args(args)
-            .env("XDG_CONFIG_HOME", state.join("xdg"));
+        let mut command = sandbox.command();
+        command.args(args).env("SLURM_CONF", &lab.cluster.conf);
         command
     };
     let mut engine = runguard(&["run", "--auto"])
