@@ -398,13 +398,7 @@ url = "http://127.0.0.1:{port}/hooks/{SECRET_PATH}"
 
     // The receiver comes up; a restarted engine delivers what was waiting.
     let hook = Server::http(&python, sandbox.path(), "ok", Some(port));
-    let mut engine = sandbox
-        .command()
-        .args(["run", "--auto"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut engine = sandbox.spawn_quiet(&["run", "--auto"]);
     let start = Instant::now();
     while hook.received().len() < waiting.len() && start.elapsed() < DEADLINE {
         std::thread::sleep(Duration::from_millis(100));

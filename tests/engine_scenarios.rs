@@ -31,6 +31,11 @@ fn only_workflow(status: &StatusReport) -> &WorkflowView {
     &status.workflows[0]
 }
 
+/// Where a scenario is stopped to look at the recovery before it runs.
+fn an_action_is_proposed(status: &StatusReport) -> bool {
+    status.workflows.iter().any(|w| !w.actions.is_empty())
+}
+
 fn log_text(path: &Path) -> String {
     String::from_utf8_lossy(&std::fs::read(path).unwrap()).into_owned()
 }
@@ -219,11 +224,7 @@ async fn an_action_outside_the_whitelist_waits_for_approval() {
     config.recovery.whitelist = vec![ActionKind::Cancel];
     let (rig, sim) = play("nccl-timeout", config);
     let mut engine = rig.engine_over(Arc::clone(&sim), true);
-    let status = rig
-        .run(&mut engine, |status| {
-            status.workflows.iter().any(|w| !w.actions.is_empty())
-        })
-        .await;
+    let status = rig.run(&mut engine, an_action_is_proposed).await;
     let requeue = only_workflow(&status)
         .actions
         .iter()
@@ -261,11 +262,7 @@ async fn a_recovery_waiting_past_the_watchdog_raises_one_critical_alert() {
     config.recovery.watchdog_secs = 600;
     let (rig, sim) = play("nccl-timeout", config);
     let mut engine = rig.engine_over(Arc::clone(&sim), true);
-    let status = rig
-        .run(&mut engine, |status| {
-            status.workflows.iter().any(|w| !w.actions.is_empty())
-        })
-        .await;
+    let status = rig.run(&mut engine, an_action_is_proposed).await;
     let failed_at = only_workflow(&status).anomalies[0].time;
     let stalled = |status: &StatusReport| {
         only_workflow(status)
@@ -305,11 +302,7 @@ async fn a_recovery_waiting_past_the_watchdog_raises_one_critical_alert() {
 async fn without_auto_even_whitelisted_actions_are_only_proposed() {
     let (rig, sim) = play("nccl-timeout", Config::default());
     let mut engine = rig.engine_over(Arc::clone(&sim), false);
-    let status = rig
-        .run(&mut engine, |status| {
-            status.workflows.iter().any(|w| !w.actions.is_empty())
-        })
-        .await;
+    let status = rig.run(&mut engine, an_action_is_proposed).await;
     let requeue = &only_workflow(&status).actions[0];
     assert!(requeue.permitted);
     assert_eq!(requeue.state, ActionState::Proposed);
@@ -319,11 +312,7 @@ async fn without_auto_even_whitelisted_actions_are_only_proposed() {
 async fn a_rejected_recovery_stops_the_workflow() {
     let (rig, sim) = play("nccl-timeout", Config::default());
     let mut engine = rig.engine_over(Arc::clone(&sim), false);
-    let status = rig
-        .run(&mut engine, |status| {
-            status.workflows.iter().any(|w| !w.actions.is_empty())
-        })
-        .await;
+    let status = rig.run(&mut engine, an_action_is_proposed).await;
     let requeue = only_workflow(&status).actions[0].clone();
     rig.command(CommandKind::Reject, requeue.id);
     engine.tick().await.unwrap();
@@ -346,11 +335,7 @@ async fn an_engine_that_died_after_requeueing_but_before_recording_it_does_not_r
     config.recovery.whitelist = vec![];
     let (rig, sim) = play("nccl-timeout", config);
     let mut engine = rig.engine_over(Arc::clone(&sim), true);
-    let status = rig
-        .run(&mut engine, |status| {
-            status.workflows.iter().any(|w| !w.actions.is_empty())
-        })
-        .await;
+    let status = rig.run(&mut engine, an_action_is_proposed).await;
     let requeue = only_workflow(&status).actions[0].clone();
     let job_id = requeue.params.job_id.clone().unwrap();
     drop(engine);

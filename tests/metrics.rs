@@ -2,7 +2,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -45,13 +44,7 @@ fn the_metrics_endpoint_counts_the_recovery_of_a_simulated_failure() {
          [[alerts.channels]]\nname = \"log\"\nkind = \"command\"\nargv = [\"true\"]\n",
         sandbox.sim_section("nccl-timeout", Some(1500))
     ));
-    let mut engine = sandbox
-        .command()
-        .args(["run", "--auto"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut engine = sandbox.spawn_quiet(&["run", "--auto"]);
     let start = Instant::now();
     let mut metrics = String::new();
     // Until the recovery is over and its alerts are out.

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::CliSandbox;
-use crate::support::slurm::{AS_NOBODY, Cluster, TRAIN_SH, one_at_a_time};
+use crate::support::slurm::{
+    AS_NOBODY, Cluster, TRAIN_SH, completed_workflow, one_at_a_time, status,
+};
 
 fn slurm_available() -> bool {
     crate::support::slurm::available(&[])
@@ -65,17 +67,6 @@ struct Finished {
     /// The job's log (the last attempt's: Slurm starts the file again on a requeue).
     logs: String,
     checkpoints: Vec<String>,
-}
-
-/// `runguard status --json` about `cluster`.
-fn status(sandbox: &CliSandbox, cluster: &Cluster) -> Option<Value> {
-    let output = sandbox
-        .command()
-        .args(["status", "--json"])
-        .env("SLURM_CONF", &cluster.conf)
-        .output()
-        .ok()?;
-    serde_json::from_slice(&output.stdout).ok()
 }
 
 /// Runs the headless engine against a fresh cluster with the case's job submitted, until the workflow
@@ -554,17 +545,7 @@ fn a_job_named_with_runguard_watch_is_recovered_without_an_enrolment_comment() {
         .args(["release", &job_id])
         .status()
         .unwrap();
-    let start = Instant::now();
-    let mut workflow = Value::Null;
-    while start.elapsed() < Duration::from_secs(90) {
-        if let Some(status) = status(&sandbox, &cluster) {
-            workflow = status["workflows"][0].clone();
-            if workflow["status"] == "completed" {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let workflow = completed_workflow(&sandbox, &cluster, Duration::from_secs(90));
     let _ = engine.kill();
     let _ = engine.wait();
     assert_eq!(workflow["succeeded"], true, "{workflow:#}");

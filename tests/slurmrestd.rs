@@ -21,7 +21,7 @@ use runguard_engine::backend::{BackendError, JobSnapshot};
 use runguard_engine::model::JobState;
 
 use crate::support::CliSandbox;
-use crate::support::slurm::{AS_NOBODY, Cluster, RESTD_SH, one_at_a_time};
+use crate::support::slurm::{AS_NOBODY, Cluster, RESTD_SH, completed_workflow, one_at_a_time};
 
 fn slurmrestd_available() -> bool {
     crate::support::slurm::available(&["slurmrestd"])
@@ -455,12 +455,10 @@ fn the_engine_over_slurmrestd_requeues_a_failed_job_without_its_culprit_node() {
         "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n\n[slurm]\napi = \"rest\"\nrest_endpoint = \"unix:{}\"\n\n[recovery]\nwhitelist = [\"requeue\", \"cancel\"]\n",
         lab.socket().display()
     ));
-    let runguard = |args: &[&str]| {
-        let mut command = sandbox.command();
-        command.args(args).env("SLURM_CONF", &lab.cluster.conf);
-        command
-    };
-    let mut engine = runguard(&["run", "--auto"])
+    let mut engine = sandbox
+        .command()
+        .args(["run", "--auto"])
+        .env("SLURM_CONF", &lab.cluster.conf)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -468,18 +466,7 @@ fn the_engine_over_slurmrestd_requeues_a_failed_job_without_its_culprit_node() {
     std::fs::write(lab.jobs.join("train.sbatch"), NCCL_JOB).unwrap();
     let job_id = lab.sbatch_as_nobody(&["-J", "llama-rest", "train.sbatch"]);
 
-    let start = Instant::now();
-    let mut workflow = serde_json::Value::Null;
-    while start.elapsed() < Duration::from_secs(120) {
-        let output = runguard(&["status", "--json"]).output().unwrap();
-        if let Ok(status) = serde_json::from_slice::<serde_json::Value>(&output.stdout) {
-            workflow = status["workflows"][0].clone();
-            if workflow["status"] == "completed" {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let workflow = completed_workflow(&sandbox, &lab.cluster, Duration::from_secs(120));
     let _ = engine.kill();
     let _ = engine.wait();
     assert_eq!(workflow["succeeded"], true, "{workflow:#}");

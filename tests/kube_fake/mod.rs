@@ -47,6 +47,17 @@ use store::{LogLine, Part, Writer};
 /// Where the fixture files live.
 pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kube");
 
+/// Every fixture file, in an order that loads each object after what it refers to.
+pub const EVERY_FIXTURE: [&str; 7] = [
+    "nodes.json",
+    "pytorchjob-running.json",
+    "pytorchjob-failed-oom.json",
+    "pytorchjob-unlabeled.json",
+    "batch-job.json",
+    "rayjob.json",
+    "events.json",
+];
+
 /// A running fake API server; it stops, closing every connection, when dropped.
 pub struct FakeKube {
     shared: Arc<Shared>,
@@ -197,6 +208,15 @@ preferences: {{}}
         self.shared
             .write(|store| store.apply(object))
             .unwrap_or_else(|error| panic!("cannot apply {description}: {}", error.message))
+    }
+
+    /// A server holding every fixture.
+    pub fn with_every_fixture() -> FakeKube {
+        let kube = Self::start();
+        for file in EVERY_FIXTURE {
+            kube.load_fixture(file);
+        }
+        kube
     }
 
     /// Applies every object of a fixture file in order and returns them as stored.

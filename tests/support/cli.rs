@@ -138,10 +138,19 @@ impl CliSandbox {
 
     /// Starts `runguard ARGS` with its output piped.
     pub fn spawn(&self, args: &[&str]) -> Child {
+        self.spawn_with(args, Stdio::piped)
+    }
+
+    /// Starts `runguard ARGS` with its output thrown away.
+    pub fn spawn_quiet(&self, args: &[&str]) -> Child {
+        self.spawn_with(args, Stdio::null)
+    }
+
+    fn spawn_with(&self, args: &[&str], output: fn() -> Stdio) -> Child {
         self.command()
             .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(output())
+            .stderr(output())
             .spawn()
             .unwrap()
     }

@@ -4,6 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::CliSandbox;
 
 pub const CLUSTER_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
 pub const RESTD_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/restd.sh");
@@ -87,4 +92,31 @@ impl Drop for Cluster {
             .arg(&self.dir)
             .status();
     }
+}
+
+/// `runguard status --json` in `sandbox` about `cluster`.
+pub fn status(sandbox: &CliSandbox, cluster: &Cluster) -> Option<Value> {
+    let output = sandbox
+        .command()
+        .args(["status", "--json"])
+        .env("SLURM_CONF", &cluster.conf)
+        .output()
+        .ok()?;
+    serde_json::from_slice(&output.stdout).ok()
+}
+
+/// The first workflow once it is completed, or as it is after `within`.
+pub fn completed_workflow(sandbox: &CliSandbox, cluster: &Cluster, within: Duration) -> Value {
+    let start = Instant::now();
+    let mut workflow = Value::Null;
+    while start.elapsed() < within {
+        if let Some(status) = status(sandbox, cluster) {
+            workflow = status["workflows"][0].clone();
+            if workflow["status"] == "completed" {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    workflow
 }
