@@ -119,7 +119,7 @@ async fn a_steady_run_raises_nothing() {
         }
         rig.step(&mut engine, 30).await;
     }
-    assert_eq!(rig.anomaly_kinds(), vec![]);
+    assert_eq!(rig.anomalies(), vec![]);
 }
 
 #[tokio::test]
@@ -131,7 +131,7 @@ async fn a_persistent_throughput_drop_is_raised_once_without_an_action() {
         log.iteration(step * 10, tflops);
         rig.step(&mut engine, 30).await;
     }
-    assert_eq!(rig.anomaly_kinds(), vec![AnomalyKind::ThroughputDrop]);
+    assert_eq!(rig.anomalies(), vec![AnomalyKind::ThroughputDrop]);
     let status = rig.status();
     assert!(status.workflows[0].actions.is_empty());
     assert!(status.workflows[0].anomalies[0].summary.contains("38%"));
@@ -149,7 +149,7 @@ async fn a_checkpoint_overdue_by_twice_the_interval_is_a_stall() {
         }
         rig.step(&mut engine, 30).await;
     }
-    assert_eq!(rig.anomaly_kinds(), vec![AnomalyKind::CheckpointStall]);
+    assert_eq!(rig.anomalies(), vec![AnomalyKind::CheckpointStall]);
 }
 
 #[tokio::test]
@@ -169,7 +169,7 @@ async fn a_job_that_logs_but_makes_no_progress_is_a_hang_and_is_requeued() {
         );
         rig.step(&mut engine, 60).await;
     }
-    assert_eq!(rig.anomaly_kinds(), vec![AnomalyKind::Hang]);
+    assert_eq!(rig.anomalies(), vec![AnomalyKind::Hang]);
     assert_eq!(rig.backend.requeues().len(), 1);
 }
 
@@ -180,9 +180,9 @@ async fn a_silent_job_is_a_hang_after_the_heartbeat_timeout_and_not_before() {
     log.iteration(10, 400.0);
     rig.step(&mut engine, 119).await;
     rig.step(&mut engine, 1).await;
-    assert_eq!(rig.anomaly_kinds(), vec![]);
+    assert_eq!(rig.anomalies(), vec![]);
     rig.step(&mut engine, 0).await;
-    assert_eq!(rig.anomaly_kinds(), vec![AnomalyKind::Hang]);
+    assert_eq!(rig.anomalies(), vec![AnomalyKind::Hang]);
 }
 
 #[tokio::test]
@@ -191,7 +191,7 @@ async fn a_job_pending_too_long_is_stuck_with_the_scheduler_reason() {
     let mut engine = rig.engine();
     rig.step(&mut engine, 3599).await;
     rig.step(&mut engine, 0).await;
-    assert_eq!(rig.anomaly_kinds(), vec![]);
+    assert_eq!(rig.anomalies(), vec![]);
     rig.clock.advance(Duration::from_secs(1));
     rig.step(&mut engine, 0).await;
     let status = rig.status();
@@ -216,7 +216,7 @@ async fn a_restarted_engine_continues_reading_where_it_stopped_without_repeating
         rig.step(&mut engine, 30).await;
     }
     let status = rig.status();
-    assert_eq!(rig.anomaly_kinds(), vec![AnomalyKind::ThroughputDrop]);
+    assert_eq!(rig.anomalies(), vec![AnomalyKind::ThroughputDrop]);
     let store = rig.store();
     let samples = store
         .db()
@@ -444,9 +444,9 @@ async fn lines_stamped_far_in_the_future_do_not_hide_a_hang() {
     log.write(b" 5: [2027-06-01 00:00:00] iteration       10/   10000 | elapsed time per iteration (ms): 3000.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.0E+00 |\n");
     rig.step(&mut engine, 60).await;
     rig.step(&mut engine, 60).await;
-    assert_eq!(rig.anomaly_kinds(), vec![]);
+    assert_eq!(rig.anomalies(), vec![]);
     rig.step(&mut engine, 0).await;
-    assert_eq!(rig.anomaly_kinds(), vec![AnomalyKind::Hang]);
+    assert_eq!(rig.anomalies(), vec![AnomalyKind::Hang]);
 }
 
 #[tokio::test]

@@ -160,7 +160,7 @@ impl EngineRig {
     }
 
     /// The kinds of every anomaly raised so far.
-    pub fn anomaly_kinds(&self) -> Vec<AnomalyKind> {
+    pub fn anomalies(&self) -> Vec<AnomalyKind> {
         self.status()
             .workflows
             .iter()
