@@ -7,14 +7,14 @@
 //! and skip, unless `RUNGUARD_REQUIRE_ALERT_SERVERS=1` (CI), where that is a failure.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_runguard");
+use crate::support::{CliSandbox, available, free_port, json_lines, terminate};
+
 const SERVERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servers");
 /// Real-time bound for waits on a loaded machine; never a measure of speed.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -24,30 +24,19 @@ const TOKEN: &str = "tok-4f1c9a8e2b7d";
 
 /// A Python interpreter that has `module`, or a reason to skip.
 fn python_with(module: &str) -> Option<String> {
-    for python in ["python3", "/usr/bin/python3"] {
-        let found = Command::new(python)
+    let found = ["python3", "/usr/bin/python3"].into_iter().find(|python| {
+        Command::new(python)
             .args(["-c", &format!("import {module}")])
             .stderr(Stdio::null())
             .status()
-            .is_ok_and(|status| status.success());
-        if found {
-            return Some(python.to_string());
-        }
-    }
-    let required = std::env::var("RUNGUARD_REQUIRE_ALERT_SERVERS").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "RUNGUARD_REQUIRE_ALERT_SERVERS=1 but no python3 has {module}"
+            .is_ok_and(|status| status.success())
+    });
+    available(
+        found.is_some(),
+        "RUNGUARD_REQUIRE_ALERT_SERVERS",
+        &format!("no python3 with {module} (apt-get install python3-aiosmtpd)"),
     );
-    eprintln!("SKIPPED: no python3 with {module} (apt-get install python3-aiosmtpd)");
-    None
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .unwrap()
+    found.map(str::to_string)
 }
 
 fn wait_until_listening(port: u16) {
@@ -123,88 +112,51 @@ impl Server {
     }
 
     fn received(&self) -> Vec<Value> {
-        records(&self.record)
+        json_lines(&self.record)
     }
 }
 
-fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
+/// A sandbox for the demo; its webhook's token in the environment.
+fn sandbox() -> CliSandbox {
+    CliSandbox::default()
+        .env("RUNGUARD_TEST_HOOK_TOKEN", TOKEN)
+        .env("RUST_LOG", "info")
+}
+
+/// The nccl-timeout scenario with `alerts`.
+fn configure(sandbox: &CliSandbox, alerts: &str) {
+    sandbox.write_config(&format!(
+        "{}\n{alerts}",
+        sandbox.sim_section("nccl-timeout", None)
+    ));
+}
+
+/// The demo (the nccl-timeout scenario, recovered automatically) to its end.
+fn demo(sandbox: &CliSandbox) -> Output {
+    let output = sandbox.run(&["demo", "--speed", "1500"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn json(sandbox: &CliSandbox, args: &[&str]) -> Value {
+    let output = sandbox.run(args);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn deliveries(sandbox: &CliSandbox) -> Vec<Value> {
+    json(sandbox, &["alerts", "--json", "--limit", "500"])
+        .as_array()
+        .cloned()
         .unwrap_or_default()
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect()
-}
-
-struct Sandbox {
-    dir: tempfile::TempDir,
-}
-
-impl Sandbox {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn configure(&self, alerts: &str) {
-        std::fs::write(
-            self.path().join("config.toml"),
-            format!(
-                "[sim]\nscenario = \"nccl-timeout\"\ndir = \"{}\"\n\n{alerts}",
-                self.path().join("sim").display()
-            ),
-        )
-        .unwrap();
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(BIN);
-        command
-            .arg("--config")
-            .arg(self.path().join("config.toml"))
-            .arg("--db")
-            .arg(self.path().join("runguard.sqlite"))
-            .args(args)
-            .env("XDG_CONFIG_HOME", self.path().join("xdg-config"))
-            .env("XDG_DATA_HOME", self.path().join("xdg-data"))
-            .env("RUNGUARD_TEST_HOOK_TOKEN", TOKEN)
-            .env("RUST_LOG", "info")
-            .env_remove("RUNGUARD_CONFIG")
-            .env_remove("RUNGUARD_DB");
-        command
-    }
-
-    /// The demo (the nccl-timeout scenario, recovered automatically) to its end.
-    fn demo(&self) -> Output {
-        let output = self.command(&["demo", "--speed", "1500"]).output().unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        output
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let output = self.command(args).output().unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice(&output.stdout).unwrap()
-    }
-
-    fn deliveries(&self) -> Vec<Value> {
-        self.json(&["alerts", "--json", "--limit", "500"])
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
 }
 
 fn printed(output: &Output) -> String {
@@ -247,13 +199,15 @@ fn every_channel_receives_the_recovery_with_its_attribution_evidence_and_command
     let (Some(python), Some(smtp_python)) = (python_with("json"), python_with("aiosmtpd")) else {
         return;
     };
-    let sandbox = Sandbox::new();
+    let sandbox = sandbox();
     let hook = Server::http(&python, sandbox.path(), "ok", None);
     let slack = Server::http(&python, sandbox.path(), "ok", None);
     let mail = Server::smtp(&smtp_python, sandbox.path(), "Recording");
     let command_out = sandbox.path().join("command.jsonl");
-    sandbox.configure(&format!(
-        r#"[alerts]
+    configure(
+        &sandbox,
+        &format!(
+            r#"[alerts]
 retry_initial_secs = 1
 flush_on_exit_secs = 20
 
@@ -285,12 +239,13 @@ kind = "command"
 argv = ["tee", "-a", "{}"]
 events = ["recovered"]
 "#,
-        hook.port,
-        slack.port,
-        mail.port,
-        command_out.display()
-    ));
-    let output = sandbox.demo();
+            hook.port,
+            slack.port,
+            mail.port,
+            command_out.display()
+        ),
+    );
+    let output = demo(&sandbox);
 
     // The JSON webhook: every event of the recovery, in order, each with what it is about.
     let hooked = hook.received();
@@ -375,7 +330,7 @@ events = ["recovered"]
     assert_eq!(piped["event"], "recovered");
 
     // Every delivery is recorded as delivered; no secret is printed anywhere.
-    let deliveries = sandbox.deliveries();
+    let deliveries = deliveries(&sandbox);
     for channel in ["hook", "team-slack", "mail", "tee"] {
         let states = channel_states(&deliveries, channel);
         assert!(
@@ -383,7 +338,7 @@ events = ["recovered"]
             "{channel}: {states:?}"
         );
     }
-    let listing = sandbox.command(&["alerts"]).output().unwrap();
+    let listing = sandbox.run(&["alerts"]);
     for text in [
         printed(&output),
         printed(&listing),
@@ -402,10 +357,12 @@ fn a_channel_that_is_down_is_retried_and_its_alerts_go_out_after_a_restart() {
     let Some(python) = python_with("json") else {
         return;
     };
-    let sandbox = Sandbox::new();
+    let sandbox = sandbox();
     let port = free_port();
-    sandbox.configure(&format!(
-        r#"[alerts]
+    configure(
+        &sandbox,
+        &format!(
+            r#"[alerts]
 retry_initial_secs = 1
 retry_max_secs = 2
 max_attempts = 1000
@@ -416,12 +373,13 @@ name = "hook"
 kind = "webhook"
 url = "http://127.0.0.1:{port}/hooks/{SECRET_PATH}"
 "#
-    ));
+        ),
+    );
     // Nothing listens: the recovery goes on regardless, and the alerts wait in the store.
-    sandbox.demo();
-    let status = sandbox.json(&["status", "--json"]);
+    demo(&sandbox);
+    let status = json(&sandbox, &["status", "--json"]);
     assert_eq!(status["workflows"][0]["succeeded"], true);
-    let waiting = sandbox.deliveries();
+    let waiting = deliveries(&sandbox);
     assert!(!waiting.is_empty());
     assert!(
         channel_states(&waiting, "hook")
@@ -440,25 +398,17 @@ url = "http://127.0.0.1:{port}/hooks/{SECRET_PATH}"
 
     // The receiver comes up; a restarted engine delivers what was waiting.
     let hook = Server::http(&python, sandbox.path(), "ok", Some(port));
-    let mut engine = sandbox
-        .command(&["run", "--auto"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut engine = sandbox.spawn_quiet(&["run", "--auto"]);
     let start = Instant::now();
     while hook.received().len() < waiting.len() && start.elapsed() < DEADLINE {
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = Command::new("kill")
-        .args(["-TERM", &engine.id().to_string()])
-        .status();
-    let _ = engine.wait();
+    terminate(&mut engine);
     let received = hook.received();
     assert_eq!(received.len(), waiting.len(), "{received:#?}");
     assert!(events(&received, "/body/event").contains(&"failure".to_string()));
     assert!(
-        channel_states(&sandbox.deliveries(), "hook")
+        channel_states(&deliveries(&sandbox), "hook")
             .iter()
             .all(|s| *s == "delivered")
     );
@@ -469,15 +419,17 @@ fn a_slow_receiver_times_out_and_a_refusing_one_is_given_up_without_delaying_the
     let (Some(python), Some(smtp_python)) = (python_with("json"), python_with("aiosmtpd")) else {
         return;
     };
-    let sandbox = Sandbox::new();
+    let sandbox = sandbox();
     let slow = Server::http(&python, sandbox.path(), "slow", None);
     let refusing = Server::http(&python, sandbox.path(), "refuse", None);
     let failing = Server::http(&python, sandbox.path(), "error", None);
     let refusing_mail = Server::smtp(&smtp_python, sandbox.path(), "Refusing");
     let slow_mail = Server::smtp(&smtp_python, sandbox.path(), "Slow");
     let no_mail_server = free_port();
-    sandbox.configure(&format!(
-        r#"[alerts]
+    configure(
+        &sandbox,
+        &format!(
+            r#"[alerts]
 timeout_secs = 1
 retry_initial_secs = 1
 retry_max_secs = 1
@@ -532,14 +484,20 @@ from = "runguard@localhost"
 to = ["alice@localhost"]
 events = ["failure"]
 "#,
-        slow.port, refusing.port, failing.port, refusing_mail.port, slow_mail.port, no_mail_server
-    ));
-    sandbox.demo();
+            slow.port,
+            refusing.port,
+            failing.port,
+            refusing_mail.port,
+            slow_mail.port,
+            no_mail_server
+        ),
+    );
+    demo(&sandbox);
     assert_eq!(
-        sandbox.json(&["status", "--json"])["workflows"][0]["succeeded"],
+        json(&sandbox, &["status", "--json"])["workflows"][0]["succeeded"],
         true
     );
-    let deliveries = sandbox.deliveries();
+    let deliveries = deliveries(&sandbox);
     let of = |channel: &str| {
         deliveries
             .iter()

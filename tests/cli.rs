@@ -1,89 +1,11 @@
 //! The `runguard` binary end to end: the demo, status, approvals, the engine lock, and a headless engine
 //! killed with SIGKILL mid-run and restarted.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_runguard");
-/// Real-time bound for a scenario to finish; generous for a loaded CI machine.
-const DEADLINE: Duration = Duration::from_secs(120);
-
-struct Sandbox {
-    dir: tempfile::TempDir,
-}
-
-impl Sandbox {
-    fn new(config: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        Self { dir }
-    }
-
-    fn db(&self) -> PathBuf {
-        self.dir.path().join("runguard.sqlite")
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(BIN);
-        command
-            .arg("--config")
-            .arg(self.dir.path().join("config.toml"))
-            .arg("--db")
-            .arg(self.db())
-            .args(args)
-            // Keep the user's own config and signature files out of the tests.
-            .env("XDG_CONFIG_HOME", self.dir.path().join("xdg-config"))
-            .env("XDG_DATA_HOME", self.dir.path().join("xdg-data"))
-            .env_remove("RUNGUARD_CONFIG")
-            .env_remove("RUNGUARD_DB");
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
-    }
-
-    fn spawn_engine(&self, args: &[&str]) -> Child {
-        self.command(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-
-    fn status(&self) -> Option<Value> {
-        let output = self.run(&["status", "--json"]);
-        if !output.status.success() {
-            return None;
-        }
-        serde_json::from_slice(&output.stdout).ok()
-    }
-
-    /// Polls `status --json` until `done` holds.
-    fn wait_for(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        while start.elapsed() < DEADLINE {
-            if let Some(status) = self.status()
-                && done(&status)
-            {
-                return status;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("timed out waiting for {what}: {:#?}", self.status());
-    }
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
+use crate::support::{CliSandbox, stderr, stdout, terminate};
 
 fn workflow(status: &Value) -> &Value {
     &status["workflows"][0]
@@ -93,40 +15,20 @@ fn completed(status: &Value) -> bool {
     workflow(status)["status"] == "completed"
 }
 
-fn terminate(child: &mut Child) -> Output {
-    let pid = child.id().to_string();
-    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(20) {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let mut output = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        use std::io::Read;
-        let _ = out.read_to_string(&mut output);
-    }
-    let status = child.wait().unwrap();
-    Output {
-        status,
-        stdout: output.into_bytes(),
-        stderr: Vec::new(),
-    }
-}
-
-fn sim_config(scenario: &str, speed: u32, whitelist: &str, dir: &Path) -> String {
-    format!(
-        "[sim]\nscenario = \"{scenario}\"\nspeed = {speed}.0\ndir = \"{}\"\n\n[recovery]\nwhitelist = {whitelist}\n",
-        dir.join("sim").display()
-    )
+/// A sandbox playing `scenario` at `speed` times real time, recovering with the actions of
+/// `whitelist` (TOML).
+fn sim_sandbox(scenario: &str, speed: u32, whitelist: &str) -> CliSandbox {
+    let sandbox = CliSandbox::default();
+    sandbox.write_config(&format!(
+        "{}\n[recovery]\nwhitelist = {whitelist}\n",
+        sandbox.sim_section(scenario, Some(speed))
+    ));
+    sandbox
 }
 
 #[test]
 fn the_demo_recovers_the_nccl_timeout_and_status_json_shows_it() {
-    let sandbox = Sandbox::new("");
+    let sandbox = CliSandbox::default();
     let output = sandbox.run(&["demo", "--speed", "1500"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
@@ -165,7 +67,7 @@ fn the_demo_recovers_the_nccl_timeout_and_status_json_shows_it() {
 
 #[test]
 fn demo_lists_its_scenarios() {
-    let sandbox = Sandbox::new("");
+    let sandbox = CliSandbox::default();
     let output = sandbox.run(&["demo", "--list"]);
     assert!(output.status.success());
     let text = stdout(&output);
@@ -185,16 +87,10 @@ fn demo_lists_its_scenarios() {
 
 #[test]
 fn a_headless_engine_killed_mid_run_and_restarted_loses_nothing_and_requeues_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let sandbox = Sandbox::new(&sim_config(
-        "nccl-timeout",
-        400,
-        r#"["requeue", "cancel"]"#,
-        dir.path(),
-    ));
+    let sandbox = sim_sandbox("nccl-timeout", 400, r#"["requeue", "cancel"]"#);
 
     // First life: killed without warning once the failure has been seen.
-    let mut engine = sandbox.spawn_engine(&["run", "--auto"]);
+    let mut engine = sandbox.spawn(&["run", "--auto"]);
     sandbox.wait_for("the NCCL failure to be handled", |status| {
         workflow(status)["actions"]
             .as_array()
@@ -205,7 +101,7 @@ fn a_headless_engine_killed_mid_run_and_restarted_loses_nothing_and_requeues_onc
     let before = sandbox.status().unwrap();
 
     // Second life: it must pick up where the first one stopped.
-    let mut engine = sandbox.spawn_engine(&["run", "--auto"]);
+    let mut engine = sandbox.spawn(&["run", "--auto"]);
     let status = sandbox.wait_for("the workflow to complete", completed);
     let output = terminate(&mut engine);
     assert!(output.status.success(), "clean exit on SIGTERM: {output:?}");
@@ -245,21 +141,15 @@ fn workflow_checkpoints(status: &Value) -> u64 {
 
 #[test]
 fn a_headless_engine_killed_before_any_failure_continues_the_same_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let sandbox = Sandbox::new(&sim_config(
-        "nccl-timeout",
-        400,
-        r#"["requeue", "cancel"]"#,
-        dir.path(),
-    ));
-    let mut engine = sandbox.spawn_engine(&["run", "--auto"]);
+    let sandbox = sim_sandbox("nccl-timeout", 400, r#"["requeue", "cancel"]"#);
+    let mut engine = sandbox.spawn(&["run", "--auto"]);
     sandbox.wait_for("a first checkpoint", |status| {
         workflow_checkpoints(status) >= 1
     });
     engine.kill().unwrap();
     engine.wait().unwrap();
 
-    let mut engine = sandbox.spawn_engine(&["run", "--auto"]);
+    let mut engine = sandbox.spawn(&["run", "--auto"]);
     let status = sandbox.wait_for("the workflow to complete", completed);
     terminate(&mut engine);
     let workflow = workflow(&status);
@@ -270,9 +160,8 @@ fn a_headless_engine_killed_before_any_failure_continues_the_same_run() {
 
 #[test]
 fn a_second_engine_on_the_same_store_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let sandbox = Sandbox::new(&sim_config("healthy", 10, r#"["requeue"]"#, dir.path()));
-    let mut first = sandbox.spawn_engine(&["run", "--auto"]);
+    let sandbox = sim_sandbox("healthy", 10, r#"["requeue"]"#);
+    let mut first = sandbox.spawn(&["run", "--auto"]);
     sandbox.wait_for("the first engine to enrol jobs", |status| {
         !status["workflows"].as_array().unwrap().is_empty()
     });
@@ -285,9 +174,8 @@ fn a_second_engine_on_the_same_store_is_refused() {
 
 #[test]
 fn a_proposed_action_is_approved_from_the_command_line_while_the_engine_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let sandbox = Sandbox::new(&sim_config("nccl-timeout", 400, "[]", dir.path()));
-    let mut engine = sandbox.spawn_engine(&["run", "--auto"]);
+    let sandbox = sim_sandbox("nccl-timeout", 400, "[]");
+    let mut engine = sandbox.spawn(&["run", "--auto"]);
     let status = sandbox.wait_for("a proposed requeue", |status| {
         workflow(status)["actions"]
             .as_array()
@@ -329,7 +217,7 @@ fn a_proposed_action_is_approved_from_the_command_line_while_the_engine_runs() {
 
 #[test]
 fn approving_an_unknown_action_is_a_clear_error() {
-    let sandbox = Sandbox::new("");
+    let sandbox = CliSandbox::default();
     let demo = sandbox.run(&["demo", "--scenario", "app-bug", "--speed", "2000"]);
     assert!(demo.status.success(), "{}", stderr(&demo));
     let output = sandbox.run(&["approve", "999"]);
@@ -343,7 +231,7 @@ fn approving_an_unknown_action_is_a_clear_error() {
 
 #[test]
 fn a_bad_config_names_the_key_and_the_line() {
-    let sandbox = Sandbox::new("[engine]\npoll_interval_secs = 5\nheartbeat_timout_secs = 10\n");
+    let sandbox = CliSandbox::new("[engine]\npoll_interval_secs = 5\nheartbeat_timout_secs = 10\n");
     let output = sandbox.run(&["status"]);
     assert!(!output.status.success());
     let message = stderr(&output);
@@ -353,7 +241,7 @@ fn a_bad_config_names_the_key_and_the_line() {
 
 #[test]
 fn status_without_a_store_says_so() {
-    let sandbox = Sandbox::new("");
+    let sandbox = CliSandbox::default();
     let output = sandbox.run(&["status"]);
     assert!(!output.status.success());
     assert!(stderr(&output).contains("no store"), "{}", stderr(&output));
@@ -361,7 +249,7 @@ fn status_without_a_store_says_so() {
 
 #[test]
 fn an_unknown_scenario_lists_the_known_ones() {
-    let sandbox = Sandbox::new("");
+    let sandbox = CliSandbox::default();
     let output = sandbox.run(&["demo", "--scenario", "meteor-strike"]);
     assert!(!output.status.success());
     let message = stderr(&output);

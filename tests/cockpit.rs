@@ -2,24 +2,22 @@
 //! with `send-keys` and read with `capture-pane`. Skipped with a message where tmux is missing; CI
 //! installs it and sets RUNGUARD_REQUIRE_TMUX=1 so that a skip fails there.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_runguard");
+use crate::support::{CliSandbox, available};
 
 fn tmux_available() -> bool {
     let found = Command::new("tmux")
         .arg("-V")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !found {
-        if std::env::var("RUNGUARD_REQUIRE_TMUX").as_deref() == Ok("1") {
-            panic!("tmux is required here (RUNGUARD_REQUIRE_TMUX=1) but not installed");
-        }
-        eprintln!("SKIPPED: tmux is not installed (apt-get install tmux)");
-    }
-    found
+    available(
+        found,
+        "RUNGUARD_REQUIRE_TMUX",
+        "tmux is not installed (apt-get install tmux)",
+    )
 }
 
 /// A tmux server of the test's own (its own socket), killed when dropped.
@@ -97,10 +95,11 @@ impl Drop for Tmux {
     }
 }
 
-fn cockpit_command(dir: &Path) -> String {
+/// The cockpit of alice in the sandbox; the shell stays once it ends.
+fn cockpit_command(sandbox: &CliSandbox) -> String {
     format!(
-        "env XDG_CONFIG_HOME={d}/config XDG_DATA_HOME={d}/data USER=alice {BIN} --config {d}/config.toml --db {d}/runguard.sqlite; echo COCKPIT-EXITED; sleep 600",
-        d = dir.display()
+        "{}; echo COCKPIT-EXITED; sleep 600",
+        sandbox.shell_line(&[("USER", "alice")])
     )
 }
 
@@ -109,13 +108,12 @@ fn navigate_search_sort_approve_detach_and_attach_again() {
     if !tmux_available() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
     // Fast simulated time: the job fails about 5 s in.
-    std::fs::write(dir.path().join("config.toml"), "[sim]\nspeed = 300.0\n").unwrap();
+    let sandbox = CliSandbox::new("[sim]\nspeed = 300.0\n");
     let tmux = Tmux {
-        socket: dir.path().join("tmux.sock"),
+        socket: sandbox.path().join("tmux.sock"),
     };
-    tmux.start("first", &cockpit_command(dir.path()));
+    tmux.start("first", &cockpit_command(&sandbox));
     tmux.wait_for("first", "llama3-8b-pretrain", Duration::from_secs(20));
     assert!(tmux.screen("first").contains("engine here"));
 
@@ -178,7 +176,7 @@ fn navigate_search_sort_approve_detach_and_attach_again() {
         .unwrap_or_else(|| panic!("no pid in {screen}"));
 
     // A later cockpit finds that engine and attaches as a viewer.
-    tmux.start("second", &cockpit_command(dir.path()));
+    tmux.start("second", &cockpit_command(&sandbox));
     let screen = tmux.wait_for("second", "viewer", Duration::from_secs(20));
     assert!(screen.contains("4201.1"), "{screen}");
     // The detached engine finishes the run.

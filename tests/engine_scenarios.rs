@@ -6,95 +6,34 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use runguard::status::{StatusReport, WorkflowView, report};
-use runguard_engine::attribute::Catalog;
-use runguard_engine::backend::Backend;
-use runguard_engine::backend::sim::{Scenario, SimCluster, SimOptions};
-use runguard_engine::clock::{Clock, ManualClock};
+use runguard::status::{StatusReport, WorkflowView};
+use runguard_engine::backend::sim::SimCluster;
+use runguard_engine::backend::{Backend, BackendError};
 use runguard_engine::config::Config;
-use runguard_engine::engine::{Engine, EngineOptions};
 use runguard_engine::model::{
     ActionKind, ActionState, AlertEvent, AnomalyKind, Severity, WorkflowStatus,
 };
-use runguard_engine::store::{CommandKind, Store};
+use runguard_engine::store::CommandKind;
 
-/// The engine's poll interval, in simulated seconds.
-const TICK: Duration = Duration::from_secs(5);
-/// Enough ticks for any built-in scenario (about 4 simulated hours).
-const MAX_TICKS: usize = 3000;
+use crate::support::rig::TICK;
+use crate::support::{EngineRig, Script, start_time};
 
-fn start() -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")
-        .unwrap()
-        .with_timezone(&Utc)
-}
-
-struct Harness {
-    _dir: tempfile::TempDir,
-    db_path: std::path::PathBuf,
-    clock: Arc<ManualClock>,
-    sim: Arc<SimCluster>,
-    config: Config,
-}
-
-impl Harness {
-    fn new(scenario: &str, config: Config) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let clock = Arc::new(ManualClock::new(start()));
-        let sim = SimCluster::open(
-            SimOptions {
-                dir: dir.path().join("sim"),
-                scenario: Scenario::builtin(scenario).expect("built-in scenario"),
-                seed: 42,
-                nodes: 16,
-            },
-            Arc::clone(&clock) as Arc<dyn Clock>,
-        )
-        .unwrap();
-        Self {
-            db_path: dir.path().join("runguard.sqlite"),
-            _dir: dir,
-            clock,
-            sim: Arc::new(sim),
-            config,
-        }
-    }
-
-    fn engine(&self, auto: bool) -> Engine {
-        Engine::new(
-            Store::open(&self.db_path).unwrap(),
-            Arc::clone(&self.sim) as Arc<dyn Backend>,
-            Arc::clone(&self.clock) as Arc<dyn Clock>,
-            self.config.clone(),
-            Catalog::builtin().unwrap(),
-            EngineOptions { auto },
-        )
-    }
-
-    /// Ticks until every workflow is completed (or `stop` says so), advancing the clock between ticks.
-    async fn run(&self, engine: &mut Engine, stop: impl Fn(&StatusReport) -> bool) -> StatusReport {
-        engine.reconcile().unwrap();
-        for _ in 0..MAX_TICKS {
-            engine.tick().await.unwrap();
-            let status = self.status();
-            if stop(&status) || engine.settled().unwrap() {
-                return status;
-            }
-            self.clock.advance(TICK);
-        }
-        panic!("scenario did not settle: {:#?}", self.status().workflows);
-    }
-
-    fn status(&self) -> StatusReport {
-        let store = Store::open(&self.db_path).unwrap();
-        let policy = runguard_engine::recover::Policy::from_config(&self.config.recovery, false);
-        report(&store.db(), "test", &policy, None).unwrap()
-    }
+/// The rig with `config`, and the simulated cluster playing the built-in `scenario`.
+fn play(scenario: &str, config: Config) -> (EngineRig, Arc<SimCluster>) {
+    let mut rig = EngineRig::default();
+    rig.config = config;
+    let sim = rig.sim(scenario, 42);
+    (rig, sim)
 }
 
 fn only_workflow(status: &StatusReport) -> &WorkflowView {
     assert_eq!(status.workflows.len(), 1, "{:#?}", status.workflows);
     &status.workflows[0]
+}
+
+/// Where a scenario is stopped to look at the recovery before it runs.
+fn an_action_is_proposed(status: &StatusReport) -> bool {
+    status.workflows.iter().any(|w| !w.actions.is_empty())
 }
 
 fn log_text(path: &Path) -> String {
@@ -103,9 +42,9 @@ fn log_text(path: &Path) -> String {
 
 #[tokio::test]
 async fn nccl_timeout_is_blamed_on_node_07_requeued_without_it_and_completes() {
-    let harness = Harness::new("nccl-timeout", Config::default());
-    let mut engine = harness.engine(true);
-    let status = harness.run(&mut engine, |_| false).await;
+    let (rig, sim) = play("nccl-timeout", Config::default());
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut engine, |_| false).await;
     let view = only_workflow(&status);
 
     assert_eq!(view.workflow.status, WorkflowStatus::Completed);
@@ -158,9 +97,9 @@ async fn nccl_timeout_is_blamed_on_node_07_requeued_without_it_and_completes() {
 
 #[tokio::test]
 async fn an_application_bug_is_not_requeued() {
-    let harness = Harness::new("app-bug", Config::default());
-    let mut engine = harness.engine(true);
-    let status = harness.run(&mut engine, |_| false).await;
+    let (rig, sim) = play("app-bug", Config::default());
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut engine, |_| false).await;
     let view = only_workflow(&status);
     assert_eq!(view.workflow.status, WorkflowStatus::Completed);
     assert!(!view.workflow.succeeded);
@@ -194,9 +133,9 @@ async fn an_application_bug_is_not_requeued() {
 
 #[tokio::test]
 async fn a_cuda_oom_is_not_requeued() {
-    let harness = Harness::new("cuda-oom", Config::default());
-    let mut engine = harness.engine(true);
-    let status = harness.run(&mut engine, |_| false).await;
+    let (rig, sim) = play("cuda-oom", Config::default());
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut engine, |_| false).await;
     let view = only_workflow(&status);
     assert_eq!(view.attributions[0].category, "cuda_oom");
     assert_eq!(view.attempts.len(), 1);
@@ -205,9 +144,9 @@ async fn a_cuda_oom_is_not_requeued() {
 
 #[tokio::test]
 async fn a_crash_loop_is_stopped_after_three_attempts_without_a_checkpoint() {
-    let harness = Harness::new("crash-loop", Config::default());
-    let mut engine = harness.engine(true);
-    let status = harness.run(&mut engine, |_| false).await;
+    let (rig, sim) = play("crash-loop", Config::default());
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut engine, |_| false).await;
     let view = only_workflow(&status);
     assert_eq!(view.workflow.status, WorkflowStatus::Completed);
     assert!(!view.workflow.succeeded);
@@ -230,17 +169,17 @@ async fn a_crash_loop_is_stopped_after_three_attempts_without_a_checkpoint() {
 async fn the_crash_loop_threshold_comes_from_the_config() {
     let mut config = Config::default();
     config.recovery.crash_loop_threshold = 2;
-    let harness = Harness::new("crash-loop", config);
-    let mut engine = harness.engine(true);
-    let status = harness.run(&mut engine, |_| false).await;
+    let (rig, sim) = play("crash-loop", config);
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut engine, |_| false).await;
     assert_eq!(only_workflow(&status).attempts.len(), 2);
 }
 
 #[tokio::test]
 async fn a_silent_job_is_detected_as_a_hang_and_requeued() {
-    let harness = Harness::new("hang", Config::default());
-    let mut engine = harness.engine(true);
-    let status = harness.run(&mut engine, |_| false).await;
+    let (rig, sim) = play("hang", Config::default());
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut engine, |_| false).await;
     let view = only_workflow(&status);
     assert_eq!(view.anomalies[0].kind, AnomalyKind::Hang);
     assert_eq!(view.attributions[0].category, "hang");
@@ -250,9 +189,9 @@ async fn a_silent_job_is_detected_as_a_hang_and_requeued() {
 
 #[tokio::test]
 async fn an_xid_79_in_the_kernel_log_names_the_culprit_node() {
-    let harness = Harness::new("xid79", Config::default());
-    let mut engine = harness.engine(true);
-    let status = harness.run(&mut engine, |_| false).await;
+    let (rig, sim) = play("xid79", Config::default());
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut engine, |_| false).await;
     let view = only_workflow(&status);
     let attribution = &view.attributions[0];
     assert_eq!(attribution.category, "xid_79");
@@ -265,9 +204,9 @@ async fn an_xid_79_in_the_kernel_log_names_the_culprit_node() {
 #[tokio::test]
 async fn healthy_and_straggling_runs_complete_without_any_action() {
     for scenario in ["healthy", "straggler"] {
-        let harness = Harness::new(scenario, Config::default());
-        let mut engine = harness.engine(true);
-        let status = harness.run(&mut engine, |_| false).await;
+        let (rig, sim) = play(scenario, Config::default());
+        let mut engine = rig.engine_over(Arc::clone(&sim), true);
+        let status = rig.run(&mut engine, |_| false).await;
         for view in &status.workflows {
             assert!(view.workflow.succeeded, "{scenario}: {:?}", view.workflow);
             assert!(view.actions.is_empty(), "{scenario}: {:?}", view.actions);
@@ -283,13 +222,9 @@ async fn healthy_and_straggling_runs_complete_without_any_action() {
 async fn an_action_outside_the_whitelist_waits_for_approval() {
     let mut config = Config::default();
     config.recovery.whitelist = vec![ActionKind::Cancel];
-    let harness = Harness::new("nccl-timeout", config);
-    let mut engine = harness.engine(true);
-    let status = harness
-        .run(&mut engine, |status| {
-            status.workflows.iter().any(|w| !w.actions.is_empty())
-        })
-        .await;
+    let (rig, sim) = play("nccl-timeout", config);
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut engine, an_action_is_proposed).await;
     let requeue = only_workflow(&status)
         .actions
         .iter()
@@ -301,22 +236,18 @@ async fn an_action_outside_the_whitelist_waits_for_approval() {
 
     // Hours pass: nothing happens without a human.
     for _ in 0..200 {
-        harness.clock.advance(TICK);
+        rig.clock.advance(TICK);
         engine.tick().await.unwrap();
     }
-    let view = harness.status();
+    let view = rig.status();
     let view = only_workflow(&view);
     assert_eq!(view.attempts.len(), 1);
     assert_eq!(view.workflow.status, WorkflowStatus::Recovering);
     assert_eq!(view.actions[0].state, ActionState::Proposed);
 
     // Another process approves through the store; the engine executes it.
-    let other = Store::open(&harness.db_path).unwrap();
-    other
-        .db()
-        .push_command(CommandKind::Approve, requeue.id, Utc::now())
-        .unwrap();
-    let status = harness.run(&mut engine, |_| false).await;
+    rig.command(CommandKind::Approve, requeue.id);
+    let status = rig.run(&mut engine, |_| false).await;
     let view = only_workflow(&status);
     assert!(view.workflow.succeeded);
     assert_eq!(view.attempts.len(), 2);
@@ -329,13 +260,9 @@ async fn a_recovery_waiting_past_the_watchdog_raises_one_critical_alert() {
     let mut config = Config::default();
     config.recovery.whitelist = vec![ActionKind::Cancel];
     config.recovery.watchdog_secs = 600;
-    let harness = Harness::new("nccl-timeout", config);
-    let mut engine = harness.engine(true);
-    let status = harness
-        .run(&mut engine, |status| {
-            status.workflows.iter().any(|w| !w.actions.is_empty())
-        })
-        .await;
+    let (rig, sim) = play("nccl-timeout", config);
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut engine, an_action_is_proposed).await;
     let failed_at = only_workflow(&status).anomalies[0].time;
     let stalled = |status: &StatusReport| {
         only_workflow(status)
@@ -345,17 +272,17 @@ async fn a_recovery_waiting_past_the_watchdog_raises_one_critical_alert() {
             .count()
     };
     // Not before the watchdog's time...
-    while harness.clock.now() < failed_at + chrono::TimeDelta::seconds(590) {
-        harness.clock.advance(TICK);
+    while rig.now() < failed_at + chrono::TimeDelta::seconds(590) {
+        rig.clock.advance(TICK);
         engine.tick().await.unwrap();
     }
-    assert_eq!(stalled(&harness.status()), 0);
+    assert_eq!(stalled(&rig.status()), 0);
     // ...then once, however long it goes on.
     for _ in 0..100 {
-        harness.clock.advance(TICK);
+        rig.clock.advance(TICK);
         engine.tick().await.unwrap();
     }
-    let status = harness.status();
+    let status = rig.status();
     assert_eq!(stalled(&status), 1);
     let alert = status
         .notifications
@@ -373,13 +300,9 @@ async fn a_recovery_waiting_past_the_watchdog_raises_one_critical_alert() {
 
 #[tokio::test]
 async fn without_auto_even_whitelisted_actions_are_only_proposed() {
-    let harness = Harness::new("nccl-timeout", Config::default());
-    let mut engine = harness.engine(false);
-    let status = harness
-        .run(&mut engine, |status| {
-            status.workflows.iter().any(|w| !w.actions.is_empty())
-        })
-        .await;
+    let (rig, sim) = play("nccl-timeout", Config::default());
+    let mut engine = rig.engine_over(Arc::clone(&sim), false);
+    let status = rig.run(&mut engine, an_action_is_proposed).await;
     let requeue = &only_workflow(&status).actions[0];
     assert!(requeue.permitted);
     assert_eq!(requeue.state, ActionState::Proposed);
@@ -387,21 +310,13 @@ async fn without_auto_even_whitelisted_actions_are_only_proposed() {
 
 #[tokio::test]
 async fn a_rejected_recovery_stops_the_workflow() {
-    let harness = Harness::new("nccl-timeout", Config::default());
-    let mut engine = harness.engine(false);
-    let status = harness
-        .run(&mut engine, |status| {
-            status.workflows.iter().any(|w| !w.actions.is_empty())
-        })
-        .await;
+    let (rig, sim) = play("nccl-timeout", Config::default());
+    let mut engine = rig.engine_over(Arc::clone(&sim), false);
+    let status = rig.run(&mut engine, an_action_is_proposed).await;
     let requeue = only_workflow(&status).actions[0].clone();
-    let other = Store::open(&harness.db_path).unwrap();
-    other
-        .db()
-        .push_command(CommandKind::Reject, requeue.id, Utc::now())
-        .unwrap();
+    rig.command(CommandKind::Reject, requeue.id);
     engine.tick().await.unwrap();
-    let status = harness.status();
+    let status = rig.status();
     let view = only_workflow(&status);
     assert_eq!(view.workflow.status, WorkflowStatus::Completed);
     assert!(
@@ -418,13 +333,9 @@ async fn a_rejected_recovery_stops_the_workflow() {
 async fn an_engine_that_died_after_requeueing_but_before_recording_it_does_not_requeue_again() {
     let mut config = Config::default();
     config.recovery.whitelist = vec![];
-    let harness = Harness::new("nccl-timeout", config);
-    let mut engine = harness.engine(true);
-    let status = harness
-        .run(&mut engine, |status| {
-            status.workflows.iter().any(|w| !w.actions.is_empty())
-        })
-        .await;
+    let (rig, sim) = play("nccl-timeout", config);
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut engine, an_action_is_proposed).await;
     let requeue = only_workflow(&status).actions[0].clone();
     let job_id = requeue.params.job_id.clone().unwrap();
     drop(engine);
@@ -432,7 +343,7 @@ async fn an_engine_that_died_after_requeueing_but_before_recording_it_does_not_r
     // What a dying engine leaves behind: the action marked executing, the requeue done on the cluster,
     // and the outcome never recorded.
     {
-        let mut store = Store::open(&harness.db_path).unwrap();
+        let mut store = rig.store();
         store
             .write(|db| {
                 let mut action = db.action(requeue.id)?.unwrap();
@@ -440,17 +351,15 @@ async fn an_engine_that_died_after_requeueing_but_before_recording_it_does_not_r
                 db.update_action(&action)
             })
             .unwrap();
-        harness
-            .sim
-            .requeue(&job_id, &requeue.params.exclude_nodes)
+        sim.requeue(&job_id, &requeue.params.exclude_nodes)
             .await
             .unwrap();
     }
 
-    let mut restarted = harness.engine(true);
-    let status = harness.run(&mut restarted, |_| false).await;
+    let mut restarted = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut restarted, |_| false).await;
     let view = only_workflow(&status);
-    let job = harness.sim.job(&job_id).await.unwrap().unwrap();
+    let job = sim.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.restart_count, 1, "requeued exactly once");
     assert_eq!(view.attempts.len(), 2);
     assert_eq!(view.workflow.requeues_used, 1);
@@ -468,30 +377,29 @@ async fn an_engine_that_died_after_requeueing_but_before_recording_it_does_not_r
 
 #[tokio::test]
 async fn a_restarted_engine_continues_from_its_offsets_without_raising_old_anomalies_again() {
-    let harness = Harness::new("nccl-timeout", Config::default());
-    let mut engine = harness.engine(true);
+    let (rig, sim) = play("nccl-timeout", Config::default());
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
     // Stop just after the failure was handled and the job requeued.
-    harness
-        .run(&mut engine, |status| {
-            status
-                .workflows
-                .iter()
-                .any(|w| w.actions.iter().any(|a| a.state == ActionState::Done))
-        })
-        .await;
+    rig.run(&mut engine, |status| {
+        status
+            .workflows
+            .iter()
+            .any(|w| w.actions.iter().any(|a| a.state == ActionState::Done))
+    })
+    .await;
     drop(engine);
-    let mut restarted = harness.engine(true);
-    let status = harness.run(&mut restarted, |_| false).await;
+    let mut restarted = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut restarted, |_| false).await;
     let view = only_workflow(&status);
     assert_eq!(view.anomalies.len(), 1);
     assert_eq!(view.attributions.len(), 1);
     assert_eq!(view.workflow.requeues_used, 1);
-    let iterations: Vec<u64> = harness
+    let iterations: Vec<u64> = rig
         .status()
         .workflows
         .iter()
         .flat_map(|_| {
-            let store = Store::open(&harness.db_path).unwrap();
+            let store = rig.store();
             store
                 .db()
                 .checkpoints(view.workflow.id)
@@ -513,22 +421,10 @@ async fn a_restarted_engine_continues_from_its_offsets_without_raising_old_anoma
 
 #[tokio::test]
 async fn a_scheduler_that_is_down_is_counted_and_waited_out_without_losing_state() {
-    let harness = Harness::new("nccl-timeout", Config::default());
-    let flaky = Arc::new(OutageBackend {
-        inner: Arc::clone(&harness.sim),
-        clock: Arc::clone(&harness.clock),
-        down: Box::new(|calls_before, _| calls_before < 40),
-        calls: std::sync::Mutex::new(Vec::new()),
-    });
-    let mut engine = Engine::new(
-        Store::open(&harness.db_path).unwrap(),
-        flaky as Arc<dyn Backend>,
-        Arc::clone(&harness.clock) as Arc<dyn Clock>,
-        Config::default(),
-        Catalog::builtin().unwrap(),
-        EngineOptions { auto: true },
-    );
-    let status = harness.run(&mut engine, |_| false).await;
+    let (rig, sim) = play("nccl-timeout", Config::default());
+    let flaky = rig.wrap(sim, Outage(|calls_before, _| calls_before < 40));
+    let mut engine = rig.engine_over(flaky, true);
+    let status = rig.run(&mut engine, |_| false).await;
     let view = only_workflow(&status);
     assert!(view.workflow.succeeded);
     assert_eq!(view.attempts.len(), 2);
@@ -544,143 +440,34 @@ async fn a_scheduler_that_is_down_is_counted_and_waited_out_without_losing_state
     );
 }
 
-/// Whether the scheduler is down for a call, from the number of calls before it and the time.
-type Down = Box<dyn Fn(usize, DateTime<Utc>) -> bool + Send + Sync>;
+/// The scheduler not answering when `down` says so, from the number of calls before it and the time.
+struct Outage<F>(F);
 
-/// The simulated scheduler, not answering when `down` says so; records when it was called.
-struct OutageBackend {
-    inner: Arc<SimCluster>,
-    clock: Arc<ManualClock>,
-    down: Down,
-    calls: std::sync::Mutex<Vec<DateTime<Utc>>>,
-}
-
-impl OutageBackend {
-    fn answer(&self) -> Result<(), runguard_engine::backend::BackendError> {
-        let now = self.clock.now();
-        let calls_before = {
-            let mut calls = self.calls.lock().unwrap();
-            calls.push(now);
-            calls.len() - 1
-        };
-        if (self.down)(calls_before, now) {
-            return Err(runguard_engine::backend::BackendError::Unavailable(
+impl<F: Fn(usize, DateTime<Utc>) -> bool + Send + Sync + 'static> Script for Outage<F> {
+    fn interrupt(&self, calls_before: usize, now: DateTime<Utc>) -> Option<BackendError> {
+        (self.0)(calls_before, now).then(|| {
+            BackendError::Unavailable(
                 "squeue: error: Unable to contact slurm controller (connect failure)".into(),
-            ));
-        }
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl Backend for OutageBackend {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn capabilities(&self) -> runguard_engine::backend::Capabilities {
-        runguard_engine::backend::Capabilities {
-            requeue: true,
-            resubmit: true,
-            drain: true,
-            ..Default::default()
-        }
-    }
-
-    async fn list_jobs(
-        &self,
-    ) -> Result<Vec<runguard_engine::backend::JobSnapshot>, runguard_engine::backend::BackendError>
-    {
-        self.answer()?;
-        self.inner.list_jobs().await
-    }
-
-    async fn job(
-        &self,
-        job_id: &str,
-    ) -> Result<Option<runguard_engine::backend::JobSnapshot>, runguard_engine::backend::BackendError>
-    {
-        self.answer()?;
-        self.inner.job(job_id).await
-    }
-
-    async fn requeue(
-        &self,
-        job_id: &str,
-        exclude: &[String],
-    ) -> Result<runguard_engine::backend::ActionOutcome, runguard_engine::backend::BackendError>
-    {
-        self.answer()?;
-        self.inner.requeue(job_id, exclude).await
-    }
-
-    async fn resubmit(
-        &self,
-        spec: &runguard_engine::model::JobSpec,
-        exclude: &[String],
-        tag: &str,
-    ) -> Result<runguard_engine::backend::ActionOutcome, runguard_engine::backend::BackendError>
-    {
-        self.answer()?;
-        self.inner.resubmit(spec, exclude, tag).await
-    }
-
-    async fn cancel(
-        &self,
-        job_id: &str,
-    ) -> Result<runguard_engine::backend::ActionOutcome, runguard_engine::backend::BackendError>
-    {
-        self.answer()?;
-        self.inner.cancel(job_id).await
-    }
-
-    async fn drain_node(
-        &self,
-        node: &str,
-        reason: &str,
-    ) -> Result<runguard_engine::backend::ActionOutcome, runguard_engine::backend::BackendError>
-    {
-        self.answer()?;
-        self.inner.drain_node(node, reason).await
-    }
-
-    fn command_for(
-        &self,
-        kind: ActionKind,
-        params: &runguard_engine::model::ActionParams,
-    ) -> String {
-        self.inner.command_for(kind, params)
-    }
-
-    fn node_log(&self, node: &str) -> Option<std::path::PathBuf> {
-        self.inner.node_log(node)
+            )
+        })
     }
 }
 
 #[tokio::test]
 async fn a_scheduler_outage_backs_off_marks_the_workflow_and_runs_no_action_until_it_answers() {
-    let harness = Harness::new("nccl-timeout", Config::default());
+    let (rig, sim) = play("nccl-timeout", Config::default());
     // Down from before the job fails (about 1290 s in) until well after.
-    let down_from = start() + chrono::TimeDelta::seconds(1000);
-    let down_until = start() + chrono::TimeDelta::seconds(2500);
-    let backend = Arc::new(OutageBackend {
-        inner: Arc::clone(&harness.sim),
-        clock: Arc::clone(&harness.clock),
-        down: Box::new(move |_, now| now >= down_from && now < down_until),
-        calls: std::sync::Mutex::new(Vec::new()),
-    });
-    let mut engine = Engine::new(
-        Store::open(&harness.db_path).unwrap(),
-        Arc::clone(&backend) as Arc<dyn Backend>,
-        Arc::clone(&harness.clock) as Arc<dyn Clock>,
-        Config::default(),
-        Catalog::builtin().unwrap(),
-        EngineOptions { auto: true },
+    let down_from = start_time() + chrono::TimeDelta::seconds(1000);
+    let down_until = start_time() + chrono::TimeDelta::seconds(2500);
+    let backend = rig.wrap(
+        sim,
+        Outage(move |_, now: DateTime<Utc>| now >= down_from && now < down_until),
     );
-    let during = harness
+    let mut engine = rig.engine_over(Arc::clone(&backend), true);
+    let during = rig
         .run(&mut engine, |status| {
-            let now = harness.clock.now();
-            now > start() + chrono::TimeDelta::seconds(2000) && now < down_until
+            let now = rig.now();
+            now > start_time() + chrono::TimeDelta::seconds(2000) && now < down_until
                 || status.workflows.iter().any(|w| w.workflow.succeeded)
         })
         .await;
@@ -700,7 +487,7 @@ async fn a_scheduler_outage_backs_off_marks_the_workflow_and_runs_no_action_unti
         view.actions
     );
 
-    let status = harness.run(&mut engine, |_| false).await;
+    let status = rig.run(&mut engine, |_| false).await;
     let view = only_workflow(&status);
     assert!(view.workflow.succeeded, "{view:#?}");
     assert_eq!(view.attempts.len(), 2);
@@ -716,7 +503,7 @@ async fn a_scheduler_outage_backs_off_marks_the_workflow_and_runs_no_action_unti
     );
     // The calls during the outage spread out: each wait at least as long as the one before, the
     // longest reaching the maximum backoff, and far fewer calls than one per poll interval.
-    let calls = backend.calls.lock().unwrap().clone();
+    let calls: Vec<DateTime<Utc>> = backend.calls().iter().map(|call| call.at).collect();
     let outage: Vec<_> = calls
         .iter()
         .filter(|t| **t >= down_from && **t < down_until)
@@ -732,14 +519,14 @@ async fn a_scheduler_outage_backs_off_marks_the_workflow_and_runs_no_action_unti
 
 #[tokio::test]
 async fn a_job_that_ends_between_two_ticks_still_has_its_last_lines_read() {
-    let harness = Harness::new("nccl-timeout", Config::default());
-    let mut engine = harness.engine(true);
+    let (rig, sim) = play("nccl-timeout", Config::default());
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
     // Ticks hours apart: each one sees a job that already ended.
     for _ in 0..6 {
         engine.tick().await.unwrap();
-        harness.clock.advance(Duration::from_secs(3 * 3600));
+        rig.clock.advance(Duration::from_secs(3 * 3600));
     }
-    let status = harness.status();
+    let status = rig.status();
     let view = only_workflow(&status);
     assert!(view.workflow.succeeded, "{:?}", view.workflow);
     assert_eq!(view.last_checkpoint_iteration, Some(600));
@@ -753,8 +540,8 @@ async fn a_job_that_ends_between_two_ticks_still_has_its_last_lines_read() {
 #[test]
 fn the_engine_loop_can_run_on_a_spawned_task() {
     fn assert_send<T: Send>(_: &T) {}
-    let harness = Harness::new("healthy", Config::default());
-    let mut engine = harness.engine(true);
+    let (rig, sim) = play("healthy", Config::default());
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
     let run = engine.run(std::future::pending::<()>(), true);
     assert_send(&run);
 }

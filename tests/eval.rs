@@ -1,8 +1,6 @@
 //! `runguard eval` over the labelled public corpus (a copy of it lives in tests/fixtures/corpus).
 
-use std::process::Command;
-
-const BIN: &str = env!("CARGO_BIN_EXE_runguard");
+use crate::support::CliSandbox;
 
 #[test]
 fn eval_scores_the_public_corpus_and_ends_with_the_tally() {
@@ -10,11 +8,7 @@ fn eval_scores_the_public_corpus_and_ends_with_the_tally() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/corpus/cases.toml"
     );
-    let output = Command::new(BIN)
-        .args(["eval", manifest])
-        .env("XDG_CONFIG_HOME", env!("CARGO_TARGET_TMPDIR"))
-        .output()
-        .unwrap();
+    let output = CliSandbox::default().run(&["eval", manifest]);
     assert!(
         output.status.success(),
         "{}",
@@ -49,11 +43,8 @@ fn explain_reports_the_attribution_and_what_runguard_would_do() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/logs/nccl_timeout_crash.log"
     );
-    let output = Command::new(BIN)
-        .args(["explain", log, "--json"])
-        .env("XDG_CONFIG_HOME", env!("CARGO_TARGET_TMPDIR"))
-        .output()
-        .unwrap();
+    let sandbox = CliSandbox::default();
+    let output = sandbox.run(&["explain", log, "--json"]);
     assert!(
         output.status.success(),
         "{}",
@@ -70,11 +61,7 @@ fn explain_reports_the_attribution_and_what_runguard_would_do() {
         "{recovery:?}"
     );
 
-    let text = Command::new(BIN)
-        .args(["explain", log])
-        .env("XDG_CONFIG_HOME", env!("CARGO_TARGET_TMPDIR"))
-        .output()
-        .unwrap();
+    let text = sandbox.run(&["explain", log]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("attribution: nccl_timeout"), "{text}");
     assert!(text.contains("runguard would:"), "{text}");
@@ -82,10 +69,7 @@ fn explain_reports_the_attribution_and_what_runguard_would_do() {
 
 #[test]
 fn explain_of_a_missing_file_is_a_clear_error() {
-    let output = Command::new(BIN)
-        .args(["explain", "/nonexistent/train.log"])
-        .output()
-        .unwrap();
+    let output = CliSandbox::default().run(&["explain", "/nonexistent/train.log"]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("does not exist"));
 }

@@ -2,15 +2,13 @@
 //! server and not at a client library: discovery, selectors, pagination, writes and patches, watches
 //! and their resumption, logs, refusals and the request record.
 
-#[path = "kube_fake/mod.rs"]
-mod kube_fake;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use kube_fake::FakeKube;
 use serde_json::{Value, json};
+
+use crate::kube_fake::FakeKube;
 
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -157,22 +155,6 @@ fn names(list: &Value) -> Vec<String> {
         .iter()
         .map(|item| item["metadata"]["name"].as_str().unwrap().to_string())
         .collect()
-}
-
-fn with_all_fixtures() -> FakeKube {
-    let kube = FakeKube::start();
-    for file in [
-        "nodes.json",
-        "pytorchjob-running.json",
-        "pytorchjob-failed-oom.json",
-        "pytorchjob-unlabeled.json",
-        "batch-job.json",
-        "rayjob.json",
-        "events.json",
-    ] {
-        kube.load_fixture(file);
-    }
-    kube
 }
 
 /// An open watch read event by event.
@@ -348,7 +330,7 @@ fn a_wrong_token_or_expired_credentials_are_unauthorized() {
 
 #[test]
 fn lists_have_the_list_kind_resource_version_and_namespace_scope() {
-    let kube = with_all_fixtures();
+    let kube = FakeKube::with_every_fixture();
     let pods = get(&kube, "/api/v1/namespaces/ml/pods").json();
     assert_eq!(pods["kind"], "PodList");
     assert_eq!(pods["apiVersion"], "v1");
@@ -436,7 +418,7 @@ fn label_selectors_support_every_operator() {
 
 #[test]
 fn field_selectors_read_the_indexed_fields() {
-    let kube = with_all_fixtures();
+    let kube = FakeKube::with_every_fixture();
     let select = |path: &str| {
         let reply = get(&kube, path);
         assert_eq!(reply.status, 200, "{path}: {}", reply.text());
@@ -675,7 +657,7 @@ fn create_get_replace_and_conflicts_behave_like_the_api_server() {
 
 #[test]
 fn patches_merge_replace_lists_and_apply_json_patch_operations() {
-    let kube = with_all_fixtures();
+    let kube = FakeKube::with_every_fixture();
     let cordoned = send_json(
         &kube,
         "PATCH",
@@ -786,7 +768,7 @@ fn patches_merge_replace_lists_and_apply_json_patch_operations() {
 
 #[test]
 fn deleting_a_workload_deletes_what_it_owns() {
-    let kube = with_all_fixtures();
+    let kube = FakeKube::with_every_fixture();
     let deleted = call_with(
         &kube,
         "DELETE",
@@ -997,7 +979,7 @@ fn a_watch_ends_at_its_timeout_with_a_bookmark() {
 
 #[test]
 fn logs_are_plain_text_with_kubelet_timestamps_tail_and_since() {
-    let kube = with_all_fixtures();
+    let kube = FakeKube::with_every_fixture();
     let pod = "llama-pretrain-master-0";
     let early = chrono::DateTime::parse_from_rfc3339("2025-06-10T09:00:00.5Z")
         .unwrap()
@@ -1105,7 +1087,7 @@ fn logs_are_plain_text_with_kubelet_timestamps_tail_and_since() {
 
 #[test]
 fn followed_logs_stream_appended_lines_until_cut() {
-    let kube = with_all_fixtures();
+    let kube = FakeKube::with_every_fixture();
     let pod = "llama-pretrain-worker-1";
     kube.append_log("ml", pod, "pytorch", "before");
     let stream = send_request(
@@ -1129,7 +1111,7 @@ fn followed_logs_stream_appended_lines_until_cut() {
 
 #[test]
 fn a_followed_log_ends_with_the_containers_run() {
-    let kube = with_all_fixtures();
+    let kube = FakeKube::with_every_fixture();
     kube.append_log(
         "ml",
         "bert-finetune-worker-0",
@@ -1191,7 +1173,7 @@ fn a_followed_log_ends_with_the_containers_run() {
 
 #[test]
 fn forbidden_verbs_get_the_rbac_message() {
-    let kube = with_all_fixtures();
+    let kube = FakeKube::with_every_fixture();
     kube.forbid("patch", "nodes");
     kube.forbid("get", "pods/log");
     kube.forbid("list", "pytorchjobs");
@@ -1243,7 +1225,7 @@ fn forbidden_verbs_get_the_rbac_message() {
 
 #[test]
 fn every_request_is_recorded_with_its_decoded_query_and_body() {
-    let kube = with_all_fixtures();
+    let kube = FakeKube::with_every_fixture();
     kube.clear_requests();
     get(
         &kube,
@@ -1286,7 +1268,7 @@ fn every_request_is_recorded_with_its_decoded_query_and_body() {
 
 #[test]
 fn tables_print_what_kubectl_shows() {
-    let kube = with_all_fixtures();
+    let kube = FakeKube::with_every_fixture();
     let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
     let table = call_with(
         &kube,
@@ -1353,7 +1335,7 @@ fn tables_print_what_kubectl_shows() {
 
 #[test]
 fn every_fixture_loads_with_its_owner_references_intact() {
-    let kube = with_all_fixtures();
+    let kube = FakeKube::with_every_fixture();
     let workloads: Vec<Value> = ["PyTorchJob", "Job", "RayJob", "RayCluster"]
         .into_iter()
         .flat_map(|kind| kube.list(kind, "ml"))

@@ -5,9 +5,6 @@
 //! Skipped with a message where kubectl is not on PATH (Debian's `kubernetes-client` provides it);
 //! RUNGUARD_REQUIRE_KUBECTL=1 turns a skip into a failure.
 
-#[path = "kube_fake/mod.rs"]
-mod kube_fake;
-
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -15,23 +12,15 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kube_fake::FakeKube;
 use serde_json::{Value, json};
+
+use crate::kube_fake::FakeKube;
+use crate::support::available;
 
 /// How long one kubectl command may take before the test gives up on it.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a streaming kubectl may take to show an expected line.
 const LINE_TIMEOUT: Duration = Duration::from_secs(20);
-
-const FIXTURES: [&str; 7] = [
-    "nodes.json",
-    "pytorchjob-running.json",
-    "pytorchjob-failed-oom.json",
-    "pytorchjob-unlabeled.json",
-    "batch-job.json",
-    "rayjob.json",
-    "events.json",
-];
 
 fn find_kubectl() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -42,12 +31,11 @@ fn find_kubectl() -> Option<PathBuf> {
 
 fn kubectl_or_skip() -> Option<PathBuf> {
     let found = find_kubectl();
-    if found.is_none() {
-        if std::env::var("RUNGUARD_REQUIRE_KUBECTL").as_deref() == Ok("1") {
-            panic!("kubectl is required here (RUNGUARD_REQUIRE_KUBECTL=1) but is not on PATH");
-        }
-        eprintln!("SKIPPED: kubectl not found on PATH (apt-get install kubernetes-client)");
-    }
+    available(
+        found.is_some(),
+        "RUNGUARD_REQUIRE_KUBECTL",
+        "kubectl not found on PATH (apt-get install kubernetes-client)",
+    );
     found
 }
 
@@ -72,10 +60,7 @@ struct Lab {
 impl Lab {
     fn start() -> Option<Lab> {
         let kubectl = kubectl_or_skip()?;
-        let kube = FakeKube::start();
-        for fixture in FIXTURES {
-            kube.load_fixture(fixture);
-        }
+        let kube = FakeKube::with_every_fixture();
         let home = tempfile::tempdir().unwrap();
         let kubeconfig = kube.kubeconfig(home.path());
         Some(Lab {
@@ -326,7 +311,7 @@ fn a_watch_prints_a_pod_applied_while_it_runs() {
     wait_for(&lab.kube, "kubectl to open its watch", |kube| {
         kube.open_watches() == 1
     });
-    let mut new_pod = kube_fake::fixture("pytorchjob-running.json")
+    let mut new_pod = crate::kube_fake::fixture("pytorchjob-running.json")
         .into_iter()
         .find(|object| object["metadata"]["name"] == "llama-pretrain-worker-1")
         .unwrap();

@@ -5,31 +5,28 @@
 //! `RUNGUARD_KUBECONFIG=path/to/kubeconfig` points the last test at a real cluster, which the backend
 //! then reads (and never writes); the scenarios need the stand-in, whose objects they shape.
 
-#[path = "kube_fake/mod.rs"]
-mod kube_fake;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube_fake::{FakeKube, RecordedRequest};
-use runguard::status::{StatusReport, WorkflowView, report};
-use runguard_engine::attribute::Catalog;
+use runguard::status::{StatusReport, WorkflowView};
 use runguard_engine::backend::Backend;
 use runguard_engine::backend::kube::KubeBackend;
-use runguard_engine::clock::{Clock, RealClock};
 use runguard_engine::config::{BackendKind, Config};
-use runguard_engine::engine::{Engine, EngineOptions};
+use runguard_engine::engine::Engine;
 use runguard_engine::model::{ActionKind, ActionState, AnomalyKind, SpecChange, WorkflowStatus};
-use runguard_engine::store::{CommandKind, Store};
+use runguard_engine::store::CommandKind;
 use serde_json::{Value, json};
+
+use crate::kube_fake::{FakeKube, RecordedRequest};
+use crate::support::EngineRig;
 
 /// Real-time bound for anything to happen; never a measure of speed.
 const DEADLINE: Duration = Duration::from_secs(60);
 
 struct Cluster {
     kube: FakeKube,
-    dir: tempfile::TempDir,
-    config: Config,
+    /// The store, the config and the status; the engine runs on the real clock.
+    rig: EngineRig,
     backend: Arc<KubeBackend>,
     engine: Engine,
 }
@@ -58,39 +55,31 @@ impl Cluster {
         if healthy_nodes {
             heal_nodes(&kube);
         }
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = Config::default();
+        let mut rig = EngineRig::default();
+        let kubeconfig = kube.kubeconfig(rig.path());
+        let data_dir = rig.path().join("kube");
+        let config = &mut rig.config;
         config.backend.kind = BackendKind::Kubernetes;
-        config.kubernetes.kubeconfig = Some(kube.kubeconfig(dir.path()));
-        config.kubernetes.data_dir = Some(dir.path().join("kube"));
+        config.kubernetes.kubeconfig = Some(kubeconfig);
+        config.kubernetes.data_dir = Some(data_dir);
         config.kubernetes.sync_timeout_secs = 10;
-        adjust(&mut config);
+        adjust(config);
         let backend = Arc::new(
-            KubeBackend::connect(&config.kubernetes, dir.path().join("kube"))
+            KubeBackend::connect(&rig.config.kubernetes, rig.path().join("kube"))
                 .await
                 .unwrap(),
         );
-        let engine = Engine::new(
-            Store::open(&dir.path().join("runguard.sqlite")).unwrap(),
-            Arc::clone(&backend) as Arc<dyn Backend>,
-            Arc::new(RealClock) as Arc<dyn Clock>,
-            config.clone(),
-            Catalog::builtin().unwrap(),
-            EngineOptions { auto: true },
-        );
+        let engine = rig.engine_in_real_time(Arc::clone(&backend));
         Self {
             kube,
-            dir,
-            config,
+            rig,
             backend,
             engine,
         }
     }
 
     fn status(&self) -> StatusReport {
-        let store = Store::open(&self.dir.path().join("runguard.sqlite")).unwrap();
-        let policy = runguard_engine::recover::Policy::from_config(&self.config.recovery, false);
-        report(&store.db(), "test", &policy, None).unwrap()
+        self.rig.status()
     }
 
     /// Ticks the engine until `done` holds.
@@ -111,11 +100,7 @@ impl Cluster {
     }
 
     fn approve(&self, action_id: i64) {
-        Store::open(&self.dir.path().join("runguard.sqlite"))
-            .unwrap()
-            .db()
-            .push_command(CommandKind::Approve, action_id, chrono::Utc::now())
-            .unwrap();
+        self.rig.command(CommandKind::Approve, action_id);
     }
 
     /// The requests that changed something (anything but GET), in order.
@@ -677,7 +662,7 @@ async fn expired_credentials_move_the_workflows_to_credential_error_until_they_w
 }
 
 /// The same backend against a real cluster: `RUNGUARD_KUBECONFIG=~/.kube/config cargo test --test
-/// kubernetes real_cluster -- --nocapture` (optionally `RUNGUARD_KUBE_CONTEXT`, and
+/// integration real_cluster -- --nocapture` (optionally `RUNGUARD_KUBE_CONTEXT`, and
 /// `RUNGUARD_KUBE_NAMESPACE` to read one namespace). It only reads: the scenarios above shape the
 /// cluster, which a real one is not for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

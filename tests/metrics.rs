@@ -1,21 +1,14 @@
 //! The Prometheus endpoint of the headless engine, scraped over real HTTP after a simulated recovery.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_runguard");
-const DEADLINE: Duration = Duration::from_secs(120);
+use crate::support::{CliSandbox, free_port, terminate};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .unwrap()
-}
+const DEADLINE: Duration = Duration::from_secs(120);
 
 /// One HTTP/1.1 GET; the status line and the body.
 fn get(port: u16, path: &str) -> Option<(String, String)> {
@@ -44,36 +37,14 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
 
 #[test]
 fn the_metrics_endpoint_counts_the_recovery_of_a_simulated_failure() {
-    let dir = tempfile::tempdir().unwrap();
+    let sandbox = CliSandbox::default();
     let port = free_port();
-    std::fs::write(
-        dir.path().join("config.toml"),
-        format!(
-            "[sim]\nscenario = \"nccl-timeout\"\nspeed = 1500.0\ndir = \"{}\"\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n\
-             [[alerts.channels]]\nname = \"log\"\nkind = \"command\"\nargv = [\"true\"]\n",
-            dir.path().join("sim").display()
-        ),
-    )
-    .unwrap();
-    let command = |args: &[&str]| {
-        let mut command = Command::new(BIN);
-        command
-            .arg("--config")
-            .arg(dir.path().join("config.toml"))
-            .arg("--db")
-            .arg(dir.path().join("runguard.sqlite"))
-            .args(args)
-            .env("XDG_CONFIG_HOME", dir.path().join("xdg-config"))
-            .env("XDG_DATA_HOME", dir.path().join("xdg-data"))
-            .env_remove("RUNGUARD_CONFIG")
-            .env_remove("RUNGUARD_DB");
-        command
-    };
-    let mut engine = command(&["run", "--auto"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    sandbox.write_config(&format!(
+        "{}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n\
+         [[alerts.channels]]\nname = \"log\"\nkind = \"command\"\nargv = [\"true\"]\n",
+        sandbox.sim_section("nccl-timeout", Some(1500))
+    ));
+    let mut engine = sandbox.spawn_quiet(&["run", "--auto"]);
     let start = Instant::now();
     let mut metrics = String::new();
     // Until the recovery is over and its alerts are out.
@@ -94,10 +65,7 @@ fn the_metrics_endpoint_counts_the_recovery_of_a_simulated_failure() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let not_found = get(port, "/elsewhere");
-    let _ = Command::new("kill")
-        .args(["-TERM", &engine.id().to_string()])
-        .status();
-    let _ = engine.wait();
+    terminate(&mut engine);
 
     assert_eq!(
         sample(&metrics, "runguard_workflows{status=\"completed\"}"),
@@ -158,7 +126,7 @@ fn the_metrics_endpoint_counts_the_recovery_of_a_simulated_failure() {
     assert!(not_found.is_some_and(|(status, _)| status.contains("404")));
 
     // The same numbers as `status` tells.
-    let output = command(&["status", "--json"]).output().unwrap();
+    let output = sandbox.run(&["status", "--json"]);
     let status: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(status["workflows"][0]["requeues_used"], 1);
 }

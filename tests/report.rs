@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -14,7 +14,7 @@ use runguard_engine::model::{
 };
 use runguard_engine::store::Store;
 
-const BIN: &str = env!("CARGO_BIN_EXE_runguard");
+use crate::support::{CliSandbox, json_lines, stderr, stdout};
 
 /// The label every narrative carries.
 const LABEL: &str = "Narrative (written by a language model from the evidence above; runguard did not use it for any decision)";
@@ -26,58 +26,24 @@ const KEY_VARIABLE: &str = "RG_TEST_NARRATIVE_KEY";
 /// The WANDB_API_KEY value planted in the fixture's evidence.
 const WANDB_KEY: &str = "3f9c2a7e51d04b8c9e6fa1b2c3d4e5f6";
 
-struct Sandbox {
-    dir: tempfile::TempDir,
+/// A sandbox under `config` whose commands can reach the stand-in endpoint.
+fn report_sandbox(config: &str) -> CliSandbox {
+    CliSandbox::new(config)
+        .env(KEY_VARIABLE, API_KEY)
+        // The stand-in endpoint is on the loopback: no proxy may carry the requests.
+        .env_remove("http_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("ALL_PROXY")
 }
 
-impl Sandbox {
-    fn new(config: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("config.toml"), config).unwrap();
-        Self { dir }
-    }
-
-    fn db(&self) -> PathBuf {
-        self.dir.path().join("runguard.sqlite")
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .arg("--config")
-            .arg(self.dir.path().join("config.toml"))
-            .arg("--db")
-            .arg(self.db())
-            .args(args)
-            .env("XDG_CONFIG_HOME", self.dir.path().join("xdg-config"))
-            .env("XDG_DATA_HOME", self.dir.path().join("xdg-data"))
-            .env(KEY_VARIABLE, API_KEY)
-            .env_remove("RUNGUARD_CONFIG")
-            .env_remove("RUNGUARD_DB")
-            // The stand-in endpoint is on the loopback: no proxy may carry the requests.
-            .env_remove("http_proxy")
-            .env_remove("HTTP_PROXY")
-            .env_remove("all_proxy")
-            .env_remove("ALL_PROXY")
-            .output()
-            .unwrap()
-    }
-
-    /// `runguard report ARGS`, which must succeed; its stdout.
-    fn report(&self, args: &[&str]) -> String {
-        let mut all = vec!["report"];
-        all.extend_from_slice(args);
-        let output = self.run(&all);
-        assert!(output.status.success(), "{}", stderr(&output));
-        stdout(&output)
-    }
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
+/// `runguard report ARGS`, which must succeed; its stdout.
+fn report(sandbox: &CliSandbox, args: &[&str]) -> String {
+    let mut all = vec!["report"];
+    all.extend_from_slice(args);
+    let output = sandbox.run(&all);
+    assert!(output.status.success(), "{}", stderr(&output));
+    stdout(&output)
 }
 
 fn assert_contains(text: &str, expected: &[&str]) {
@@ -99,8 +65,8 @@ struct Recorded {
 }
 
 /// A store holding `tests/fixtures/report/nccl_timeout_recovered.json`, under `config`.
-fn recorded_sandbox(config: &str) -> Sandbox {
-    let sandbox = Sandbox::new(config);
+fn recorded_sandbox(config: &str) -> CliSandbox {
+    let sandbox = report_sandbox(config);
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/report/nccl_timeout_recovered.json");
     let recorded: Recorded = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
@@ -179,11 +145,7 @@ impl ChatServer {
 
     /// Every request received so far.
     fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.record)
-            .unwrap_or_default()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect()
+        json_lines(&self.record)
     }
 }
 
@@ -207,13 +169,14 @@ fn assert_no_secret(text: &str) {
     assert!(!text.contains(API_KEY), "{text}");
 }
 
+#[cfg(feature = "sim")]
 #[test]
 fn a_recovered_run_is_reported_in_text_markdown_and_json() {
-    let sandbox = Sandbox::new("");
+    let sandbox = report_sandbox("");
     let demo = sandbox.run(&["demo", "--speed", "1500"]);
     assert!(demo.status.success(), "{}", stderr(&demo));
 
-    let text = sandbox.report(&["1"]);
+    let text = report(&sandbox, &["1"]);
     assert_contains(
         &text,
         &[
@@ -242,11 +205,11 @@ fn a_recovered_run_is_reported_in_text_markdown_and_json() {
     );
     // The job id names the same workflow.
     assert_contains(
-        &sandbox.report(&["4201"]),
+        &report(&sandbox, &["4201"]),
         &["Recovery report: workflow 1 llama3-8b-pretrain (sim)"],
     );
 
-    let markdown = sandbox.report(&["1", "--markdown"]);
+    let markdown = report(&sandbox, &["1", "--markdown"]);
     assert_contains(
         &markdown,
         &[
@@ -266,7 +229,7 @@ fn a_recovered_run_is_reported_in_text_markdown_and_json() {
         ],
     );
 
-    let json: Value = serde_json::from_str(&sandbox.report(&["1", "--json"])).unwrap();
+    let json: Value = serde_json::from_str(&report(&sandbox, &["1", "--json"])).unwrap();
     assert_eq!(json["workflow"]["name"], "llama3-8b-pretrain");
     assert_eq!(json["workflow"]["job_ids"], serde_json::json!(["4201"]));
     let failure = &json["failures"][0];
@@ -324,7 +287,7 @@ fn an_unknown_id_is_a_clear_error() {
         &stderr(&output),
         &["no workflow or job \"77\"", "runguard status"],
     );
-    let empty = Sandbox::new("");
+    let empty = report_sandbox("");
     let output = empty.run(&["report", "1"]);
     assert!(!output.status.success());
     assert_contains(&stderr(&output), &["no store"]);
@@ -336,7 +299,7 @@ fn an_answering_endpoint_adds_a_labelled_narrative_written_from_redacted_evidenc
     let server = ChatServer::start("ok", dir.path());
     let sandbox = recorded_sandbox(&server.config(10));
 
-    let text = sandbox.report(&["1"]);
+    let text = report(&sandbox, &["1"]);
     assert_contains(&text, &RULE_BASED);
     assert_contains(
         &text,
@@ -377,7 +340,7 @@ fn an_answering_endpoint_adds_a_labelled_narrative_written_from_redacted_evidenc
     assert!(bundle.len() <= 16384, "{}", bundle.len());
 
     // The narrative is kept: the other formats show it without asking again.
-    let markdown = sandbox.report(&["1", "--markdown"]);
+    let markdown = report(&sandbox, &["1", "--markdown"]);
     assert_contains(
         &markdown,
         &[
@@ -386,7 +349,7 @@ fn an_answering_endpoint_adds_a_labelled_narrative_written_from_redacted_evidenc
         ],
     );
     assert_no_secret(&markdown);
-    let json_text = sandbox.report(&["1", "--json"]);
+    let json_text = report(&sandbox, &["1", "--json"]);
     assert_no_secret(&json_text);
     let json: Value = serde_json::from_str(&json_text).unwrap();
     let narrative = &json["failures"][0]["narrative"];
@@ -408,7 +371,7 @@ fn a_slow_endpoint_is_given_up_on_and_the_rule_based_report_is_printed() {
     // The server answers after 30 s; the report waits 1 s.
     let server = ChatServer::start("slow", dir.path());
     let sandbox = recorded_sandbox(&server.config(1));
-    let text = sandbox.report(&["1"]);
+    let text = report(&sandbox, &["1"]);
     assert_contains(&text, &RULE_BASED);
     // The client's own timeout ended the wait, not the server's answer.
     assert_contains(&text, &["  narrative unavailable: no answer within 1 s\n"]);
@@ -424,11 +387,11 @@ fn unusable(mode: &str) -> (String, Value) {
     let dir = tempfile::tempdir().unwrap();
     let server = ChatServer::start(mode, dir.path());
     let sandbox = recorded_sandbox(&server.config(10));
-    let text = sandbox.report(&["1"]);
+    let text = report(&sandbox, &["1"]);
     assert_contains(&text, &RULE_BASED);
     assert!(!text.contains(LABEL), "{text}");
     assert_no_secret(&text);
-    let json: Value = serde_json::from_str(&sandbox.report(&["1", "--json"])).unwrap();
+    let json: Value = serde_json::from_str(&report(&sandbox, &["1", "--json"])).unwrap();
     // Each report asked once: an unusable answer is not kept.
     assert_eq!(server.requests().len(), 2);
     (text, json["failures"][0]["narrative"].clone())

@@ -5,90 +5,19 @@
 //! RUNGUARD_REQUIRE_SLURM=1 so that a skip fails there instead.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_runguard");
-const CLUSTER_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
-const TRAIN_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/train.sh");
-/// Runs a command as user nobody: a researcher without operator rights.
-const AS_NOBODY: [&str; 4] = [
-    "setpriv",
-    "--reuid=nobody",
-    "--regid=nogroup",
-    "--clear-groups",
-];
-
-/// One cluster at a time: jobs and nodes are heavy enough for a 2-core machine.
-static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use crate::support::CliSandbox;
+use crate::support::slurm::{
+    AS_NOBODY, Cluster, TRAIN_SH, completed_workflow, one_at_a_time, status,
+};
 
 fn slurm_available() -> bool {
-    let found = Command::new("sh")
-        .args([
-            "-c",
-            "command -v slurmctld && command -v slurmd && command -v sbatch && command -v setpriv",
-        ])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !found {
-        if std::env::var("RUNGUARD_REQUIRE_SLURM").as_deref() == Ok("1") {
-            panic!("Slurm is required here (RUNGUARD_REQUIRE_SLURM=1) but not installed");
-        }
-        eprintln!(
-            "SKIPPED: Slurm is not installed (apt-get install slurmctld slurmd slurm-client)"
-        );
-    }
-    found
-}
-
-/// A running Slurm, stopped when dropped.
-struct Cluster {
-    dir: PathBuf,
-    conf: PathBuf,
-}
-
-impl Cluster {
-    fn start(dir: &Path) -> Self {
-        Self::start_with(dir, 30)
-    }
-
-    /// A cluster that marks a node down after `slurmd_timeout` seconds without an answer.
-    fn start_with(dir: &Path, slurmd_timeout: u32) -> Self {
-        let output = Command::new("bash")
-            .args([CLUSTER_SH, "start"])
-            .arg(dir)
-            .env("RUNGUARD_SLURMD_TIMEOUT", slurmd_timeout.to_string())
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "slurm did not start: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Self {
-            dir: dir.to_path_buf(),
-            conf: dir.join("slurm.conf"),
-        }
-    }
-
-    fn command(&self, program: &str) -> Command {
-        let mut command = Command::new(program);
-        command.env("SLURM_CONF", &self.conf);
-        command
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .args([CLUSTER_SH, "stop"])
-            .arg(&self.dir)
-            .status();
-    }
+    crate::support::slurm::available(&[])
 }
 
 /// A batch script running train.sh on `nodes` nodes, enrolled with `max_requeue_times`, with the
@@ -140,51 +69,32 @@ struct Finished {
     checkpoints: Vec<String>,
 }
 
-fn status(sandbox: &Path, conf: &Path) -> Option<Value> {
-    let output = Command::new(BIN)
-        .arg("--config")
-        .arg(sandbox.join("config.toml"))
-        .arg("--db")
-        .arg(sandbox.join("runguard.sqlite"))
-        .args(["status", "--json"])
-        .env("SLURM_CONF", conf)
-        .output()
-        .ok()?;
-    serde_json::from_slice(&output.stdout).ok()
-}
-
 /// Runs the headless engine against a fresh cluster with the case's job submitted, until the workflow
 /// completes.
 fn run_case(case: Case<'_>) -> Finished {
-    let _one_at_a_time = CLUSTER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one_at_a_time = one_at_a_time();
     // World-searchable and (for nobody's runs) world-writable: the job and the engine write here.
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let sandbox = CliSandbox::default();
+    std::fs::set_permissions(sandbox.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let cluster = Cluster::start_with(
-        &dir.path().join("slurm"),
+        &sandbox.path().join("slurm"),
         if case.node_dies.is_some() { 10 } else { 30 },
     );
-    std::fs::create_dir(dir.path().join("ckpt")).unwrap();
+    std::fs::create_dir(sandbox.path().join("ckpt")).unwrap();
     std::fs::set_permissions(
-        dir.path().join("ckpt"),
+        sandbox.path().join("ckpt"),
         std::fs::Permissions::from_mode(0o777),
     )
     .unwrap();
-    std::fs::write(
-        dir.path().join("config.toml"),
-        format!(
-            "[engine]\npoll_interval_secs = 0.5\n{}\n\n[backend]\nkind = \"slurm\"\n\n[recovery]\nwhitelist = {}\n{}\n",
-            case.engine, case.whitelist, case.config
-        ),
-    )
-    .unwrap();
-    let script = dir.path().join("train.sbatch");
+    sandbox.write_config(&format!(
+        "[engine]\npoll_interval_secs = 0.5\n{}\n\n[backend]\nkind = \"slurm\"\n\n[recovery]\nwhitelist = {}\n{}\n",
+        case.engine, case.whitelist, case.config
+    ));
+    let script = sandbox.path().join("train.sbatch");
     std::fs::write(
         &script,
         case.script
-            .replace("LOGDIR", &dir.path().display().to_string()),
+            .replace("LOGDIR", &sandbox.path().display().to_string()),
     )
     .unwrap();
     let as_user = |program: &str| {
@@ -195,19 +105,17 @@ fn run_case(case: Case<'_>) -> Finished {
         } else {
             cluster.command(program)
         };
-        command.current_dir(dir.path());
+        command.current_dir(sandbox.path());
         command
     };
-    let mut engine: Child = as_user(BIN)
-        .arg("--config")
-        .arg(dir.path().join("config.toml"))
-        .arg("--db")
-        .arg(dir.path().join("runguard.sqlite"))
+    let launcher: &[&str] = if case.as_nobody { &AS_NOBODY } else { &[] };
+    let mut engine: Child = sandbox
+        .command_via(launcher)
+        .current_dir(sandbox.path())
+        .env("SLURM_CONF", &cluster.conf)
         .args(["run", "--auto"])
-        .env("XDG_CONFIG_HOME", dir.path().join("xdg"))
-        .env("XDG_DATA_HOME", dir.path().join("xdg"))
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("engine.err")).unwrap())
+        .stderr(std::fs::File::create(sandbox.path().join("engine.err")).unwrap())
         .spawn()
         .unwrap();
     let submitted = as_user("sbatch")
@@ -227,7 +135,7 @@ fn run_case(case: Case<'_>) -> Finished {
     while start.elapsed() < Duration::from_secs(150) {
         if let Some(node) = case.node_dies
             && !node_stopped
-            && dir.path().join("ckpt/iter_0000010").exists()
+            && sandbox.path().join("ckpt/iter_0000010").exists()
         {
             // The node's slurmd and the job's rank on it freeze, as on a node that hangs.
             let slurmd = std::fs::read_to_string(cluster.dir.join(format!("slurmd-{node}.pid")))
@@ -244,7 +152,7 @@ fn run_case(case: Case<'_>) -> Finished {
             }
             node_stopped = true;
         }
-        if let Some(status) = status(dir.path(), &cluster.conf)
+        if let Some(status) = status(&sandbox, &cluster)
             && status["workflows"][0]["status"] == "completed"
         {
             last = Some(status);
@@ -259,8 +167,8 @@ fn run_case(case: Case<'_>) -> Finished {
             .args(["-KILL", &pid.to_string()])
             .status();
     }
-    let logs = job_logs(dir.path());
-    let mut checkpoints: Vec<String> = std::fs::read_dir(dir.path().join("ckpt"))
+    let logs = job_logs(sandbox.path());
+    let mut checkpoints: Vec<String> = std::fs::read_dir(sandbox.path().join("ckpt"))
         .unwrap()
         .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|name| name.starts_with("iter_"))
@@ -269,9 +177,9 @@ fn run_case(case: Case<'_>) -> Finished {
     let status = last.unwrap_or_else(|| {
         panic!(
             "did not complete: {:#?}\n{}\nengine: {}",
-            status(dir.path(), &cluster.conf),
+            status(&sandbox, &cluster),
             logs,
-            std::fs::read_to_string(dir.path().join("engine.err")).unwrap_or_default()
+            std::fs::read_to_string(sandbox.path().join("engine.err")).unwrap_or_default()
         )
     });
     Finished {
@@ -586,25 +494,14 @@ fn a_job_named_with_runguard_watch_is_recovered_without_an_enrolment_comment() {
     if !slurm_available() {
         return;
     }
-    let _one_at_a_time = CLUSTER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = Cluster::start(&dir.path().join("slurm"));
-    std::fs::create_dir(dir.path().join("ckpt")).unwrap();
-    std::fs::write(
-        dir.path().join("config.toml"),
-        "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n",
-    )
-    .unwrap();
+    let _one_at_a_time = one_at_a_time();
+    let sandbox =
+        CliSandbox::new("[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n");
+    let cluster = Cluster::start(&sandbox.path().join("slurm"));
+    std::fs::create_dir(sandbox.path().join("ckpt")).unwrap();
     let runguard = |args: &[&str]| {
-        let mut command = cluster.command(BIN);
-        command
-            .arg("--config")
-            .arg(dir.path().join("config.toml"))
-            .arg("--db")
-            .arg(dir.path().join("runguard.sqlite"))
-            .args(args);
+        let mut command = sandbox.command();
+        command.args(args).env("SLURM_CONF", &cluster.conf);
         command
     };
     let mut engine = runguard(&["run", "--auto"])
@@ -618,19 +515,19 @@ fn a_job_named_with_runguard_watch_is_recovered_without_an_enrolment_comment() {
         .filter(|line| !line.contains("--comment"))
         .collect::<Vec<_>>()
         .join("\n")
-        .replace("LOGDIR", &dir.path().display().to_string());
-    std::fs::write(dir.path().join("train.sbatch"), script).unwrap();
+        .replace("LOGDIR", &sandbox.path().display().to_string());
+    std::fs::write(sandbox.path().join("train.sbatch"), script).unwrap();
     let submitted = cluster
         .command("sbatch")
         .args(["--parsable", "--hold", "-J", "unenrolled"])
-        .arg(dir.path().join("train.sbatch"))
+        .arg(sandbox.path().join("train.sbatch"))
         .output()
         .unwrap();
     let job_id = String::from_utf8_lossy(&submitted.stdout)
         .trim()
         .to_string();
     std::thread::sleep(Duration::from_secs(2));
-    let before = status(dir.path(), &cluster.conf).unwrap_or_default();
+    let before = status(&sandbox, &cluster).unwrap_or_default();
     assert!(
         before["workflows"]
             .as_array()
@@ -648,17 +545,7 @@ fn a_job_named_with_runguard_watch_is_recovered_without_an_enrolment_comment() {
         .args(["release", &job_id])
         .status()
         .unwrap();
-    let start = Instant::now();
-    let mut workflow = Value::Null;
-    while start.elapsed() < Duration::from_secs(90) {
-        if let Some(status) = status(dir.path(), &cluster.conf) {
-            workflow = status["workflows"][0].clone();
-            if workflow["status"] == "completed" {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let workflow = completed_workflow(&sandbox, &cluster, Duration::from_secs(90));
     let _ = engine.kill();
     let _ = engine.wait();
     assert_eq!(workflow["succeeded"], true, "{workflow:#}");
@@ -677,9 +564,7 @@ fn an_ended_job_s_attempts_are_read_from_the_controller_s_jobcomp_file() {
     use runguard_engine::backend::slurm::cli::{Listing, SlurmCli};
     use runguard_engine::model::JobState;
 
-    let _one_at_a_time = CLUSTER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one_at_a_time = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let cluster = Cluster::start(&dir.path().join("slurm"));
     let submitted = cluster

@@ -9,7 +9,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use runguard_engine::backend::slurm::comment::Enrolment;
@@ -20,40 +20,11 @@ use runguard_engine::backend::slurm::squeue::{self, SlurmJob};
 use runguard_engine::backend::{BackendError, JobSnapshot};
 use runguard_engine::model::JobState;
 
-/// One cluster at a time: four slurmd, a controller and slurmrestd are a lot for a 2-core machine.
-static CLUSTER: Mutex<()> = Mutex::new(());
-
-const CLUSTER_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
-const RESTD_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/restd.sh");
-const AS_NOBODY: [&str; 4] = [
-    "setpriv",
-    "--reuid=nobody",
-    "--regid=nogroup",
-    "--clear-groups",
-];
+use crate::support::CliSandbox;
+use crate::support::slurm::{AS_NOBODY, Cluster, RESTD_SH, completed_workflow, one_at_a_time};
 
 fn slurmrestd_available() -> bool {
-    let missing: Vec<&str> = ["slurmctld", "slurmd", "sbatch", "slurmrestd", "setpriv"]
-        .into_iter()
-        .filter(|program| {
-            !Command::new("sh")
-                .args(["-c", &format!("command -v {program}")])
-                .output()
-                .is_ok_and(|output| output.status.success())
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    if std::env::var("RUNGUARD_REQUIRE_SLURM").as_deref() == Ok("1") {
-        panic!(
-            "Slurm and slurmrestd are required here (RUNGUARD_REQUIRE_SLURM=1) but {missing:?} are missing"
-        );
-    }
-    eprintln!(
-        "SKIPPED: {missing:?} not installed (apt-get install slurmctld slurmd slurm-client slurmrestd)"
-    );
-    false
+    crate::support::slurm::available(&["slurmrestd"])
 }
 
 /// How the test's slurmrestd listens.
@@ -66,49 +37,42 @@ enum Listen {
 
 /// A running Slurm with slurmrestd in front of it, both stopped when dropped.
 struct Lab {
-    /// Holds the cluster's files; world-searchable so that nobody reaches slurm.conf and the socket.
-    root: tempfile::TempDir,
-    dir: PathBuf,
+    cluster: Cluster,
     /// Where nobody's jobs run and write their logs.
     jobs: PathBuf,
     runtime: tokio::runtime::Runtime,
+    /// Holds the cluster's files; world-searchable so that nobody reaches slurm.conf and the socket.
+    _root: tempfile::TempDir,
     _one_at_a_time: MutexGuard<'static, ()>,
 }
 
 impl Lab {
     fn start(listen: Listen) -> Self {
-        let guard = CLUSTER
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let guard = one_at_a_time();
         let root = tempfile::Builder::new()
             .permissions(std::fs::Permissions::from_mode(0o755))
             .tempdir()
             .unwrap();
-        let dir = root.path().join("slurm");
         let jobs = root.path().join("jobs");
         std::fs::create_dir(&jobs).unwrap();
         std::fs::set_permissions(&jobs, std::fs::Permissions::from_mode(0o777)).unwrap();
         let lab = Self {
-            dir,
+            cluster: Cluster::start(&root.path().join("slurm")),
             jobs,
             runtime: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap(),
-            root,
+            _root: root,
             _one_at_a_time: guard,
         };
-        run(Command::new("bash")
-            .arg(CLUSTER_SH)
-            .arg("start")
-            .arg(&lab.dir));
         lab.start_restd(&listen);
         lab
     }
 
     fn start_restd(&self, listen: &Listen) {
         let mut command = Command::new("bash");
-        command.arg(RESTD_SH).arg("start").arg(&self.dir);
+        command.arg(RESTD_SH).arg("start").arg(&self.cluster.dir);
         if let Listen::Tcp(port) = listen {
             command.arg("--tcp").arg(port.to_string());
         }
@@ -119,11 +83,11 @@ impl Lab {
         run(Command::new("bash")
             .arg(RESTD_SH)
             .arg("stop")
-            .arg(&self.dir));
+            .arg(&self.cluster.dir));
     }
 
     fn socket(&self) -> PathBuf {
-        self.dir.join("rest/rest.sock")
+        self.cluster.dir.join("rest/rest.sock")
     }
 
     fn unix_client(&self) -> SlurmRest {
@@ -136,9 +100,7 @@ impl Lab {
 
     /// A Slurm client command with this cluster's configuration.
     fn slurm(&self, program: &str) -> Command {
-        let mut command = Command::new(program);
-        command.env("SLURM_CONF", self.dir.join("slurm.conf"));
-        command
+        self.cluster.command(program)
     }
 
     /// `sbatch --parsable ARGS` as nobody, in the jobs directory; the new job id.
@@ -191,16 +153,12 @@ impl Lab {
 }
 
 impl Drop for Lab {
+    /// slurmrestd first; the cluster stops when its field is dropped.
     fn drop(&mut self) {
         let _ = Command::new("bash")
             .arg(RESTD_SH)
             .arg("stop")
-            .arg(&self.dir)
-            .status();
-        let _ = Command::new("bash")
-            .arg(CLUSTER_SH)
-            .arg("stop")
-            .arg(&self.dir)
+            .arg(&self.cluster.dir)
             .status();
     }
 }
@@ -433,7 +391,7 @@ fn a_stopped_slurmrestd_and_a_lost_controller_are_unavailable() {
     let job_id = lab
         .block(rest.submit("#!/bin/bash\nsleep 30\n", &lab.submit_options("orphan")))
         .unwrap();
-    let controller = std::fs::read_to_string(lab.dir.join("slurmctld.pid")).unwrap();
+    let controller = std::fs::read_to_string(lab.cluster.dir.join("slurmctld.pid")).unwrap();
     run(Command::new("kill").arg(controller.trim()));
     std::thread::sleep(Duration::from_millis(500));
     // slurmrestd still answers (after ~18 s of its own retries), but says it cannot find even a job
@@ -450,10 +408,7 @@ fn over_tcp_slurmrestd_turns_away_requests_without_the_jwt_headers() {
     if !slurmrestd_available() {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let lab = Lab::start(Listen::Tcp(port));
     let url = format!("http://127.0.0.1:{port}");
 
@@ -496,29 +451,14 @@ fn the_engine_over_slurmrestd_requeues_a_failed_job_without_its_culprit_node() {
         return;
     }
     let lab = Lab::start(Listen::Unix);
-    let state = lab.root.path().join("runguard");
-    std::fs::create_dir(&state).unwrap();
-    let config = state.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n\n[slurm]\napi = \"rest\"\nrest_endpoint = \"unix:{}\"\n\n[recovery]\nwhitelist = [\"requeue\", \"cancel\"]\n",
-            lab.socket().display()
-        ),
-    )
-    .unwrap();
-    let runguard = |args: &[&str]| {
-        let mut command = lab.slurm(env!("CARGO_BIN_EXE_runguard"));
-        command
-            .arg("--config")
-            .arg(&config)
-            .arg("--db")
-            .arg(state.join("runguard.sqlite"))
-            .args(args)
-            .env("XDG_CONFIG_HOME", state.join("xdg"));
-        command
-    };
-    let mut engine = runguard(&["run", "--auto"])
+    let sandbox = CliSandbox::new(&format!(
+        "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n\n[slurm]\napi = \"rest\"\nrest_endpoint = \"unix:{}\"\n\n[recovery]\nwhitelist = [\"requeue\", \"cancel\"]\n",
+        lab.socket().display()
+    ));
+    let mut engine = sandbox
+        .command()
+        .args(["run", "--auto"])
+        .env("SLURM_CONF", &lab.cluster.conf)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -526,18 +466,7 @@ fn the_engine_over_slurmrestd_requeues_a_failed_job_without_its_culprit_node() {
     std::fs::write(lab.jobs.join("train.sbatch"), NCCL_JOB).unwrap();
     let job_id = lab.sbatch_as_nobody(&["-J", "llama-rest", "train.sbatch"]);
 
-    let start = Instant::now();
-    let mut workflow = serde_json::Value::Null;
-    while start.elapsed() < Duration::from_secs(120) {
-        let output = runguard(&["status", "--json"]).output().unwrap();
-        if let Ok(status) = serde_json::from_slice::<serde_json::Value>(&output.stdout) {
-            workflow = status["workflows"][0].clone();
-            if workflow["status"] == "completed" {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let workflow = completed_workflow(&sandbox, &lab.cluster, Duration::from_secs(120));
     let _ = engine.kill();
     let _ = engine.wait();
     assert_eq!(workflow["succeeded"], true, "{workflow:#}");

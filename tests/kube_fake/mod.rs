@@ -3,15 +3,14 @@
 //! fixtures and Rust, and a record of every request the client made.
 //!
 //! ```ignore
-//! #[path = "kube_fake/mod.rs"]
-//! mod kube_fake;
+//! mod kube_fake; // tests/main.rs; a bench: #[path = "../tests/kube_fake/mod.rs"]
 //!
 //! let kube = kube_fake::FakeKube::start();
 //! kube.load_fixture("pytorchjob-running.json");
 //! let kubeconfig = kube.kubeconfig(dir.path());
 //! ```
 
-// Each test binary and bench that includes this module uses a different part of it.
+// The tests and the bench that include this module each use a different part of it.
 #![allow(dead_code)]
 
 mod body;
@@ -47,6 +46,17 @@ use store::{LogLine, Part, Writer};
 
 /// Where the fixture files live.
 pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kube");
+
+/// Every fixture file, in an order that loads each object after what it refers to.
+pub const EVERY_FIXTURE: [&str; 7] = [
+    "nodes.json",
+    "pytorchjob-running.json",
+    "pytorchjob-failed-oom.json",
+    "pytorchjob-unlabeled.json",
+    "batch-job.json",
+    "rayjob.json",
+    "events.json",
+];
 
 /// A running fake API server; it stops, closing every connection, when dropped.
 pub struct FakeKube {
@@ -198,6 +208,15 @@ preferences: {{}}
         self.shared
             .write(|store| store.apply(object))
             .unwrap_or_else(|error| panic!("cannot apply {description}: {}", error.message))
+    }
+
+    /// A server holding every fixture.
+    pub fn with_every_fixture() -> FakeKube {
+        let kube = Self::start();
+        for file in EVERY_FIXTURE {
+            kube.load_fixture(file);
+        }
+        kube
     }
 
     /// Applies every object of a fixture file in order and returns them as stored.

@@ -1,0 +1,71 @@
+//! What the integration tests share: a scripted scheduler and a builder of the job snapshots it
+//! reports ([`backend`], [`job`]), an engine on a manual clock around them ([`rig`]), a sandbox for
+//! the `runguard` binary ([`cli`]), and a real single-host Slurm ([`slurm`]).
+
+pub mod backend;
+pub mod cli;
+pub mod job;
+pub mod rig;
+#[cfg(feature = "slurm")]
+pub mod slurm;
+
+use std::path::Path;
+use std::process::Command;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+pub use backend::Script;
+pub use cli::{CliSandbox, stderr, stdout, terminate};
+pub use job::job;
+pub use rig::EngineRig;
+
+/// When every test's manual clock starts, and when its scripted jobs were submitted.
+pub fn start_time() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+/// A TCP port of 127.0.0.1 that nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .unwrap()
+}
+
+/// Whether something a test needs from the machine is there. Where it is not, the test prints why it
+/// skips, unless `require_var` is `1` (CI), where that is a failure.
+pub fn available(found: bool, require_var: &str, missing: &str) -> bool {
+    if !found {
+        if std::env::var(require_var).as_deref() == Ok("1") {
+            panic!("{missing}, but {require_var}=1 requires it");
+        }
+        eprintln!("SKIPPED: {missing}");
+    }
+    found
+}
+
+/// The programs of `programs` that are not on PATH.
+pub fn missing_programs<'a>(programs: &[&'a str]) -> Vec<&'a str> {
+    programs
+        .iter()
+        .copied()
+        .filter(|program| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {program}")])
+                .output()
+                .is_ok_and(|output| output.status.success())
+        })
+        .collect()
+}
+
+/// The JSON lines a local server recorded (what it received), skipping a line cut short.
+pub fn json_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
