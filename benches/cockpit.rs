@@ -30,7 +30,7 @@ fn fill(store: &mut Store, start: DateTime<Utc>) {
                 let id = db.insert_workflow(&Workflow {
                     id: 0,
                     name: format!("pretrain-{n:05}"),
-                    backend: "slurm".into(),
+                    backend: runguard_engine::model::BackendKind::Slurm,
                     spec: JobSpec {
                         name: format!("pretrain-{n:05}"),
                         user: format!("user{}", n % 40),

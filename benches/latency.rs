@@ -28,8 +28,8 @@ struct OneJob {
 
 #[async_trait]
 impl Backend for OneJob {
-    fn name(&self) -> &str {
-        "bench"
+    fn kind(&self) -> runguard_engine::model::BackendKind {
+        runguard_engine::model::BackendKind::Sim
     }
 
     fn capabilities(&self) -> runguard_engine::backend::Capabilities {

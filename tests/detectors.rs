@@ -481,3 +481,44 @@ async fn a_chained_traceback_written_across_two_reads_is_one_block_with_its_root
         "{block:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_state_the_scheduler_reports_in_words_runguard_cannot_read_is_a_warning_and_never_acted_on() {
+    let (rig, log) = one_job(JobState::Running);
+    let mut engine = rig.engine();
+    log.iteration(10, 400.0);
+    rig.step(&mut engine, 30).await;
+    // The scheduler answers with a state of a release runguard does not know; the job then stays
+    // silent past the heartbeat, which would otherwise be a hang to end and requeue.
+    rig.backend.update("77", |job| {
+        job.state = JobState::Unknown;
+        job.state_raw = "LAUNCH_FAILED_SOMEHOW".into();
+    });
+    for _ in 0..20 {
+        rig.step(&mut engine, 30).await;
+    }
+    let status = rig.status();
+    let view = &status.workflows[0];
+    assert_eq!(
+        view.attempts.last().map(|a| a.state),
+        Some(JobState::Running),
+        "the last understood state is kept"
+    );
+    let warnings = rig.store().db().warnings().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|(kind, count, message)| kind == "not_understood"
+                && *count > 0
+                && message.contains("LAUNCH_FAILED_SOMEHOW")),
+        "{warnings:?}"
+    );
+    assert!(rig.backend.requeues().is_empty(), "nothing requeued");
+    assert!(
+        view.actions
+            .iter()
+            .all(|action| action.state != runguard_engine::model::ActionState::Done),
+        "{:?}",
+        view.actions
+    );
+}

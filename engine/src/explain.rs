@@ -10,8 +10,8 @@ use crate::attribute::{self, Catalog, Evidence};
 use crate::config::Config;
 use crate::detect;
 use crate::model::{
-    AnomalyKind, Attempt, Attribution, Component, Culprit, EvidenceLine, JobSpec, JobState,
-    RecoveryLimits, ThroughputSample, Workflow,
+    AnomalyKind, Attempt, Attribution, BackendKind, Component, Culprit, EvidenceLine, JobSpec,
+    JobState, RecoveryLimits, ThroughputSample, Workflow,
 };
 use crate::recover::{Policy, decide};
 use crate::telemetry::node_signals::parse_kernel_line;
@@ -302,7 +302,8 @@ fn would_do(
 ) -> Vec<String> {
     let workflow = Workflow::enrolled(
         "explained",
-        "offline",
+        // The default policy decides the same on every backend.
+        BackendKind::Slurm,
         JobSpec::default(),
         RecoveryLimits::default(),
         now,

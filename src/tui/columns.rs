@@ -198,7 +198,7 @@ const COLUMNS: [ColumnDef; 14] = [
         heading: "BACKEND",
         width: Constraint::Length(7),
         cell: |row, _| Cell::from(row.backend.as_str()),
-        order: |a, b, _| a.backend.cmp(&b.backend),
+        order: |a, b, _| a.backend.as_str().cmp(b.backend.as_str()),
     },
 ];
 

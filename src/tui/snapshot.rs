@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
+use runguard_engine::model::BackendKind;
 use runguard_engine::model::{
     Action, ActionState, Attempt, Attribution, Notification, Workflow, WorkflowId,
 };
@@ -19,7 +20,7 @@ pub struct AttemptRow {
     pub workflow: String,
     pub user: String,
     pub partition: Option<String>,
-    pub backend: String,
+    pub backend: BackendKind,
     pub attempt: Attempt,
     /// Checkpoints saved during this attempt, and the last one's time.
     pub checkpoints: u32,
@@ -94,7 +95,7 @@ impl Snapshot {
                 workflow: workflow.name.clone(),
                 user: workflow.spec.user.clone(),
                 partition: workflow.spec.partition.clone(),
-                backend: workflow.backend.clone(),
+                backend: workflow.backend,
                 checkpoints: count,
                 last_checkpoint: last,
                 anomalies: anomalies.remove(&key).unwrap_or_default(),

@@ -7,8 +7,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use runguard_engine::backend::{ActionOutcome, Backend, BackendError, Capabilities, JobSnapshot};
+use runguard_engine::backend::{
+    ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot,
+};
 use runguard_engine::clock::Clock;
+use runguard_engine::model::BackendKind;
 use runguard_engine::model::{ActionKind, ActionParams, JobSpec, JobState, SpecChange};
 
 /// What the scripted scheduler does when the engine acts. Every method has a default: accept and
@@ -226,10 +229,11 @@ impl ScriptedBackend {
 // The only `impl Backend` of the tests: a change to the trait is one edit here.
 #[async_trait]
 impl Backend for ScriptedBackend {
-    fn name(&self) -> &str {
+    /// A wrapped backend's own; on its own, a scheduler shaped like Slurm (it holds and releases).
+    fn kind(&self) -> BackendKind {
         match self.inner() {
-            Some(inner) => inner.name(),
-            None => "scripted",
+            Some(inner) => inner.kind(),
+            None => BackendKind::Slurm,
         }
     }
 
@@ -237,14 +241,13 @@ impl Backend for ScriptedBackend {
     fn capabilities(&self) -> Capabilities {
         match self.inner() {
             Some(inner) => inner.capabilities(),
-            None => Capabilities {
-                requeue: true,
-                resubmit: true,
-                hold: true,
-                drain: true,
-                usable_nodes: true,
-                ..Capabilities::default()
-            },
+            None => Capabilities::of(&[
+                Can::Requeue,
+                Can::Resubmit,
+                Can::Hold,
+                Can::Drain,
+                Can::UsableNodes,
+            ]),
         }
     }
 

@@ -109,7 +109,7 @@ impl Alert {
         alert.workflow = Some(WorkflowInfo {
             id: workflow.id,
             name: workflow.name.clone(),
-            backend: workflow.backend.clone(),
+            backend: workflow.backend.to_string(),
             job_id: latest.map(|attempt| attempt.job_id.clone()),
             status: workflow.status,
             status_reason: workflow.status_reason.clone(),

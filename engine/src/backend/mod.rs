@@ -13,7 +13,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits, SpecChange};
+use crate::model::{
+    ActionKind, ActionParams, BackendKind, JobSpec, JobState, RecoveryLimits, SpecChange,
+};
 
 /// A backend operation that did not work.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +107,34 @@ pub struct Capabilities {
     pub usable_nodes: bool,
 }
 
+/// One thing a backend can do, to build [`Capabilities`] from a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Can {
+    Requeue,
+    Resubmit,
+    Recreate,
+    Hold,
+    Drain,
+    Signal,
+    UsableNodes,
+}
+
+impl Capabilities {
+    /// Exactly the abilities listed.
+    pub fn of(abilities: &[Can]) -> Self {
+        let can = |ability| abilities.contains(&ability);
+        Self {
+            requeue: can(Can::Requeue),
+            resubmit: can(Can::Resubmit),
+            recreate: can(Can::Recreate),
+            hold: can(Can::Hold),
+            drain: can(Can::Drain),
+            signal: can(Can::Signal),
+            usable_nodes: can(Can::UsableNodes),
+        }
+    }
+}
+
 /// What the scheduler says about one watched job right now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSnapshot {
@@ -169,8 +199,13 @@ pub struct ActionOutcome {
 /// method may be called again after the engine restarts.
 #[async_trait]
 pub trait Backend: Send + Sync {
-    /// Short name stored with each workflow (`sim`, `slurm`, ...).
-    fn name(&self) -> &str;
+    /// Which scheduler this is; stored with each workflow.
+    fn kind(&self) -> BackendKind;
+
+    /// The scheduler's name as workflows are stored and shown under it (`sim`, `slurm`, ...).
+    fn name(&self) -> &'static str {
+        self.kind().as_str()
+    }
 
     /// What this backend can do.
     fn capabilities(&self) -> Capabilities;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::model::ActionKind;
+pub use crate::model::BackendKind;
 
 mod kubernetes;
 pub use kubernetes::KubernetesConfig;
@@ -208,30 +209,6 @@ impl Default for DetectConfig {
 pub struct StoreConfig {
     /// SQLite file; empty means `runguard.sqlite` in the XDG data directory.
     pub path: Option<PathBuf>,
-}
-
-/// Which scheduler runguard talks to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BackendKind {
-    /// The embedded simulated cluster.
-    #[default]
-    Sim,
-    /// Slurm through its command-line tools.
-    Slurm,
-    /// Kubernetes workloads (Job, PyTorchJob, RayJob) through the API server.
-    Kubernetes,
-}
-
-impl BackendKind {
-    /// The name workflows of this backend are stored under (the backend's `Backend::name`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Sim => "sim",
-            Self::Slurm => "slurm",
-            Self::Kubernetes => "kubernetes",
-        }
-    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -8,7 +8,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use super::{Engine, EngineError, EngineEvent, set_status, with_timeout};
 use crate::backend::{BackendError, JobSnapshot};
 use crate::model::{
-    Attempt, Checkpoint, JobState, ThroughputSample, Workflow, WorkflowId, WorkflowStatus,
+    Attempt, BackendKind, Checkpoint, JobState, ThroughputSample, Workflow, WorkflowId,
+    WorkflowStatus,
 };
 use crate::store::{Db, StoreError};
 use crate::telemetry::discover::LogPattern;
@@ -175,10 +176,10 @@ impl Engine {
         }
         // Attempts still in flight that the listing no longer shows: ask for them one by one.
         let listed: HashSet<&str> = snapshots.iter().map(|s| s.job_id.as_str()).collect();
-        let backend_name = self.backend.name().to_string();
+        let backend = self.backend.kind();
         let workflows = self.store.db().workflows()?;
         for workflow in workflows {
-            if !workflow.status.is_active() || workflow.backend != backend_name {
+            if !workflow.status.is_active() || workflow.backend != backend {
                 continue;
             }
             let Some(attempt) = self.store.db().attempts(workflow.id)?.pop() else {
@@ -228,11 +229,11 @@ impl Engine {
                 now,
             );
         }
-        let backend_name = self.backend.name().to_string();
+        let backend = self.backend.kind();
         let existing = self
             .store
             .db()
-            .attempt_by_job(&backend_name, &snapshot.job_id)?;
+            .attempt_by_job(backend.as_str(), &snapshot.job_id)?;
         let tagged = snapshot.tag.as_deref().and_then(parse_tag);
         let log_search = self.config.telemetry.log_dir.clone().and_then(|dir| {
             LogPattern::new(&self.config.telemetry.log_pattern)
@@ -291,7 +292,7 @@ impl Engine {
                     };
                     let (workflow_id, index) = match resubmitted {
                         Some(found) => found,
-                        None => (enrol(db, &backend_name, snapshot, now, &mut events)?, 0),
+                        None => (enrol(db, backend, snapshot, now, &mut events)?, 0),
                     };
                     let attempt = attempt_from(snapshot, workflow_id, index, now);
                     db.save_attempt(&attempt)?;
@@ -482,7 +483,7 @@ impl Engine {
 /// A job seen for the first time becomes a workflow.
 fn enrol(
     db: &Db<'_>,
-    backend: &str,
+    backend: BackendKind,
     snapshot: &JobSnapshot,
     now: DateTime<Utc>,
     events: &mut Vec<EngineEvent>,

@@ -73,7 +73,7 @@ impl Engine {
         });
         // Every failed call (re)marks the active workflows: a status set meanwhile (a recovery decided
         // from the logs) gets the mark back, since its action waits for the scheduler too.
-        let backend = self.backend.name().to_string();
+        let backend = self.backend.kind();
         let reason = mark(since, &error);
         self.store.write(|db| {
             for mut workflow in db.workflows()? {
@@ -148,7 +148,7 @@ impl Engine {
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
-        let backend = self.backend.name().to_string();
+        let backend = self.backend.kind();
         let mut events = Vec::new();
         self.store.write(|db| {
             for mut workflow in db.workflows()? {
@@ -180,7 +180,7 @@ impl Engine {
             "scheduler reachable again after {down} s and {} failed calls",
             outage.failures
         );
-        let backend = self.backend.name().to_string();
+        let backend = self.backend.kind();
         let prefix = mark_prefix(outage.since);
         self.store.write(|db| {
             for mut workflow in db.workflows()? {

@@ -127,7 +127,7 @@ impl Engine {
             return Ok(None);
         }
         let db = self.store.db();
-        let Some(upstream) = db.attempt_by_job(&workflow.backend, upstream_job)? else {
+        let Some(upstream) = db.attempt_by_job(workflow.backend.as_str(), upstream_job)? else {
             return Ok(None);
         };
         if !upstream.state.is_failure() {

@@ -17,7 +17,7 @@ pub use evidence::{
 };
 pub use narrative::Narrative;
 pub use remedy::{MicroBatch, Remedy, RemedyKind, RemedyParams, Toleration};
-pub use workflow::{JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
+pub use workflow::{BackendKind, JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
 
 /// Store-assigned identifier of a workflow.
 pub type WorkflowId = i64;

@@ -3,6 +3,45 @@ use serde::{Deserialize, Serialize};
 
 use super::WorkflowId;
 
+/// Which scheduler runguard talks to.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// The embedded simulated cluster.
+    #[default]
+    Sim,
+    /// Slurm through its command-line tools.
+    Slurm,
+    /// Kubernetes workloads (Job, PyTorchJob, RayJob) through the API server.
+    Kubernetes,
+}
+
+impl BackendKind {
+    /// The name workflows of this backend are stored and shown under.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sim => "sim",
+            Self::Slurm => "slurm",
+            Self::Kubernetes => "kubernetes",
+        }
+    }
+
+    /// A stored name; `None` for one no backend has.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Sim, Self::Slurm, Self::Kubernetes]
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Lifecycle of a workflow as the user sees it (the TensorPool agent's status lifecycle).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -112,8 +151,8 @@ pub struct Workflow {
     pub id: WorkflowId,
     /// Human name (the job name).
     pub name: String,
-    /// Backend that runs it (`sim`, `slurm`, ...).
-    pub backend: String,
+    /// The scheduler that runs it.
+    pub backend: BackendKind,
     /// What is needed to resubmit it.
     pub spec: JobSpec,
     /// The job's own recovery limits.
@@ -138,7 +177,7 @@ impl Workflow {
     /// A workflow enrolled now, not stored yet (`id` 0): enabled, nothing used.
     pub fn enrolled(
         name: impl Into<String>,
-        backend: impl Into<String>,
+        backend: BackendKind,
         spec: JobSpec,
         limits: RecoveryLimits,
         now: DateTime<Utc>,
@@ -146,7 +185,7 @@ impl Workflow {
         Self {
             id: 0,
             name: name.into(),
-            backend: backend.into(),
+            backend,
             spec,
             limits,
             status: WorkflowStatus::Enabled,

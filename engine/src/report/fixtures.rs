@@ -6,8 +6,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::WorkflowHistory;
 use crate::model::{
-    Action, ActionKind, ActionParams, ActionState, Anomaly, AnomalyKind, Attempt, Checkpoint,
-    JobSpec, JobState, RecoveryLimits, ThroughputSample, Workflow, WorkflowStatus,
+    Action, ActionKind, ActionParams, ActionState, Anomaly, AnomalyKind, Attempt, BackendKind,
+    Checkpoint, JobSpec, JobState, RecoveryLimits, ThroughputSample, Workflow, WorkflowStatus,
 };
 
 /// 08:00:00 plus `seconds`.
@@ -99,7 +99,7 @@ pub fn history(status: WorkflowStatus, attempts: Vec<Attempt>) -> WorkflowHistor
         workflow: Workflow {
             id: 1,
             name: "llama".into(),
-            backend: "sim".into(),
+            backend: BackendKind::Sim,
             spec: JobSpec::default(),
             limits: RecoveryLimits::default(),
             status,

@@ -17,7 +17,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::model::{
-    ActionId, ActionKind, ActionState, AnomalyKind, Component, Culprit, WorkflowId, WorkflowStatus,
+    ActionId, ActionKind, ActionState, AnomalyKind, BackendKind, Component, Culprit, WorkflowId,
+    WorkflowStatus,
 };
 use crate::recover::Policy;
 use crate::redact::Redactor;
@@ -306,7 +307,7 @@ impl Report {
             workflow: WorkflowHeader {
                 id: workflow.id,
                 name: workflow.name.clone(),
-                backend: workflow.backend.clone(),
+                backend: workflow.backend.to_string(),
                 job_ids,
                 status: workflow.status,
                 reason: workflow.status_reason.clone(),
@@ -492,12 +493,12 @@ pub fn resolve(db: &Db<'_>, reference: &str) -> Result<Option<WorkflowId>, Store
     {
         return Ok(Some(id));
     }
-    let mut backends: Vec<String> = db.workflows()?.into_iter().map(|w| w.backend).collect();
+    let mut backends: Vec<BackendKind> = db.workflows()?.into_iter().map(|w| w.backend).collect();
     backends.sort();
     backends.dedup();
     let mut found: Option<WorkflowId> = None;
     for backend in backends {
-        if let Some(attempt) = db.attempt_by_job(&backend, reference)? {
+        if let Some(attempt) = db.attempt_by_job(backend.as_str(), reference)? {
             found = found.max(Some(attempt.workflow_id));
         }
     }

@@ -6,8 +6,8 @@ use chrono::TimeDelta;
 use super::fixtures::{anomaly, attempt, history, recovered_once, requeue, t};
 use super::*;
 use crate::model::{
-    Action, ActionParams, Attribution, JobSpec, JobState, Narrative, RecoveryLimits, Remedy,
-    RemedyKind, RemedyParams, Workflow,
+    Action, ActionParams, Attribution, BackendKind, JobSpec, JobState, Narrative, RecoveryLimits,
+    Remedy, RemedyKind, RemedyParams, Workflow,
 };
 use crate::store::Store;
 
@@ -379,10 +379,10 @@ fn a_workflow_without_failures_says_so() {
 #[test]
 fn a_workflow_is_found_by_its_id_or_by_a_job_id_of_its_attempts() {
     let mut store = Store::open_in_memory().unwrap();
-    let workflow = |name: &str, backend: &str| Workflow {
+    let workflow = |name: &str, backend: BackendKind| Workflow {
         id: 0,
         name: name.into(),
-        backend: backend.into(),
+        backend,
         spec: JobSpec::default(),
         limits: RecoveryLimits::default(),
         status: WorkflowStatus::Completed,
@@ -395,8 +395,8 @@ fn a_workflow_is_found_by_its_id_or_by_a_job_id_of_its_attempts() {
     };
     let (first, second) = store
         .write(|db| {
-            let first = db.insert_workflow(&workflow("a", "sim"))?;
-            let second = db.insert_workflow(&workflow("b", "slurm"))?;
+            let first = db.insert_workflow(&workflow("a", BackendKind::Sim))?;
+            let second = db.insert_workflow(&workflow("b", BackendKind::Slurm))?;
             let mut run = attempt(0, JobState::Completed, [Some(0), Some(10), Some(100)]);
             run.workflow_id = first;
             run.job_id = "4201".into();

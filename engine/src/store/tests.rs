@@ -8,7 +8,7 @@ mod notifications;
 mod workflows;
 
 use super::*;
-use crate::model::{JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
+use crate::model::{BackendKind, JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
 
 /// A plain enabled workflow, for tests of the store's parts.
 pub(crate) fn workflow() -> Workflow {
@@ -16,7 +16,7 @@ pub(crate) fn workflow() -> Workflow {
     Workflow {
         id: 0,
         name: "run".into(),
-        backend: "sim".into(),
+        backend: BackendKind::Sim,
         spec: JobSpec::default(),
         limits: RecoveryLimits::default(),
         status: WorkflowStatus::Enabled,

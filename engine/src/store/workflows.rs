@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::columns::{json, named, time, to_json};
 use super::db::{Db, FromRow};
 use super::{StoreError, time_to_text};
-use crate::model::{Workflow, WorkflowId, WorkflowStatus};
+use crate::model::{BackendKind, Workflow, WorkflowId, WorkflowStatus};
 
 /// Counts shown next to a workflow in tables.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -25,7 +25,7 @@ impl FromRow for Workflow {
         Ok(Self {
             id: row.get(0)?,
             name: row.get(1)?,
-            backend: row.get(2)?,
+            backend: named(row, 2, "backend", BackendKind::parse)?,
             spec: json(row, 3)?,
             limits: json(row, 4)?,
             status: named(row, 5, "workflow status", WorkflowStatus::parse)?,
@@ -48,7 +48,7 @@ impl Db<'_> {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 workflow.name,
-                workflow.backend,
+                workflow.backend.as_str(),
                 to_json(&workflow.spec)?,
                 to_json(&workflow.limits)?,
                 workflow.status.as_str(),

@@ -32,7 +32,9 @@ impl App {
                     && f.partition
                         .as_deref()
                         .is_none_or(|p| row.partition.as_deref() == Some(p))
-                    && f.backend.as_deref().is_none_or(|b| row.backend == b)
+                    && f.backend
+                        .as_deref()
+                        .is_none_or(|b| row.backend.as_str() == b)
             })
             .collect();
         match self.sort {

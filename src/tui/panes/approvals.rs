@@ -10,12 +10,7 @@ use ratatui::widgets::{Block, List, ListItem, ListState, Paragraph, Wrap};
 use runguard_engine::model::ActionState;
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
-    let View {
-        app,
-        snapshot,
-        theme,
-        ..
-    } = *view;
+    let (app, snapshot, theme, _) = view.parts();
     let [list_area, focus_area, results_area] = Layout::vertical([
         Constraint::Percentage(40),
         Constraint::Percentage(35),

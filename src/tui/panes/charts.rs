@@ -21,12 +21,7 @@ const LISTED_ANOMALIES: usize = 4;
 
 /// Draws the charts of the focused row's workflow.
 pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
-    let View {
-        app,
-        snapshot,
-        theme,
-        now,
-    } = *view;
+    let (app, snapshot, theme, now) = view.parts();
     let Some(detail) = app
         .focused(snapshot, now)
         .and_then(|row| snapshot.detail(row.workflow_id))

@@ -32,12 +32,7 @@ const FIELDS: [&str; 14] = [
 ];
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
-    let View {
-        app,
-        snapshot,
-        theme,
-        now,
-    } = *view;
+    let (app, snapshot, theme, now) = view.parts();
     let chosen: Vec<&AttemptRow> = snapshot
         .rows
         .iter()

@@ -6,17 +6,13 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Wrap};
+use runguard_engine::model::BackendKind;
 
 use super::{format_duration, format_time};
 use crate::tui::app::duration_of;
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
-    let View {
-        app,
-        snapshot,
-        theme,
-        now,
-    } = *view;
+    let (app, snapshot, theme, now) = view.parts();
     let Some(row) = app.focused(snapshot, now) else {
         frame.render_widget(
             Paragraph::new("no attempt to show").block(Block::bordered().title(" Details ")),
@@ -44,7 +40,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
         .rev()
         .find(|s| s.attempt_index == attempt.index);
     let failures = workflow.failures_since_checkpoint;
-    let kubernetes = workflow.backend == "kubernetes";
+    let kubernetes = workflow.backend == BackendKind::Kubernetes;
 
     let mut left = vec![
         Line::styled("Basic", theme.accent()),
@@ -190,7 +186,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
     ];
     left.push(Line::raw(""));
     left.push(Line::styled("Recovery", theme.accent()));
-    left.push(field("backend", workflow.backend.clone()));
+    left.push(field("backend", workflow.backend.to_string()));
     left.push(Line::from(vec![
         label("workflow"),
         Span::styled(workflow.status.as_str(), theme.status(workflow.status)),

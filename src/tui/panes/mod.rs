@@ -32,6 +32,13 @@ pub struct View<'a> {
     pub now: DateTime<Utc>,
 }
 
+impl<'a> View<'a> {
+    /// Everything at once, for a pane's `draw`.
+    pub fn parts(&self) -> (&'a App, &'a Snapshot, &'a Theme, DateTime<Utc>) {
+        (self.app, self.snapshot, self.theme, self.now)
+    }
+}
+
 /// Draws the whole cockpit.
 pub fn draw(
     frame: &mut Frame<'_>,

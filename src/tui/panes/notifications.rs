@@ -9,12 +9,7 @@ use ratatui::widgets::{Block, Paragraph, Wrap};
 use runguard_engine::model::Severity;
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
-    let View {
-        app,
-        snapshot,
-        theme,
-        ..
-    } = *view;
+    let (app, snapshot, theme, _) = view.parts();
     let owner = |workflow_id: Option<i64>| {
         workflow_id
             .and_then(|id| snapshot.detail(id))

@@ -12,12 +12,7 @@ use crate::tui::snapshot::AttemptRow;
 use crate::tui::theme::Theme;
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
-    let View {
-        app,
-        snapshot,
-        theme,
-        now,
-    } = *view;
+    let (app, snapshot, theme, now) = view.parts();
     let rows = app.visible_rows(snapshot, now);
     let focused = rows
         .get(app.cursor.min(rows.len().saturating_sub(1)))

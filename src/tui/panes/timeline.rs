@@ -25,12 +25,7 @@ const LABEL_WIDTH: u16 = 22;
 
 /// Draws the attempts timeline of the focused row's workflow.
 pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
-    let View {
-        app,
-        snapshot,
-        theme,
-        now,
-    } = *view;
+    let (app, snapshot, theme, now) = view.parts();
     let focused = app.focused(snapshot, now);
     let Some(detail) = focused.and_then(|row| snapshot.detail(row.workflow_id)) else {
         frame.render_widget(

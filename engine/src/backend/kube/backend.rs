@@ -27,7 +27,8 @@ use super::workload::{
     self, PodIndex, WorkloadKind, WorkloadRef, at, enrolled, evidence, node_usable, pods_of,
     snapshot, str_at,
 };
-use crate::backend::{ActionOutcome, Backend, BackendError, Capabilities, JobSnapshot};
+use crate::backend::{ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot};
+use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, SpecChange};
 use crate::sync::lock;
 
@@ -412,19 +413,18 @@ impl KubeBackend {
 
 #[async_trait]
 impl Backend for KubeBackend {
-    fn name(&self) -> &str {
-        "kubernetes"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Kubernetes
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            requeue: true,
-            resubmit: true,
-            recreate: true,
-            drain: true,
-            usable_nodes: true,
-            ..Capabilities::default()
-        }
+        Capabilities::of(&[
+            Can::Requeue,
+            Can::Resubmit,
+            Can::Recreate,
+            Can::Drain,
+            Can::UsableNodes,
+        ])
     }
 
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {

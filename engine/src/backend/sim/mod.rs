@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::backend::{ActionOutcome, Backend, BackendError, Capabilities, JobSnapshot};
+use crate::backend::{ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot};
 use crate::clock::Clock;
+use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, JobSpec};
 
 pub use error::SimError;
@@ -210,17 +211,12 @@ impl SimCluster {
 
 #[async_trait]
 impl Backend for SimCluster {
-    fn name(&self) -> &str {
-        "sim"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Sim
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            requeue: true,
-            resubmit: true,
-            drain: true,
-            ..Capabilities::default()
-        }
+        Capabilities::of(&[Can::Requeue, Can::Resubmit, Can::Drain])
     }
 
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {

@@ -13,7 +13,8 @@ use super::api::{Operation, SlurmApi, Submission};
 use super::comment::Enrolment;
 use super::jobcomp::JobCompRecord;
 use super::squeue::SlurmJob;
-use crate::backend::{ActionOutcome, Backend, BackendError, Capabilities, Hold, JobSnapshot};
+use crate::backend::{ActionOutcome, Backend, BackendError, Can, Capabilities, Hold, JobSnapshot};
+use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits};
 use crate::sync::lock;
 
@@ -265,19 +266,18 @@ fn with_exclusion(detail: String, exclude: &[String]) -> String {
 
 #[async_trait]
 impl Backend for SlurmBackend {
-    fn name(&self) -> &str {
-        "slurm"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Slurm
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            requeue: true,
-            resubmit: true,
-            hold: true,
-            drain: true,
-            usable_nodes: true,
-            ..Capabilities::default()
-        }
+        Capabilities::of(&[
+            Can::Requeue,
+            Can::Resubmit,
+            Can::Hold,
+            Can::Drain,
+            Can::UsableNodes,
+        ])
     }
 
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {

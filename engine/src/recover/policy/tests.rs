@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use super::*;
-use crate::model::{Culprit, JobSpec, JobState, RecoveryLimits};
+use crate::model::{BackendKind, Culprit, JobSpec, JobState, RecoveryLimits};
 
 fn now() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-01-05T09:00:00Z")
@@ -15,7 +15,7 @@ fn workflow() -> Workflow {
     Workflow {
         id: 1,
         name: "llama".into(),
-        backend: "sim".into(),
+        backend: BackendKind::Sim,
         spec: JobSpec::default(),
         limits: RecoveryLimits {
             max_requeue_times: Some(5),

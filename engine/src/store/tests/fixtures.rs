@@ -6,7 +6,8 @@ use chrono::{DateTime, Utc};
 
 use crate::model::{
     Action, ActionKind, ActionParams, ActionState, Anomaly, AnomalyKind, Attempt, Attribution,
-    Component, Culprit, JobSpec, JobState, RecoveryLimits, Remedy, Workflow, WorkflowStatus,
+    BackendKind, Component, Culprit, JobSpec, JobState, RecoveryLimits, Remedy, Workflow,
+    WorkflowStatus,
 };
 use crate::store::Store;
 
@@ -18,7 +19,7 @@ pub(super) fn recovering_workflow() -> Workflow {
     Workflow {
         id: 0,
         name: "pretrain".into(),
-        backend: "slurm".into(),
+        backend: BackendKind::Slurm,
         spec: JobSpec {
             name: "pretrain".into(),
             user: "ada".into(),

@@ -28,7 +28,7 @@ fn snapshot_of(detail: WorkflowHistory) -> Snapshot {
             workflow: detail.workflow.name.clone(),
             user: "alice".into(),
             partition: None,
-            backend: "sim".into(),
+            backend: runguard_engine::model::BackendKind::Sim,
             attempt: attempt.clone(),
             checkpoints: 0,
             last_checkpoint: None,
