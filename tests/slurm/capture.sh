@@ -7,6 +7,8 @@
 # WORKDIR (default: a new directory under /tmp), drives jobs through the situations below, and writes
 # each command's standard output, verbatim, to OUTDIR/<command>_<release>_<situation>.<ext>:
 #
+# Both clusters give each node 2 GPUs (RUNGUARD_SLURM_GPUS=2), and jobs 1 ask --gpus-per-node=2.
+#
 #   cluster a: no_jobs; running (job 1: 2 nodes, AJR comment, -o %x_%j.log); failed (exit 3); held
 #              (job 1 after requeuehold, job 2 held by its owner nobody, job 3 held by root); begintime
 #              (job 1 released with ExcNodeList=n2, waiting on BeginTime); requeued_running (job 1 after
@@ -14,7 +16,8 @@
 #   cluster b: node_not_responding (n2's slurmd and job step stopped with SIGSTOP); node_fail_requeued
 #              (Slurm ended the job NODE_FAIL and requeued it); node_fail_rerun (it runs again by itself)
 #
-# Commands: squeue --all --json; scontrol show job -o --details; scontrol show job --json (24.11);
+# Commands: squeue --all --json; squeue --all --json --states=all; scontrol show job -o --details;
+# scontrol show job --json (24.11);
 # sinfo --noheader --Node --format=%N %t; sinfo -N -h -o "%N %T %E"; sinfo --json; slurmrestd
 # GET /slurm/VERSION/jobs and /nodes for every version it serves; the jobcomp file; sacct's stderr.
 # The timeline of each cluster goes to OUTDIR/capture_<release>.timeline (not a fixture, a record).
@@ -78,6 +81,8 @@ exists() { [ -e "$1" ]; }
 snap_jobs() {
     local name=$1 v
     squeue --all --json > "$out/squeue_${release}_$name.json"
+    # 24.11 applies squeue's default state filter to --json (finished jobs left out); 22.05 ignores it.
+    squeue --all --json --states=all > "$out/squeue-states-all_${release}_$name.json"
     scontrol show job -o --details > "$out/scontrol_${release}_$name.txt"
     if [ "$release" = 24.11 ]; then
         scontrol show job --json > "$out/scontrol-json_${release}_$name.json"
@@ -108,7 +113,7 @@ start_cluster() {
     mkdir -p "$dir" "$jobs"
     chmod 777 "$jobs"
     local exports
-    exports=$(RUNGUARD_SLURM_BINDS="$jobs" bash "$here/cluster.sh" start "$dir" "$release")
+    exports=$(RUNGUARD_SLURM_GPUS=2 RUNGUARD_SLURM_BINDS="$jobs" bash "$here/cluster.sh" start "$dir" "$release")
     export SLURM_CONF="$dir/slurm.conf"
     if [ "$release" = 24.11 ]; then
         export PATH="$dir/bin:$ORIGINAL_PATH"
@@ -145,6 +150,7 @@ cat > "$jobs/train.sbatch" <<SCRIPT
 #SBATCH --comment='$comment'
 #SBATCH -J train
 #SBATCH -N 2
+#SBATCH --gpus-per-node=2
 #SBATCH -o $jobs/%x_%j.log
 attempt=\${SLURM_RESTART_COUNT:-0}
 echo "attempt \$attempt on \$SLURM_JOB_NODELIST"
@@ -212,6 +218,7 @@ cat > "$jobs/tick.sbatch" <<SCRIPT
 #SBATCH --comment='$comment'
 #SBATCH -J tick
 #SBATCH -N 2
+#SBATCH --gpus-per-node=2
 #SBATCH -o $jobs/%x_%j.log
 echo "attempt \${SLURM_RESTART_COUNT:-0} on \$SLURM_JOB_NODELIST"
 srun -l bash -c 'i=0; while :; do i=\$((i + 1)); echo "tick \$i \$(date -u +%T) \$SLURMD_NODENAME"; sleep 1; done'

@@ -13,6 +13,7 @@
 #
 # RUNGUARD_SLURMD_TIMEOUT (default 30) is how long a node may not answer before Slurm marks it down.
 # RUNGUARD_SLURM_PORT_BASE (default: from this script's pid) is the controller's port; nodes use the next 4.
+# RUNGUARD_SLURM_GPUS (default 0) gives every node that many GPUs (gres/gpu without devices).
 #
 # No munge (auth/none, cred/none: both releases still ship them), no systemd, everything under DIR.
 #
@@ -61,8 +62,23 @@ clients=(sbatch squeue scontrol sinfo sacct scancel srun sdiag slurmrestd)
 
 # slurm.conf for four nodes on this host; $1 adds lines (PluginDir...).
 write_conf() {
-    local cpus base
+    local cpus base gres="" gpus=${RUNGUARD_SLURM_GPUS:-0}
     cpus=$(nproc)
+    if [ "$gpus" != 0 ]; then
+        # GPUs that only exist for the scheduler: counted, allocated and shown. 24.11 ignores a GPU
+        # without a device file, so each one names a harmless character device (/dev/null, /dev/zero...).
+        local devices=(/dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty /dev/ptmx /dev/console)
+        if [ "$gpus" -gt ${#devices[@]} ]; then
+            echo "RUNGUARD_SLURM_GPUS: at most ${#devices[@]}" >&2
+            exit 2
+        fi
+        gres=" Gres=gpu:$gpus"
+        printf 'Name=gpu File=%s\n' "${devices[@]:0:$gpus}" > "$dir/gres.conf"
+        # (AccountingStorageTRES=gres/gpu would add them to AllocTRES, but slurmctld 24.11 refuses it
+        # without slurmdbd.)
+        set -- "${1:-}GresTypes=gpu
+"
+    fi
     # Ports of their own, so clusters of concurrent test runs do not answer each other.
     base=${RUNGUARD_SLURM_PORT_BASE:-$((20000 + ($$ % 2000) * 8))}
     cat > "$conf" <<CONF
@@ -93,7 +109,7 @@ JobRequeue=1
 MinJobAge=600
 KillWait=5
 SlurmdTimeout=${RUNGUARD_SLURMD_TIMEOUT:-30}
-${1:-}NodeName=n[1-4] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((base + 1))-$((base + 4))] CPUs=$cpus State=UNKNOWN
+${1:-}NodeName=n[1-4] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((base + 1))-$((base + 4))] CPUs=$cpus$gres State=UNKNOWN
 PartitionName=gpu Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
 CONF
 }
@@ -101,7 +117,13 @@ CONF
 # Waits until the four nodes are idle, then prints the exports.
 wait_idle() {
     local idle
-    for _ in $(seq 1 150); do
+    for i in $(seq 1 150); do
+        # A controller that died at start (a fatal configuration error) is not waited for.
+        if [ "$i" -gt 10 ] && ! { [ -f "$dir/slurmctld.pid" ] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; }; then
+            echo "slurmctld is not running; the end of $dir/log/slurmctld.log:" >&2
+            tail -n 5 "$dir/log/slurmctld.log" >&2 || true
+            return 1
+        fi
         idle=$(sinfo -h -o "%T %D" 2>/dev/null | awk '$1 == "idle" {print $2}')
         if [ "${idle:-0}" = "4" ]; then
             echo "export SLURM_CONF=$conf"
