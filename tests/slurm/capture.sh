@@ -266,7 +266,8 @@ watch_until 120 node_matches n2 '\*$'
 snap_nodes node_not_responding
 snap_jobs node_not_responding
 watch_until 120 eval 'job_is "$job" PENDING && [ "$(field "$job" Restarts)" = 1 ]'
-sleep 1
+# Reason=None until the scheduler looks at the requeued job again, then BeginTime.
+watch_until 30 reason_is "$job" BeginTime || true
 snap_jobs node_fail_requeued
 snap_nodes node_fail_requeued
 note "n2's last tick: $(grep '^1: tick' "$jobs/tick_$job.log" | tail -n 1 || true)"
