@@ -29,6 +29,9 @@ import sys
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# PyTorch 2.4+ starts the env:// rendezvous store on libuv by default; Debian's torch 2.6 (trixie) is
+# built without it ("use_libuv was requested but PyTorch was build without libuv support").
+os.environ.setdefault("USE_LIBUV", "0")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
