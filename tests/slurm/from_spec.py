@@ -58,7 +58,8 @@ V39_JOB_FLAGS = {
 # v0.0.39's JOB_INFO paths, in the order the parser dumps them, each with how its value is made
 # from the v0.0.40 record: "same", "time" (TIMESTAMP_NO_VAL -> integer or null), "exit" (the
 # verbose exit code -> the wait status as UINT32_NO_VAL), "state" (list -> one string), "qos"
-# ("" -> null), "flags" (unknown names dropped), "show_flags", "power".
+# ("" -> null), "flags" (unknown names dropped), "tres" (23.02's `gres:` spelling), "show_flags",
+# "power".
 V39_FIELDS = [
     ("account", "same"), ("accrue_time", "time"), ("admin_comment", "same"),
     ("allocating_node", "same"), ("array_job_id", "same"), ("array_task_id", "same"),
@@ -70,7 +71,7 @@ V39_FIELDS = [
     ("core_spec", "same"), ("thread_spec", "same"), ("cores_per_socket", "same"),
     ("billable_tres", "same"), ("cpus_per_task", "same"), ("cpu_frequency_minimum", "same"),
     ("cpu_frequency_maximum", "same"), ("cpu_frequency_governor", "same"),
-    ("cpus_per_tres", "same"), ("cron", "same"), ("deadline", "time"), ("delay_boot", "same"),
+    ("cpus_per_tres", "tres"), ("cron", "same"), ("deadline", "time"), ("delay_boot", "same"),
     ("dependency", "same"), ("derived_exit_code", "exit"), ("eligible_time", "time"),
     ("end_time", "time"), ("excluded_nodes", "same"), ("exit_code", "exit"), ("extra", "same"),
     ("failed_node", "same"), ("features", "same"), ("federation_origin", "same"),
@@ -80,7 +81,7 @@ V39_FIELDS = [
     ("job_id", "same"), ("job_resources", "same"), ("job_size_str", "same"),
     ("job_state", "state"), ("last_sched_evaluation", "time"), ("licenses", "same"),
     ("mail_type", "same"), ("mail_user", "same"), ("max_cpus", "same"), ("max_nodes", "same"),
-    ("mcs_label", "same"), ("memory_per_tres", "same"), ("name", "same"), ("network", "same"),
+    ("mcs_label", "same"), ("memory_per_tres", "tres"), ("name", "same"), ("network", "same"),
     ("nodes", "same"), ("nice", "same"), ("tasks_per_core", "same"), ("tasks_per_tres", "same"),
     ("tasks_per_node", "same"), ("tasks_per_socket", "same"), ("tasks_per_board", "same"),
     ("cpus", "same"), ("node_count", "same"), ("tasks", "same"), ("partition", "same"),
@@ -98,8 +99,8 @@ V39_FIELDS = [
     ("standard_output", "same"), ("submit_time", "time"), ("suspend_time", "time"),
     ("system_comment", "same"), ("time_limit", "same"), ("time_minimum", "same"),
     ("threads_per_core", "same"), ("tres_bind", "same"), ("tres_freq", "same"),
-    ("tres_per_job", "same"), ("tres_per_node", "same"), ("tres_per_socket", "same"),
-    ("tres_per_task", "same"), ("tres_req_str", "same"), ("tres_alloc_str", "same"),
+    ("tres_per_job", "tres"), ("tres_per_node", "tres"), ("tres_per_socket", "tres"),
+    ("tres_per_task", "tres"), ("tres_req_str", "same"), ("tres_alloc_str", "same"),
     ("user_id", "same"), ("user_name", "same"), ("maximum_switch_wait_time", "same"),
     ("wckey", "same"), ("current_working_directory", "same"),
 ]
@@ -160,6 +161,10 @@ def to_v39(record):
             states = record["job_state"]
             flag = next((s for s in STATE_FLAG_PRECEDENCE if s in states), None)
             job[path] = flag or states[0]
+        elif rule == "tres":
+            # Slurm 23.02 writes requested GPUs as `gres:gpu:N` (src/common/slurm_opt.c, xfmt_tres);
+            # 23.11 changed that to `gres/gpu:N`, whatever the data_parser version.
+            job[path] = record[path].replace("gres/", "gres:")
         elif rule == "qos":
             job[path] = record["qos"] or None
         elif rule == "flags":
