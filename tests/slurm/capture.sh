@@ -141,7 +141,7 @@ squeue --all --json > "$out/squeue_${release}_no_jobs.json"
 sacct_argv=(sacct --parsable2 --noheader --allocations --duplicates --jobs 1
     --format=JobID,JobName,User,Partition,State,ExitCode,NodeList,NNodes,Submit,Start,End,Reason)
 "${sacct_argv[@]}" > /dev/null 2> "$out/sacct_${release}_accounting_disabled.stderr" || true
-sed 's|^AccountingStorageType=.*|AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\nAccountingStoragePort=1|' \
+sed 's|^AccountingStorageType=.*|AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost|' \
     "$dir/slurm.conf" > "$dir/slurm-dbd.conf"
 SLURM_CONF="$dir/slurm-dbd.conf" "${sacct_argv[@]}" > /dev/null 2> "$out/sacct_${release}_slurmdbd_unreachable.stderr" || true
 
