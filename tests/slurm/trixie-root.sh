@@ -60,7 +60,13 @@ if [ "${RUNGUARD_TRIXIE_TORCH:-1}" != 0 ]; then
 fi
 
 partial="$root.partial"
-rm -rf -- "$partial"
+# A build that failed half-way may have left debootstrap's mounts (proc, sys) in the partial root.
+if [ -d "$partial" ]; then
+    awk -v p="$partial/" 'index($2, p) == 1 { print $2 }' /proc/mounts | sort -r | while read -r mounted; do
+        umount -l -- "$mounted" || true
+    done
+    rm -rf --one-file-system -- "$partial"
+fi
 mkdir -p -- "$partial"
 echo "debootstrap trixie into $partial from $mirror ($packages)"
 started=$(date +%s)
