@@ -75,7 +75,11 @@ job_is() { [ "$(field "$1" JobState)" = "$2" ]; }
 reason_is() { [ "$(field "$1" Reason)" = "$2" ]; }
 node_state() { sinfo -h -N -n "$1" -o '%T' | head -n 1; }
 node_matches() { [[ "$(node_state "$1")" =~ $2 ]]; }
-exists() { [ -e "$1" ]; }
+# Both ranks of the job's step have logged their first line.
+both_ranks_up() { [ "$(grep -c '^[01]: rank' "$1" 2>/dev/null)" = 2 ]; }
+log_has() { grep -q -- "$2" "$1" 2>/dev/null; }
+requeued_once() { job_is "$1" PENDING && [ "$(field "$1" Restarts)" = 1 ]; }
+answers_again() { ! node_matches "$1" '\*$'; }
 
 # Everything the job commands answer now.
 snap_jobs() {
@@ -138,6 +142,7 @@ start_cluster a
 scontrol show job -o --details > "$out/scontrol_${release}_no_jobs.txt"
 squeue --all --json > "$out/squeue_${release}_no_jobs.json"
 # sacct without accounting, and against a slurmdbd that does not run.
+# shellcheck disable=SC2054 # the commas are inside one argument (--format=...)
 sacct_argv=(sacct --parsable2 --noheader --allocations --duplicates --jobs 1
     --format=JobID,JobName,User,Partition,State,ExitCode,NodeList,NNodes,Submit,Start,End,Reason)
 "${sacct_argv[@]}" > /dev/null 2> "$out/sacct_${release}_accounting_disabled.stderr" || true
@@ -162,7 +167,7 @@ cd "$jobs"
 job=$(sbatch --parsable train.sbatch)
 note "job $job submitted"
 wait_until 30 job_is "$job" RUNNING
-wait_until 30 eval "[ \"\$(grep -c '^[01]: rank' \"$jobs/train_$job.log\" 2>/dev/null)\" = 2 ]"
+wait_until 30 both_ranks_up "$jobs/train_$job.log"
 note "job $job RUNNING on $(field "$job" NodeList)"
 snap_jobs running
 snap_nodes running
@@ -196,7 +201,7 @@ snap_jobs begintime
 scontrol update "JobId=$job" "StartTime=now"
 wait_until 30 job_is "$job" RUNNING
 note "job $job RUNNING again on $(field "$job" NodeList) after StartTime=now"
-wait_until 30 eval "[ \"\$(grep -c '^[01]: rank' \"$jobs/train_$job.log\" 2>/dev/null)\" = 2 ]"
+wait_until 30 both_ranks_up "$jobs/train_$job.log"
 snap_jobs requeued_running
 
 touch "$jobs/go-1"
@@ -226,7 +231,7 @@ SCRIPT
 cd "$jobs"
 job=$(sbatch --parsable tick.sbatch)
 wait_until 30 job_is "$job" RUNNING
-wait_until 30 eval "grep -q '^1: tick 2' \"$jobs/tick_$job.log\""
+wait_until 30 log_has "$jobs/tick_$job.log" '^1: tick 2'
 note "job $job RUNNING on $(field "$job" NodeList)"
 
 # The processes of the job on n2 (their environment says so) and the slurmstepd above them.
@@ -247,7 +252,7 @@ mapfile -t frozen < <(printf '%s\n' "${frozen[@]}" | sort -un)
 kill -STOP "${frozen[@]}"
 t0=$(date +%s.%N)
 note "n2 frozen (SIGSTOP to slurmd and the job's processes: ${frozen[*]}); the timeline restarts here"
-last_node= last_job=
+last_node='' last_job=''
 watch_until() { # watch_until TIMEOUT CONDITION...: notes every change of n2 and of the job
     local timeout=$1
     shift
@@ -265,7 +270,7 @@ watch_until() { # watch_until TIMEOUT CONDITION...: notes every change of n2 and
 watch_until 120 node_matches n2 '\*$'
 snap_nodes node_not_responding
 snap_jobs node_not_responding
-watch_until 120 eval 'job_is "$job" PENDING && [ "$(field "$job" Restarts)" = 1 ]'
+watch_until 120 requeued_once "$job"
 # Reason=None until the scheduler looks at the requeued job again, then BeginTime.
 watch_until 30 reason_is "$job" BeginTime || true
 snap_jobs node_fail_requeued
@@ -273,11 +278,11 @@ snap_nodes node_fail_requeued
 note "n2's last tick: $(grep '^1: tick' "$jobs/tick_$job.log" | tail -n 1 || true)"
 watch_until 300 job_is "$job" RUNNING
 note "job $job RUNNING again by itself on $(field "$job" NodeList)"
-wait_until 30 eval "grep -q '^1: tick 2' \"$jobs/tick_$job.log\""
+wait_until 30 log_has "$jobs/tick_$job.log" '^1: tick 2'
 snap_jobs node_fail_rerun
 kill -CONT "${frozen[@]}" 2>/dev/null || true
 note "n2 thawed"
-watch_until 60 eval '! node_matches n2 "\\*\$"' || true
+watch_until 60 answers_again n2 || true
 cp "$dir/log/jobcomp.txt" "$out/jobcomp_${release}_cluster_b.txt"
 cd "$work"
 stop_cluster

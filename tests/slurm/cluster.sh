@@ -164,6 +164,7 @@ write_wrapper() {
         echo "# $name of Slurm 24.11 in $root, for the cluster in $dir (written by tests/slurm/cluster.sh)."
         echo '# Inside the root (a job step) it is the command itself; on the host it runs through the root'"'"'s loader.'
         printf 'conf=%q\n' "$conf"
+        # shellcheck disable=SC2016 # written for the wrapper to expand
         echo ': "${SLURM_CONF:=$conf}"'
         echo 'export SLURM_CONF'
         printf 'if [ -e /etc/runguard-lab-root ]; then exec %q "$@"; fi\n' "$path"

@@ -86,7 +86,9 @@ rm -rf -- "$partial/var/lib/apt/lists/"*
 mkdir -p -- "$partial$(dirname -- "$root")"
 ln -s / "$partial$root"
 
+# shellcheck disable=SC2016 # dpkg-query's own format
 version=$(chroot "$partial" dpkg-query -W -f='${Version}' slurmctld)
+# shellcheck disable=SC2016
 torch=$(chroot "$partial" dpkg-query -W -f='${Version}' python3-torch 2>/dev/null || echo none)
 printf 'slurm %s, python3-torch %s, debootstrap trixie from %s\n' "$version" "$torch" "$mirror" > "$partial/$marker"
 rm -f -- "$partial.log"
