@@ -1,25 +1,57 @@
 #!/usr/bin/env bash
-# slurmrestd (OpenAPI v0.0.38) for a cluster started by tests/slurm/cluster.sh, for the integration tests.
+# slurmrestd for a cluster started by tests/slurm/cluster.sh, for the integration tests.
 #
-#   tests/slurm/restd.sh start DIR             unix socket DIR/rest/rest.sock, rest_auth/local
-#   tests/slurm/restd.sh start DIR --tcp PORT  127.0.0.1:PORT, rest_auth/jwt (X-SLURM-USER-* headers)
+#   tests/slurm/restd.sh start DIR [RELEASE]             unix socket DIR/rest/rest.sock, rest_auth/local
+#   tests/slurm/restd.sh start DIR [RELEASE] --tcp PORT  127.0.0.1:PORT, rest_auth/jwt (X-SLURM-USER-* headers)
 #   tests/slurm/restd.sh stop DIR
+#
+# RELEASE (22.05 or 24.11) defaults to the one cluster.sh started in DIR:
+#   22.05  the host's slurmrestd, `-s openapi/v0.0.38`: /slurm/v0.0.38/...
+#   24.11  DIR/bin/slurmrestd (the trixie root's), `-s openapi/slurmctld`: /slurm/v0.0.40/...,
+#          /slurm/v0.0.41/... and /slurm/v0.0.42/... (data_parser v0.0.40..v0.0.42)
+# RUNGUARD_SLURMRESTD_PLUGINS replaces the `-s` list.
 #
 # slurmrestd refuses to run as root, so it runs as nobody: every request acts with nobody's identity
 # (rest_auth/local takes the daemon's own uid; with AuthType=auth/none a JWT is passed on unverified).
-# Only the controller plugin is loaded: the default set dies without slurmdbd.
+# Only the controller plugin is loaded: the default set dies without slurmdbd (22.05: "slurm not
+# configured with slurmdbd"; 24.11: "Failure loading plugin path bindings").
 # The pid goes to DIR/slurmrestd.pid, so `cluster.sh stop DIR` ends a slurmrestd left running too.
 set -euo pipefail
 
 cmd=${1:-}
 dir=${2:-}
 if [ -z "$cmd" ] || [ -z "$dir" ]; then
-    echo "usage: $0 start DIR [--tcp PORT] | stop DIR" >&2
+    echo "usage: $0 start DIR [22.05|24.11] [--tcp PORT] | stop DIR" >&2
     exit 2
 fi
 dir=$(cd "$dir" && pwd)
 conf="$dir/slurm.conf"
 export SLURM_CONF="$conf"
+release=
+if [ "$cmd" = start ]; then
+    case "${3:-}" in
+        22.05 | 24.11) release=$3 ;;
+        "" | --tcp) ;;
+        *) echo "unknown release $3 (22.05 or 24.11)" >&2; exit 2 ;;
+    esac
+fi
+if [ -z "$release" ] && [ -f "$dir/release" ]; then
+    release=$(cat "$dir/release")
+fi
+release=${release:-22.05}
+case "$release" in
+    22.05)
+        plugins=openapi/v0.0.38
+        api=v0.0.38
+        ;;
+    24.11)
+        plugins=openapi/slurmctld
+        api=v0.0.42
+        # The root's slurmrestd, run through its loader (cluster.sh start wrote it).
+        export PATH="$dir/bin:$PATH"
+        ;;
+esac
+plugins=${RUNGUARD_SLURMRESTD_PLUGINS:-$plugins}
 pidfile="$dir/slurmrestd.pid"
 as_nobody=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
 
@@ -33,6 +65,10 @@ start() {
         socket="$dir/rest/rest.sock"
         listen="unix:$socket"
         auth=rest_auth/local
+    fi
+    if [ "$release" = 24.11 ] && [ ! -x "$dir/bin/slurmrestd" ]; then
+        echo "no $dir/bin/slurmrestd: start the cluster with tests/slurm/cluster.sh start $dir 24.11" >&2
+        exit 1
     fi
     command -v slurmrestd >/dev/null || { echo "slurmrestd is not installed (apt-get install slurmrestd)" >&2; exit 3; }
     [ -f "$conf" ] || { echo "no $conf: start the cluster first (tests/slurm/cluster.sh start $dir)" >&2; exit 1; }
@@ -48,7 +84,7 @@ start() {
     mkdir -p "$dir/rest" "$dir/log"
     chown nobody:nogroup "$dir/rest"
     rm -f "$dir/rest/rest.sock"
-    "${as_nobody[@]}" slurmrestd -f "$conf" -s openapi/v0.0.38 -a "$auth" "$listen" \
+    "${as_nobody[@]}" slurmrestd -f "$conf" -s "$plugins" -a "$auth" "$listen" \
         >"$dir/log/slurmrestd.log" 2>&1 &
     echo $! > "$pidfile"
     for _ in $(seq 1 100); do
@@ -63,7 +99,7 @@ start() {
         fi
         sleep 0.1
     done
-    echo "slurmrestd did not answer /slurm/v0.0.38/ping; log in $dir/log/slurmrestd.log" >&2
+    echo "slurmrestd did not answer /slurm/$api/ping; log in $dir/log/slurmrestd.log" >&2
     stop
     exit 1
 }
@@ -80,9 +116,9 @@ answers() {
         return
     fi
     if [ -n "$socket" ]; then
-        curl -sf --max-time 5 --unix-socket "$socket" http://slurmrestd/slurm/v0.0.38/ping >/dev/null 2>&1
+        curl -sf --max-time 5 --unix-socket "$socket" "http://slurmrestd/slurm/$api/ping" >/dev/null 2>&1
     else
-        curl -sf --max-time 5 "${headers[@]}" "http://$listen/slurm/v0.0.38/ping" >/dev/null 2>&1
+        curl -sf --max-time 5 "${headers[@]}" "http://$listen/slurm/$api/ping" >/dev/null 2>&1
     fi
 }
 
@@ -100,7 +136,11 @@ stop() {
 }
 
 case "$cmd" in
-    start) shift 2; start "$@" ;;
+    start)
+        shift 2
+        case "${1:-}" in 22.05 | 24.11) shift ;; esac
+        start "$@"
+        ;;
     stop) stop ;;
     *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac
