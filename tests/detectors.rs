@@ -483,7 +483,8 @@ async fn a_chained_traceback_written_across_two_reads_is_one_block_with_its_root
 }
 
 #[tokio::test]
-async fn a_state_the_scheduler_reports_in_words_runguard_cannot_read_is_a_warning_and_never_acted_on() {
+async fn a_state_the_scheduler_reports_in_words_runguard_cannot_read_is_a_warning_and_never_acted_on()
+ {
     let (rig, log) = one_job(JobState::Running);
     let mut engine = rig.engine();
     log.iteration(10, 400.0);

@@ -47,8 +47,13 @@ pub fn parse(text: &str) -> Result<(Vec<SlurmJob>, Vec<String>), ListingError> {
     let mut warnings = Vec::new();
     let declared = DataParser::declared(&serde_json::json!({"meta": listing.meta}));
     if let Some(version) = declared.filter(|version| !version.known()) {
+        let than = if version > DataParser(43) {
+            "newer"
+        } else {
+            "older"
+        };
         warnings.push(format!(
-            "the answer declares data_parser {version}, newer than runguard knows (v0.0.38 to \
+            "the answer declares data_parser {version}, {than} than runguard knows (v0.0.38 to \
              v0.0.43): fields are read where their shape is known"
         ));
     }
@@ -219,6 +224,9 @@ pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, Stri
         partition: text(value, "partition").map(str::to_string),
     })
 }
+
+#[cfg(test)]
+mod fixtures;
 
 #[cfg(test)]
 mod tests {
