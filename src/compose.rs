@@ -102,7 +102,8 @@ fn slurm_api(config: &SlurmConfig) -> Result<Arc<dyn SlurmApi>, ComposeError> {
         config.listing,
     )
     .with_jobcomp(config.jobcomp_path.clone())
-    .with_slurm_conf(config.slurm_conf.clone());
+    .with_slurm_conf(config.slurm_conf.clone())
+    .with_bin_dir(config.bin_dir.clone());
     match config.api {
         SlurmApiKind::Cli => Ok(Arc::new(cli)),
         SlurmApiKind::Rest => {

@@ -113,6 +113,7 @@ fn run_case(case: Case<'_>) -> Finished {
         .command_via(launcher)
         .current_dir(sandbox.path())
         .env("SLURM_CONF", &cluster.conf)
+        .env("PATH", &cluster.path)
         .args(["run", "--auto"])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(sandbox.path().join("engine.err")).unwrap())
@@ -501,7 +502,10 @@ fn a_job_named_with_runguard_watch_is_recovered_without_an_enrolment_comment() {
     std::fs::create_dir(sandbox.path().join("ckpt")).unwrap();
     let runguard = |args: &[&str]| {
         let mut command = sandbox.command();
-        command.args(args).env("SLURM_CONF", &cluster.conf);
+        command
+            .args(args)
+            .env("SLURM_CONF", &cluster.conf)
+            .env("PATH", &cluster.path);
         command
     };
     let mut engine = runguard(&["run", "--auto"])
@@ -592,7 +596,8 @@ fn an_ended_job_s_attempts_are_read_from_the_controller_s_jobcomp_file() {
     }
     // The tools find the file through `scontrol show config`, as on a cluster that was not told.
     let cli = SlurmCli::new(Duration::from_secs(10), Listing::Auto)
-        .with_slurm_conf(Some(cluster.conf.clone()));
+        .with_slurm_conf(Some(cluster.conf.clone()))
+        .with_bin_dir(cluster.bin_dir());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

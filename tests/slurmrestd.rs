@@ -459,6 +459,7 @@ fn the_engine_over_slurmrestd_requeues_a_failed_job_without_its_culprit_node() {
         .command()
         .args(["run", "--auto"])
         .env("SLURM_CONF", &lab.cluster.conf)
+        .env("PATH", &lab.cluster.path)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

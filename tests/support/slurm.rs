@@ -48,9 +48,18 @@ pub fn available(extra: &[&str]) -> bool {
 }
 
 /// A running Slurm, stopped when dropped.
+/// The Slurm release the tests run on: `RUNGUARD_SLURM_RELEASE`, else 22.05 (the host's packages);
+/// 24.11 runs from the Debian trixie root `tests/slurm/trixie-root.sh` builds.
+pub fn release() -> String {
+    std::env::var("RUNGUARD_SLURM_RELEASE").unwrap_or_else(|_| "22.05".to_string())
+}
+
 pub struct Cluster {
     pub dir: PathBuf,
     pub conf: PathBuf,
+    /// `PATH` for the cluster's client commands: a release other than the host's puts its own in
+    /// `DIR/bin` first.
+    pub path: std::ffi::OsString,
 }
 
 impl Cluster {
@@ -60,10 +69,16 @@ impl Cluster {
 
     /// A cluster that marks a node down after `slurmd_timeout` seconds without an answer.
     pub fn start_with(dir: &Path, slurmd_timeout: u32) -> Self {
+        let release = release();
+        // The jobs' scripts and logs live beside the cluster's directory, in the test's own.
+        let binds = dir.parent().unwrap_or(dir);
+        std::fs::create_dir_all(binds).unwrap();
         let output = Command::new("bash")
             .args([CLUSTER_SH, "start"])
             .arg(dir)
+            .arg(&release)
             .env("RUNGUARD_SLURMD_TIMEOUT", slurmd_timeout.to_string())
+            .env("RUNGUARD_SLURM_BINDS", binds)
             .output()
             .unwrap();
         assert!(
@@ -71,16 +86,33 @@ impl Cluster {
             "slurm did not start: {}",
             String::from_utf8_lossy(&output.stderr)
         );
+        let host_path = std::env::var_os("PATH").unwrap_or_default();
+        let path = if release == "22.05" {
+            host_path
+        } else {
+            let mut path = dir.join("bin").into_os_string();
+            path.push(":");
+            path.push(host_path);
+            path
+        };
         Self {
             dir: dir.to_path_buf(),
             conf: dir.join("slurm.conf"),
+            path,
         }
     }
 
-    /// A Slurm client command with this cluster's configuration.
+    /// Where this release's client commands are, when they are not the host's.
+    pub fn bin_dir(&self) -> Option<PathBuf> {
+        (release() != "22.05").then(|| self.dir.join("bin"))
+    }
+
+    /// A Slurm client command of the cluster's release, with its configuration.
     pub fn command(&self, program: &str) -> Command {
         let mut command = Command::new(program);
-        command.env("SLURM_CONF", &self.conf);
+        command
+            .env("SLURM_CONF", &self.conf)
+            .env("PATH", &self.path);
         command
     }
 }
@@ -100,6 +132,7 @@ pub fn status(sandbox: &CliSandbox, cluster: &Cluster) -> Option<Value> {
         .command()
         .args(["status", "--json"])
         .env("SLURM_CONF", &cluster.conf)
+        .env("PATH", &cluster.path)
         .output()
         .ok()?;
     serde_json::from_slice(&output.stdout).ok()

@@ -98,6 +98,8 @@ pub struct SlurmConfig {
     pub rest_user: Option<String>,
     /// `SLURM_CONF` for the Slurm commands runguard runs (default: the environment's, else Slurm's own).
     pub slurm_conf: Option<PathBuf>,
+    /// Where Slurm's client commands (`squeue`, `scontrol`, `sbatch`...) are, when not on `PATH`.
+    pub bin_dir: Option<PathBuf>,
     /// The jobcomp file (`JobCompLoc` with `JobCompType=jobcomp/filetxt`) to read ended jobs from once the
     /// controller forgets them; by default the one `scontrol show config` names. `sacct` is asked first.
     pub jobcomp_path: Option<PathBuf>,
@@ -128,6 +130,7 @@ impl Default for SlurmConfig {
             rest_user: None,
             jobcomp_path: None,
             slurm_conf: None,
+            bin_dir: None,
             rest_token_env: "SLURM_JWT".to_string(),
         }
     }

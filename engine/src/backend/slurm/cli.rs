@@ -31,6 +31,8 @@ pub struct SlurmCli {
     jobcomp: Mutex<Option<Option<PathBuf>>>,
     /// `SLURM_CONF` for every command, when not the environment's.
     slurm_conf: Option<PathBuf>,
+    /// Where the client commands are, when not on `PATH`.
+    bin_dir: Option<PathBuf>,
 }
 
 /// The most of the jobcomp file read for one job's history: its end, where recent attempts are.
@@ -49,12 +51,20 @@ impl SlurmCli {
             no_accounting: AtomicBool::new(false),
             jobcomp: Mutex::new(None),
             slurm_conf: None,
+            bin_dir: None,
         }
     }
 
     /// Runs every command with `SLURM_CONF` set to this file (another cluster than the environment's).
     pub fn with_slurm_conf(mut self, conf: Option<PathBuf>) -> Self {
         self.slurm_conf = conf;
+        self
+    }
+
+    /// Runs the client commands from this directory instead of finding them on `PATH` (a site whose
+    /// Slurm is installed apart, or a second release beside the usual one).
+    pub fn with_bin_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.bin_dir = dir;
         self
     }
 
@@ -81,7 +91,10 @@ impl SlurmCli {
         let Some((program, args)) = argv.split_first() else {
             return Err(BackendError::Invalid("empty command".into()));
         };
-        let mut command = tokio::process::Command::new(program);
+        let mut command = match &self.bin_dir {
+            Some(dir) => tokio::process::Command::new(dir.join(program)),
+            None => tokio::process::Command::new(program),
+        };
         command
             .args(args)
             .kill_on_drop(true)
