@@ -194,6 +194,36 @@ fn channel_states<'a>(deliveries: &'a [Value], channel: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// A webhook channel `name` to a receiver on `port`, told of failures only.
+fn failure_webhook(name: &str, port: u16) -> String {
+    format!(
+        r#"[[alerts.channels]]
+name = "{name}"
+kind = "webhook"
+url = "http://127.0.0.1:{port}/hook"
+events = ["failure"]
+
+"#
+    )
+}
+
+/// A mail channel `name` through the SMTP server on `port` to `to`, told of failures only.
+fn failure_mail(name: &str, port: u16, to: &str) -> String {
+    format!(
+        r#"[[alerts.channels]]
+name = "{name}"
+kind = "email"
+smtp_host = "127.0.0.1"
+smtp_port = {port}
+smtp_security = "none"
+from = "runguard@localhost"
+to = ["{to}"]
+events = ["failure"]
+
+"#
+    )
+}
+
 #[test]
 fn every_channel_receives_the_recovery_with_its_attribution_evidence_and_commands() {
     let (Some(python), Some(smtp_python)) = (python_with("json"), python_with("aiosmtpd")) else {
@@ -429,67 +459,20 @@ fn a_slow_receiver_times_out_and_a_refusing_one_is_given_up_without_delaying_the
     configure(
         &sandbox,
         &format!(
-            r#"[alerts]
+            "[alerts]
 timeout_secs = 1
 retry_initial_secs = 1
 retry_max_secs = 1
 max_attempts = 2
 flush_on_exit_secs = 8
 
-[[alerts.channels]]
-name = "slow"
-kind = "webhook"
-url = "http://127.0.0.1:{}/hook"
-events = ["failure"]
-
-[[alerts.channels]]
-name = "refusing"
-kind = "webhook"
-url = "http://127.0.0.1:{}/hook"
-events = ["failure"]
-
-[[alerts.channels]]
-name = "failing"
-kind = "webhook"
-url = "http://127.0.0.1:{}/hook"
-events = ["failure"]
-
-[[alerts.channels]]
-name = "refusing-mail"
-kind = "email"
-smtp_host = "127.0.0.1"
-smtp_port = {}
-smtp_security = "none"
-from = "runguard@localhost"
-to = ["nobody@localhost"]
-events = ["failure"]
-
-[[alerts.channels]]
-name = "slow-mail"
-kind = "email"
-smtp_host = "127.0.0.1"
-smtp_port = {}
-smtp_security = "none"
-from = "runguard@localhost"
-to = ["alice@localhost"]
-events = ["failure"]
-
-[[alerts.channels]]
-name = "no-mail"
-kind = "email"
-smtp_host = "127.0.0.1"
-smtp_port = {}
-smtp_security = "none"
-from = "runguard@localhost"
-to = ["alice@localhost"]
-events = ["failure"]
-"#,
-            slow.port,
-            refusing.port,
-            failing.port,
-            refusing_mail.port,
-            slow_mail.port,
-            no_mail_server
+{}{}{}{}{}{}",
+            failure_webhook("slow", slow.port),
+            failure_webhook("refusing", refusing.port),
+            failure_webhook("failing", failing.port),
+            failure_mail("refusing-mail", refusing_mail.port, "nobody@localhost"),
+            failure_mail("slow-mail", slow_mail.port, "alice@localhost"),
+            failure_mail("no-mail", no_mail_server, "alice@localhost"),
         ),
     );
     demo(&sandbox);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::kube_fake::FakeKube;
+use crate::support::FIXTURE_NODE_STATUSES;
 
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -1301,17 +1302,7 @@ fn tables_print_what_kubectl_shows() {
             )
         })
         .collect();
-    assert_eq!(
-        statuses,
-        [
-            ("gpu-node-1", "Ready"),
-            ("gpu-node-2", "Ready"),
-            ("gpu-node-3", "NotReady"),
-            ("gpu-node-4", "NotReady"),
-            ("gpu-node-5", "Ready"),
-            ("gpu-spot-1", "Ready")
-        ]
-    );
+    assert_eq!(statuses, FIXTURE_NODE_STATUSES);
     assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
 
     let pods = call_with(

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::kube_fake::FakeKube;
+use crate::support::FIXTURE_NODE_STATUSES;
 use crate::support::available;
 
 /// How long one kubectl command may take before the test gives up on it.
@@ -289,17 +290,7 @@ fn get_nodes_prints_the_server_side_table() {
         .collect();
     assert_eq!(rows[0], ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]);
     let statuses: Vec<(&str, &str)> = rows[1..].iter().map(|row| (row[0], row[1])).collect();
-    assert_eq!(
-        statuses,
-        [
-            ("gpu-node-1", "Ready"),
-            ("gpu-node-2", "Ready"),
-            ("gpu-node-3", "NotReady"),
-            ("gpu-node-4", "NotReady"),
-            ("gpu-node-5", "Ready"),
-            ("gpu-spot-1", "Ready"),
-        ]
-    );
+    assert_eq!(statuses, FIXTURE_NODE_STATUSES);
     assert!(rows[1..].iter().all(|row| row[4] == "v1.30.5"));
 }
 

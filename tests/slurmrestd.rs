@@ -103,6 +103,13 @@ impl Lab {
         self.cluster.command(program)
     }
 
+    /// `sbatch --parsable ARGS` as root; the new job id.
+    fn sbatch(&self, args: &[&str]) -> String {
+        run(self.slurm("sbatch").arg("--parsable").args(args))
+            .trim()
+            .to_string()
+    }
+
     /// `sbatch --parsable ARGS` as nobody, in the jobs directory; the new job id.
     fn sbatch_as_nobody(&self, args: &[&str]) -> String {
         let mut command = self.slurm(AS_NOBODY[0]);
@@ -179,23 +186,50 @@ fn started(job: &JobSnapshot) -> bool {
     !matches!(job.state, JobState::Pending)
 }
 
+/// A lab with slurmrestd on its socket and a client of it; `None` where slurmrestd is missing.
+fn unix_lab() -> Option<(Lab, SlurmRest)> {
+    if !slurmrestd_available() {
+        return None;
+    }
+    let lab = Lab::start(Listen::Unix);
+    let rest = lab.unix_client();
+    Some((lab, rest))
+}
+
+/// Replaces the nodes a pending job must not run on.
+fn exclude(nodes: &[&str]) -> JobUpdate {
+    JobUpdate {
+        exclude_nodes: Some(nodes.iter().map(|node| node.to_string()).collect()),
+        ..JobUpdate::default()
+    }
+}
+
+/// Holds (`true`) or releases (`false`) a job.
+fn hold(hold: bool) -> JobUpdate {
+    JobUpdate {
+        hold: Some(hold),
+        ..JobUpdate::default()
+    }
+}
+
+/// Releases a held job and makes it eligible at once.
+fn release_now() -> JobUpdate {
+    JobUpdate {
+        start_now: true,
+        ..hold(false)
+    }
+}
+
 const ENROLMENT: &str = r#"{"APS": {"auto_resume_mode": "requeue", "max_requeue_times": 2}}"#;
 
 #[test]
 fn a_job_submitted_through_slurmrestd_runs_and_lists_with_its_state_nodes_and_comment() {
-    if !slurmrestd_available() {
+    let Some((lab, rest)) = unix_lab() else {
         return;
-    }
-    let lab = Lab::start(Listen::Unix);
-    let rest = lab.unix_client();
+    };
     assert_eq!(lab.block(rest.ping()).unwrap(), "22.05.8");
 
-    let root_job =
-        run(lab
-            .slurm("sbatch")
-            .args(["--parsable", "--hold", "-J", "roots", "--wrap", "true"]))
-        .trim()
-        .to_string();
+    let root_job = lab.sbatch(&["--hold", "-J", "roots", "--wrap", "true"]);
     let options = SubmitOptions {
         comment: Some(ENROLMENT.into()),
         exclude: vec!["n1".into()],
@@ -246,29 +280,19 @@ fn a_job_submitted_through_slurmrestd_runs_and_lists_with_its_state_nodes_and_co
 
 #[test]
 fn an_exclusion_set_through_slurmrestd_shows_in_squeue_and_the_released_job_runs_elsewhere() {
-    if !slurmrestd_available() {
+    let Some((lab, rest)) = unix_lab() else {
         return;
-    }
-    let lab = Lab::start(Listen::Unix);
-    let rest = lab.unix_client();
+    };
     let job_id = lab.sbatch_as_nobody(&["--hold", "-J", "held", "--wrap", "sleep 1"]);
 
-    let exclude = JobUpdate {
-        exclude_nodes: Some(vec!["n1".into(), "n2".into()]),
-        ..JobUpdate::default()
-    };
-    lab.block(rest.update_job(&job_id, &exclude)).unwrap();
+    lab.block(rest.update_job(&job_id, &exclude(&["n1", "n2"])))
+        .unwrap();
     let held = lab.squeue(&job_id).unwrap().snapshot;
     assert_eq!(held.excluded_nodes, ["n1", "n2"]);
     assert_eq!(held.state, JobState::Pending);
     assert_eq!(held.reason.as_deref(), Some("JobHeldUser"));
 
-    let release = JobUpdate {
-        hold: Some(false),
-        start_now: true,
-        ..JobUpdate::default()
-    };
-    lab.block(rest.update_job(&job_id, &release)).unwrap();
+    lab.block(rest.update_job(&job_id, &release_now())).unwrap();
     let ran = lab.wait_for(&job_id, "ran", |job| !job.nodes.is_empty());
     assert!(
         ran.nodes.iter().all(|node| node == "n3" || node == "n4"),
@@ -278,52 +302,37 @@ fn an_exclusion_set_through_slurmrestd_shows_in_squeue_and_the_released_job_runs
 
 #[test]
 fn a_pending_job_is_held_and_started_now_through_slurmrestd() {
-    if !slurmrestd_available() {
+    let Some((lab, rest)) = unix_lab() else {
         return;
-    }
-    let lab = Lab::start(Listen::Unix);
-    let rest = lab.unix_client();
+    };
     // A job that would wait an hour, like a requeued job waits on BeginTime.
     let job_id = lab.sbatch_as_nobody(&["--begin=now+1hour", "-J", "later", "--wrap", "sleep 1"]);
     let waiting = lab.squeue(&job_id).unwrap().snapshot;
     assert_eq!(waiting.reason.as_deref(), Some("BeginTime"));
 
-    let hold = JobUpdate {
-        hold: Some(true),
-        ..JobUpdate::default()
-    };
-    lab.block(rest.update_job(&job_id, &hold)).unwrap();
+    lab.block(rest.update_job(&job_id, &hold(true))).unwrap();
     let held = lab.squeue(&job_id).unwrap().snapshot;
     assert_eq!(held.state, JobState::Pending);
     assert_eq!(held.reason.as_deref(), Some("JobHeldUser"));
 
-    let release = JobUpdate {
-        hold: Some(false),
-        start_now: true,
-        ..JobUpdate::default()
-    };
-    lab.block(rest.update_job(&job_id, &release)).unwrap();
+    lab.block(rest.update_job(&job_id, &release_now())).unwrap();
     lab.wait_for(&job_id, "started", started);
 }
 
 #[test]
 fn cancel_through_slurmrestd_ends_the_job_and_a_running_job_keeps_its_exclusions() {
-    if !slurmrestd_available() {
+    let Some((lab, rest)) = unix_lab() else {
         return;
-    }
-    let lab = Lab::start(Listen::Unix);
-    let rest = lab.unix_client();
+    };
     let job_id = lab
         .block(rest.submit("#!/bin/bash\nsleep 60\n", &lab.submit_options("long")))
         .unwrap();
     lab.wait_for(&job_id, "started", |job| job.state == JobState::Running);
 
     // Slurm changes exclusions of pending jobs only.
-    let exclude = JobUpdate {
-        exclude_nodes: Some(vec!["n4".into()]),
-        ..JobUpdate::default()
-    };
-    let err = lab.block(rest.update_job(&job_id, &exclude)).unwrap_err();
+    let err = lab
+        .block(rest.update_job(&job_id, &exclude(&["n4"])))
+        .unwrap_err();
     let BackendError::Invalid(message) = &err else {
         panic!("{err:?}")
     };
@@ -340,16 +349,10 @@ fn cancel_through_slurmrestd_ends_the_job_and_a_running_job_keeps_its_exclusions
 
 #[test]
 fn slurmrestd_running_as_nobody_is_refused_changes_to_roots_jobs() {
-    if !slurmrestd_available() {
+    let Some((lab, rest)) = unix_lab() else {
         return;
-    }
-    let lab = Lab::start(Listen::Unix);
-    let rest = lab.unix_client();
-    let job_id = run(lab
-        .slurm("sbatch")
-        .args(["--parsable", "--hold", "--wrap", "true"]))
-    .trim()
-    .to_string();
+    };
+    let job_id = lab.sbatch(&["--hold", "--wrap", "true"]);
 
     let err = lab.block(rest.cancel(&job_id)).unwrap_err();
     let BackendError::Refused { command, message } = &err else {
@@ -357,11 +360,9 @@ fn slurmrestd_running_as_nobody_is_refused_changes_to_roots_jobs() {
     };
     assert_eq!(command, &format!("DELETE /slurm/v0.0.38/job/{job_id}"));
     assert!(message.contains("Access/permission denied"), "{message}");
-    let release = JobUpdate {
-        hold: Some(false),
-        ..JobUpdate::default()
-    };
-    let err = lab.block(rest.update_job(&job_id, &release)).unwrap_err();
+    let err = lab
+        .block(rest.update_job(&job_id, &hold(false)))
+        .unwrap_err();
     assert!(matches!(err, BackendError::Refused { .. }), "{err:?}");
     let job = lab.squeue(&job_id).unwrap().snapshot;
     assert_eq!(job.reason.as_deref(), Some("JobHeldUser"));
@@ -369,11 +370,9 @@ fn slurmrestd_running_as_nobody_is_refused_changes_to_roots_jobs() {
 
 #[test]
 fn a_stopped_slurmrestd_and_a_lost_controller_are_unavailable() {
-    if !slurmrestd_available() {
+    let Some((lab, rest)) = unix_lab() else {
         return;
-    }
-    let lab = Lab::start(Listen::Unix);
-    let rest = lab.unix_client();
+    };
     lab.block(rest.ping()).unwrap();
 
     lab.stop_restd();

@@ -14,6 +14,7 @@ use super::resources::{self, RESOURCES};
 use super::shared::{OpenStream, Shared};
 use super::status::ApiError;
 use super::store::{ContainerKey, LogLine, Store};
+use super::watch::{Wake, Wakeups};
 
 #[derive(Debug, Clone)]
 pub struct LogRequest {
@@ -180,8 +181,7 @@ async fn run(shared: Arc<Shared>, request: LogRequest, sender: mpsc::Sender<Chun
         .follow
         .then(|| OpenStream::log_follow(shared.clone()));
     let mut appends = shared.subscribe_log_appends();
-    let mut changes = shared.subscribe_changes();
-    let mut cuts = shared.subscribe_cuts();
+    let mut wakeups = Wakeups::subscribe(&shared);
     let (existing, mut next_index, mut over) = shared.read(|store| {
         let lines = store
             .log_lines(&request.container, request.previous)
@@ -209,22 +209,9 @@ async fn run(shared: Arc<Shared>, request: LogRequest, sender: mpsc::Sender<Chun
         return;
     }
     while !over {
-        tokio::select! {
-            appended = appends.changed() => {
-                if appended.is_err() {
-                    return;
-                }
-            }
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-            _ = cuts.changed() => {
-                let _ = sender.send(Err(body::cut())).await;
-                return;
-            }
-            _ = sender.closed() => return,
+        match wakeups.next(&sender, appends.changed()).await {
+            Wake::Changed | Wake::Own(Ok(())) => {}
+            Wake::Own(Err(_)) | Wake::Over => return,
         }
         let appended;
         (appended, over) = shared.read(|store| {

@@ -78,6 +78,9 @@ impl ApiRequest {
     }
 }
 
+/// What a request handler answers: a response, or the API error to send instead.
+type Reply = Result<Response<ResponseBody>, ApiError>;
+
 /// The resource a path names, with its namespace, object name and subresource.
 #[derive(Debug)]
 struct Target {
@@ -94,6 +97,11 @@ impl Target {
 
     fn namespace_or_cluster(&self) -> &str {
         self.namespace.as_deref().unwrap_or_default()
+    }
+
+    /// The object's name, empty for a collection.
+    fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
     }
 }
 
@@ -142,7 +150,7 @@ fn json_response(status: StatusCode, document: &Value) -> Response<ResponseBody>
     response
 }
 
-fn ok(document: &Value) -> Result<Response<ResponseBody>, ApiError> {
+fn ok(document: &Value) -> Reply {
     Ok(json_response(StatusCode::OK, document))
 }
 
@@ -204,7 +212,7 @@ pub async fn handle(
     Ok(response)
 }
 
-fn route(shared: &Arc<Shared>, request: &ApiRequest) -> Result<Response<ResponseBody>, ApiError> {
+fn route(shared: &Arc<Shared>, request: &ApiRequest) -> Reply {
     let segments: Vec<&str> = request
         .path
         .split('/')
@@ -307,7 +315,7 @@ fn serve_resource(
     group: &str,
     version: &str,
     rest: &[&str],
-) -> Result<Response<ResponseBody>, ApiError> {
+) -> Reply {
     let target = parse_target(group, version, rest).ok_or_else(ApiError::no_route)?;
     let verb = match (&request.method, &target.name) {
         (&Method::GET, None) if request.flag("watch") => "watch",
@@ -331,7 +339,7 @@ fn serve_resource(
             target.subresource.as_deref(),
             verb,
             target.namespace.as_deref(),
-            target.name.as_deref().unwrap_or_default(),
+            target.name(),
         ));
     }
     match verb {
@@ -383,11 +391,7 @@ fn parse_continue_token(token: &str) -> Result<(String, String), ApiError> {
     Ok((namespace.to_string(), name.to_string()))
 }
 
-fn list(
-    shared: &Arc<Shared>,
-    request: &ApiRequest,
-    target: &Target,
-) -> Result<Response<ResponseBody>, ApiError> {
+fn list(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply {
     let resource_type = target.resource_type();
     let selection = selection(request, resource_type)?;
     let after = request
@@ -454,11 +458,7 @@ fn list(
     }))
 }
 
-fn watch(
-    shared: &Arc<Shared>,
-    request: &ApiRequest,
-    target: &Target,
-) -> Result<Response<ResponseBody>, ApiError> {
+fn watch(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply {
     let resource_type = target.resource_type();
     let since =
         match request.param("resourceVersion").unwrap_or_default() {
@@ -486,7 +486,7 @@ fn watch(
 }
 
 fn stored(shared: &Shared, target: &Target) -> Result<Value, ApiError> {
-    let name = target.name.as_deref().unwrap_or_default();
+    let name = target.name();
     shared
         .read(|store| {
             store
@@ -496,11 +496,7 @@ fn stored(shared: &Shared, target: &Target) -> Result<Value, ApiError> {
         .ok_or_else(|| ApiError::not_found(target.resource_type(), name))
 }
 
-fn get(
-    shared: &Arc<Shared>,
-    request: &ApiRequest,
-    target: &Target,
-) -> Result<Response<ResponseBody>, ApiError> {
+fn get(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply {
     let object = stored(shared, target)?;
     match table_request(request) {
         Some(include) => ok(&table::table(
@@ -513,13 +509,9 @@ fn get(
     }
 }
 
-fn pod_log(
-    shared: &Arc<Shared>,
-    request: &ApiRequest,
-    target: &Target,
-) -> Result<Response<ResponseBody>, ApiError> {
+fn pod_log(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply {
     let previous = request.flag("previous");
-    let pod = target.name.as_deref().unwrap_or_default();
+    let pod = target.name();
     let container = shared.read(|store| {
         logs::resolve_container(
             store,
@@ -563,11 +555,7 @@ fn pod_log(
     ))
 }
 
-fn create(
-    shared: &Arc<Shared>,
-    request: &ApiRequest,
-    target: &Target,
-) -> Result<Response<ResponseBody>, ApiError> {
+fn create(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply {
     if target.subresource.is_some() {
         return Err(ApiError::method_not_allowed());
     }
@@ -595,13 +583,9 @@ fn written_part(target: &Target) -> Part {
     }
 }
 
-fn update(
-    shared: &Arc<Shared>,
-    request: &ApiRequest,
-    target: &Target,
-) -> Result<Response<ResponseBody>, ApiError> {
+fn update(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply {
     let object = request.json_body()?;
-    let name = target.name.as_deref().unwrap_or_default();
+    let name = target.name();
     let updated = shared.write(|store| {
         store.update(
             target.resource,
@@ -615,13 +599,9 @@ fn update(
     ok(&updated)
 }
 
-fn patch(
-    shared: &Arc<Shared>,
-    request: &ApiRequest,
-    target: &Target,
-) -> Result<Response<ResponseBody>, ApiError> {
+fn patch(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply {
     let resource_type = target.resource_type();
-    let name = target.name.as_deref().unwrap_or_default().to_string();
+    let name = target.name().to_string();
     let media_type = request
         .content_type
         .split(';')
@@ -681,11 +661,7 @@ fn cascades(request: &ApiRequest) -> bool {
     policy != Some("Orphan") && options["orphanDependents"] != json!(true)
 }
 
-fn delete(
-    shared: &Arc<Shared>,
-    request: &ApiRequest,
-    target: &Target,
-) -> Result<Response<ResponseBody>, ApiError> {
+fn delete(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply {
     if target.subresource.is_some() {
         return Err(ApiError::method_not_allowed());
     }
@@ -695,13 +671,10 @@ fn delete(
         if let Some(expected) = preconditions[field].as_str()
             && current["metadata"][field].as_str() != Some(expected)
         {
-            return Err(ApiError::conflict(
-                target.resource_type(),
-                target.name.as_deref().unwrap_or_default(),
-            ));
+            return Err(ApiError::conflict(target.resource_type(), target.name()));
         }
     }
-    let name = target.name.as_deref().unwrap_or_default();
+    let name = target.name();
     let cascade = cascades(request);
     let deleted = shared.write(|store| {
         store.delete(
@@ -714,11 +687,7 @@ fn delete(
     ok(&deleted)
 }
 
-fn delete_collection(
-    shared: &Arc<Shared>,
-    request: &ApiRequest,
-    target: &Target,
-) -> Result<Response<ResponseBody>, ApiError> {
+fn delete_collection(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply {
     let resource_type = target.resource_type();
     let selection = selection(request, resource_type)?;
     let cascade = cascades(request);

@@ -113,11 +113,56 @@ async fn send(sender: &mpsc::Sender<Chunk>, event: &Value) -> bool {
     sender.send(Ok(line(event))).await.is_ok()
 }
 
+/// What wakes a streaming body (a watch, a followed log) that waits for more to send.
+pub(super) struct Wakeups {
+    changes: tokio::sync::watch::Receiver<u64>,
+    cuts: tokio::sync::watch::Receiver<u64>,
+}
+
+/// What a streaming body woke up for.
+pub(super) enum Wake<T> {
+    /// The store changed.
+    Changed,
+    /// The body's own event happened first.
+    Own(T),
+    /// The stream is over: the store is gone, the client went away, or the test cut the stream
+    /// (the cut has been sent).
+    Over,
+}
+
+impl Wakeups {
+    pub(super) fn subscribe(shared: &Shared) -> Self {
+        Self {
+            changes: shared.subscribe_changes(),
+            cuts: shared.subscribe_cuts(),
+        }
+    }
+
+    /// Waits for a change to the store, for `own`, or for the end of the stream.
+    pub(super) async fn next<T>(
+        &mut self,
+        sender: &mpsc::Sender<Chunk>,
+        own: impl Future<Output = T>,
+    ) -> Wake<T> {
+        tokio::select! {
+            changed = self.changes.changed() => match changed {
+                Ok(()) => Wake::Changed,
+                Err(_) => Wake::Over,
+            },
+            own = own => Wake::Own(own),
+            _ = self.cuts.changed() => {
+                let _ = sender.send(Err(body::cut())).await;
+                Wake::Over
+            }
+            _ = sender.closed() => Wake::Over,
+        }
+    }
+}
+
 async fn run(shared: Arc<Shared>, request: WatchRequest, sender: mpsc::Sender<Chunk>) {
     let _open = OpenStream::watch(shared.clone());
     // Subscribed before the first read, so a change made in between still wakes the loop.
-    let mut changes = shared.subscribe_changes();
-    let mut cuts = shared.subscribe_cuts();
+    let mut wakeups = Wakeups::subscribe(&shared);
     let deadline = Instant::now() + request.timeout;
 
     let (mut sent_through, initial_events) = shared.read(|store| match request.since {
@@ -172,23 +217,18 @@ async fn run(shared: Arc<Shared>, request: WatchRequest, sender: mpsc::Sender<Ch
                 return;
             }
         }
-        tokio::select! {
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-            _ = cuts.changed() => {
-                let _ = sender.send(Err(body::cut())).await;
-                return;
-            }
-            _ = tokio::time::sleep_until(deadline) => {
+        match wakeups
+            .next(&sender, tokio::time::sleep_until(deadline))
+            .await
+        {
+            Wake::Changed => {}
+            Wake::Own(()) => {
                 if request.bookmarks {
                     send(&sender, &request.bookmark(sent_through, false)).await;
                 }
                 return;
             }
-            _ = sender.closed() => return,
+            Wake::Over => return,
         }
     }
 }

@@ -20,6 +20,16 @@ pub use cli::{CliSandbox, stderr, stdout, terminate};
 pub use job::job;
 pub use rig::EngineRig;
 
+/// The nodes of the fake Kubernetes cluster's fixtures, in name order, with their Ready status.
+pub const FIXTURE_NODE_STATUSES: [(&str, &str); 6] = [
+    ("gpu-node-1", "Ready"),
+    ("gpu-node-2", "Ready"),
+    ("gpu-node-3", "NotReady"),
+    ("gpu-node-4", "NotReady"),
+    ("gpu-node-5", "Ready"),
+    ("gpu-spot-1", "Ready"),
+];
+
 /// When every test's manual clock starts, and when its scripted jobs were submitted.
 pub fn start_time() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")

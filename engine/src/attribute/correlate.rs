@@ -163,7 +163,7 @@ pub fn across_jobs(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::{Culprit, JobState};
 
@@ -198,7 +198,12 @@ mod tests {
         }
     }
 
-    fn attribution(category: &str, component: Component, recoverable: bool) -> Attribution {
+    /// A plain attribution of workflow 1's first attempt (the policy tests start from it too).
+    pub(crate) fn attribution(
+        category: &str,
+        component: Component,
+        recoverable: bool,
+    ) -> Attribution {
         Attribution {
             id: 0,
             workflow_id: 1,
@@ -216,21 +221,25 @@ mod tests {
         }
     }
 
-    #[test]
-    fn failures_at_the_same_step_on_other_nodes_follow_the_step_not_the_hardware() {
-        let first = attempt(1, 0, 5000, &["node-01", "node-02"]);
+    /// Folds a GPU fault of `second` into the NCCL timeout of `first`, an earlier attempt.
+    fn fold(first: &Attempt, second: &Attempt) -> Option<Attribution> {
         let first_cause = attribution("nccl_timeout", Component::Network, true);
-        let second = attempt(1, 1, 5010, &["node-03", "node-04"]);
         let second_cause = attribution("gpu_fault", Component::Gpu, true);
-        let folded = across_attempts(
-            &second,
+        across_attempts(
+            second,
             &second_cause,
             &[PastFailure {
-                attempt: &first,
+                attempt: first,
                 attribution: &first_cause,
             }],
         )
-        .unwrap();
+    }
+
+    #[test]
+    fn failures_at_the_same_step_on_other_nodes_follow_the_step_not_the_hardware() {
+        let first = attempt(1, 0, 5000, &["node-01", "node-02"]);
+        let second = attempt(1, 1, 5010, &["node-03", "node-04"]);
+        let folded = fold(&first, &second).unwrap();
         assert!(!folded.recoverable);
         assert!(folded.explanation.contains("follows the training step"));
     }
@@ -238,18 +247,8 @@ mod tests {
     #[test]
     fn failures_at_the_same_step_with_a_node_in_common_blame_that_node() {
         let first = attempt(1, 0, 5000, &["node-01", "node-07"]);
-        let first_cause = attribution("nccl_timeout", Component::Network, true);
         let second = attempt(1, 1, 4990, &["node-02", "node-07"]);
-        let second_cause = attribution("gpu_fault", Component::Gpu, true);
-        let folded = across_attempts(
-            &second,
-            &second_cause,
-            &[PastFailure {
-                attempt: &first,
-                attribution: &first_cause,
-            }],
-        )
-        .unwrap();
+        let folded = fold(&first, &second).unwrap();
         assert_eq!(folded.culprit.node.as_deref(), Some("node-07"));
         assert!(folded.recoverable);
     }
@@ -257,14 +256,13 @@ mod tests {
     #[test]
     fn different_steps_or_the_same_message_do_not_correlate() {
         let first = attempt(1, 0, 1000, &["node-01"]);
-        let cause = attribution("nccl_timeout", Component::Network, true);
         let second = attempt(1, 1, 5000, &["node-02"]);
-        let other = attribution("gpu_fault", Component::Gpu, true);
+        assert!(fold(&first, &second).is_none());
+        let cause = attribution("nccl_timeout", Component::Network, true);
         let past = [PastFailure {
             attempt: &first,
             attribution: &cause,
         }];
-        assert!(across_attempts(&second, &other, &past).is_none());
         let same_step = attempt(1, 1, 1000, &["node-02"]);
         assert!(across_attempts(&same_step, &cause, &past).is_none());
     }

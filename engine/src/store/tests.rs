@@ -8,25 +8,17 @@ mod notifications;
 mod workflows;
 
 use super::*;
-use crate::model::{BackendKind, JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
+use crate::model::{BackendKind, JobSpec, RecoveryLimits, Workflow};
 
 /// A plain enabled workflow, for tests of the store's parts.
 pub(crate) fn workflow() -> Workflow {
-    let now = Utc::now();
-    Workflow {
-        id: 0,
-        name: "run".into(),
-        backend: BackendKind::Sim,
-        spec: JobSpec::default(),
-        limits: RecoveryLimits::default(),
-        status: WorkflowStatus::Enabled,
-        status_reason: None,
-        succeeded: false,
-        requeues_used: 0,
-        failures_since_checkpoint: 0,
-        created_at: now,
-        updated_at: now,
-    }
+    Workflow::enrolled(
+        "run",
+        BackendKind::Sim,
+        JobSpec::default(),
+        RecoveryLimits::default(),
+        Utc::now(),
+    )
 }
 
 #[test]

@@ -3,7 +3,9 @@
 use chrono::{DateTime, Utc};
 
 use super::*;
+use crate::attribute::correlate;
 use crate::model::{BackendKind, Culprit, JobSpec, JobState, RecoveryLimits};
+use crate::report::fixtures;
 
 fn now() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-01-05T09:00:00Z")
@@ -12,73 +14,57 @@ fn now() -> DateTime<Utc> {
 }
 
 fn workflow() -> Workflow {
+    let limits = RecoveryLimits {
+        max_requeue_times: Some(5),
+        auto_resume_mode: Some("requeue".into()),
+        allowed_actions: None,
+    };
     Workflow {
         id: 1,
-        name: "llama".into(),
-        backend: BackendKind::Sim,
-        spec: JobSpec::default(),
-        limits: RecoveryLimits {
-            max_requeue_times: Some(5),
-            auto_resume_mode: Some("requeue".into()),
-            allowed_actions: None,
-        },
-        status: WorkflowStatus::Enabled,
-        status_reason: None,
-        succeeded: false,
-        requeues_used: 0,
-        failures_since_checkpoint: 0,
-        created_at: now(),
-        updated_at: now(),
+        ..Workflow::enrolled("llama", BackendKind::Sim, JobSpec::default(), limits, now())
     }
 }
 
+/// The first attempt, job 4201 on node-05 and node-07, told to avoid node-02.
 fn attempt(state: JobState) -> Attempt {
     Attempt {
-        workflow_id: 1,
-        index: 0,
-        job_id: "4201".into(),
-        restart_count: 0,
         nodes: vec!["node-05".into(), "node-07".into()],
-        gpus: 16,
-        state,
-        state_raw: state.as_str().to_uppercase(),
-        reason: None,
-        submit_time: None,
-        start_time: None,
-        end_time: None,
         exit_code: Some(1),
         excluded_nodes: vec!["node-02".into()],
-        log_path: None,
-        last_log_time: None,
-        last_iteration: None,
-        last_progress_time: None,
-        updated_at: now(),
+        ..fixtures::attempt(0, state, [None; 3])
     }
 }
 
+/// An attribution that blames node-07.
 fn attribution(category: &str, component: Component, recoverable: bool) -> Attribution {
     Attribution {
-        id: 0,
-        workflow_id: 1,
-        attempt_index: 0,
-        category: category.into(),
-        component,
         culprit: Culprit {
             node: Some("node-07".into()),
             ..Culprit::default()
         },
-        confidence: 0.8,
-        recoverable,
-        signature: None,
-        explanation: String::new(),
-        evidence: vec![],
-        time: now(),
-        remedies: vec![],
+        ..correlate::tests::attribution(category, component, recoverable)
     }
 }
 
 fn policy() -> Policy {
     Policy::from_config(&RecoveryConfig::default(), false)
+}
+
+/// The decision after an attempt in `state` crashed, for the reason `cause` gives.
+fn decide_with(
+    workflow: &Workflow,
+    state: JobState,
+    cause: &Attribution,
+    policy: &Policy,
+) -> Decision {
+    decide(
+        workflow,
+        &attempt(state),
+        AnomalyKind::Crash,
+        cause,
+        policy,
+        None,
+    )
 }
 
 /// A remedy as the catalog would give it.
@@ -90,7 +76,6 @@ fn remedy(kind: &str, params: serde_json::Value) -> Remedy {
 #[test]
 fn where_the_spec_can_change_a_fix_becomes_a_proposed_re_creation_instead_of_a_stop() {
     let workflow = workflow();
-    let failed = attempt(JobState::Failed);
     let mut shm = attribution("dataloader_shm", Component::HostMemory, false);
     shm.remedies = vec![
         remedy("stop", serde_json::json!({})),
@@ -101,26 +86,12 @@ fn where_the_spec_can_change_a_fix_becomes_a_proposed_re_creation_instead_of_a_s
         remedy("config_fix", serde_json::json!({"num_workers": 2})),
     ];
     // Slurm: nothing to apply, the run stops.
-    let stopped = decide(
-        &workflow,
-        &failed,
-        AnomalyKind::Crash,
-        &shm,
-        &policy(),
-        None,
-    );
+    let stopped = decide_with(&workflow, JobState::Failed, &shm, &policy());
     assert_eq!(stopped.status, WorkflowStatus::Completed);
     // Kubernetes: the first fix, proposed (not in the default whitelist).
     let mut kubernetes = policy();
     kubernetes.capabilities.recreate = true;
-    let decision = decide(
-        &workflow,
-        &failed,
-        AnomalyKind::Crash,
-        &shm,
-        &kubernetes,
-        None,
-    );
+    let decision = decide_with(&workflow, JobState::Failed, &shm, &kubernetes);
     assert_eq!(decision.status, WorkflowStatus::Recovering);
     let recreate = &decision.intents[0];
     assert_eq!(recreate.kind, ActionKind::Recreate);
@@ -138,16 +109,8 @@ fn where_the_spec_can_change_a_fix_becomes_a_proposed_re_creation_instead_of_a_s
 fn a_job_s_own_whitelist_narrows_the_configured_one_and_never_widens_it() {
     let mut workflow = workflow();
     workflow.limits.allowed_actions = Some(vec![ActionKind::Cancel, ActionKind::DrainNode]);
-    let failed = attempt(JobState::Failed);
     let nccl = attribution("nccl_timeout", Component::Network, true);
-    let decision = decide(
-        &workflow,
-        &failed,
-        AnomalyKind::Crash,
-        &nccl,
-        &policy(),
-        None,
-    );
+    let decision = decide_with(&workflow, JobState::Failed, &nccl, &policy());
     let requeue = decision
         .intents
         .iter()
@@ -177,22 +140,14 @@ fn remedy_parameters_map_to_spec_changes() {
         )],
         false,
     );
-    assert_eq!(
-        changes,
-        vec![
-            SpecChange::HalveMicroBatch,
-            SpecChange::Env {
-                name: "NCCL_SOCKET_IFNAME".into(),
-                value: "ib0".into()
-            },
-            SpecChange::Toleration {
-                key: "nvidia.com/gpu".into(),
-                operator: "Exists".into(),
-                value: None,
-                effect: Some("NoSchedule".into())
-            },
-        ]
-    );
+    // As the journal stores them: the env value written for a shell is left out.
+    let expected: Vec<SpecChange> = serde_json::from_value(serde_json::json!([
+        {"change": "halve_micro_batch"},
+        {"change": "env", "name": "NCCL_SOCKET_IFNAME", "value": "ib0"},
+        {"change": "toleration", "key": "nvidia.com/gpu", "operator": "Exists", "value": null, "effect": "NoSchedule"},
+    ]))
+    .unwrap();
+    assert_eq!(changes, expected);
     assert!(
         spec_changes(
             &[remedy("requeue", serde_json::json!({"num_workers": 2}))],
@@ -220,26 +175,22 @@ fn does_not_restart_on_fewer_nodes_than_the_job_needs() {
     let usable: Vec<String> = ["node-02", "node-07", "node-09", "node-11"]
         .map(String::from)
         .to_vec();
+    let decide_on = |policy: &Policy, usable: &[String]| {
+        decide(
+            &workflow,
+            &failed,
+            AnomalyKind::Crash,
+            &nccl,
+            policy,
+            Some(usable),
+        )
+    };
     // node-02 was excluded before and node-07 is the culprit: two usable nodes remain, enough.
-    let decision = decide(
-        &workflow,
-        &failed,
-        AnomalyKind::Crash,
-        &nccl,
-        &policy(),
-        Some(&usable),
-    );
+    let decision = decide_on(&policy(), &usable);
     assert_eq!(decision.status, WorkflowStatus::Recovering);
 
     // Only one would remain: the job is not restarted on fewer nodes than it needs.
-    let decision = decide(
-        &workflow,
-        &failed,
-        AnomalyKind::Crash,
-        &nccl,
-        &policy(),
-        Some(&usable[..3]),
-    );
+    let decision = decide_on(&policy(), &usable[..3]);
     assert_eq!(decision.status, WorkflowStatus::Completed);
     let reason = decision.stop_reason.unwrap();
     assert!(
@@ -252,26 +203,17 @@ fn does_not_restart_on_fewer_nodes_than_the_job_needs() {
     // A configured minimum below the job's size lets it restart on what is left.
     let mut elastic = policy();
     elastic.min_nodes = 1;
-    let decision = decide(
-        &workflow,
-        &failed,
-        AnomalyKind::Crash,
-        &nccl,
-        &elastic,
-        Some(&usable[..3]),
-    );
+    let decision = decide_on(&elastic, &usable[..3]);
     assert_eq!(decision.status, WorkflowStatus::Recovering);
 }
 
 #[test]
 fn requeues_excluding_the_culprit_and_keeps_earlier_exclusions() {
-    let decision = decide(
+    let decision = decide_with(
         &workflow(),
-        &attempt(JobState::Failed),
-        AnomalyKind::Crash,
+        JobState::Failed,
         &attribution("nccl_timeout", Component::Network, true),
         &policy(),
-        None,
     );
     assert_eq!(decision.status, WorkflowStatus::Recovering);
     let requeue = &decision.intents[0];
@@ -286,13 +228,11 @@ fn requeues_excluding_the_culprit_and_keeps_earlier_exclusions() {
 
 #[test]
 fn a_preempted_job_is_requeued_without_excluding_its_node() {
-    let decision = decide(
+    let decision = decide_with(
         &workflow(),
-        &attempt(JobState::Preempted),
-        AnomalyKind::Crash,
+        JobState::Preempted,
         &attribution("preemption", Component::Scheduler, true),
         &policy(),
-        None,
     );
     assert_eq!(decision.intents[0].kind, ActionKind::Requeue);
     assert_eq!(decision.intents[0].params.exclude_nodes, vec!["node-02"]);
@@ -300,13 +240,11 @@ fn a_preempted_job_is_requeued_without_excluding_its_node() {
 
 #[test]
 fn never_requeues_an_application_bug() {
-    let decision = decide(
+    let decision = decide_with(
         &workflow(),
-        &attempt(JobState::Failed),
-        AnomalyKind::Crash,
+        JobState::Failed,
         &attribution("app_exception", Component::Application, false),
         &policy(),
-        None,
     );
     assert_eq!(decision.status, WorkflowStatus::Completed);
     assert!(decision.intents.is_empty());
@@ -317,13 +255,11 @@ fn never_requeues_an_application_bug() {
 fn stops_a_crash_loop_at_the_threshold() {
     let mut workflow = workflow();
     workflow.failures_since_checkpoint = 2;
-    let decision = decide(
+    let decision = decide_with(
         &workflow,
-        &attempt(JobState::Failed),
-        AnomalyKind::Crash,
+        JobState::Failed,
         &attribution("nccl_timeout", Component::Network, true),
         &policy(),
-        None,
     );
     assert!(decision.crash_loop);
     assert_eq!(decision.failures_since_checkpoint, 3);
@@ -339,13 +275,11 @@ fn stops_a_crash_loop_at_the_threshold() {
 fn the_requeue_limit_is_the_smaller_of_system_and_job() {
     let mut workflow = workflow();
     workflow.requeues_used = 5;
-    let decision = decide(
+    let decision = decide_with(
         &workflow,
-        &attempt(JobState::Failed),
-        AnomalyKind::Crash,
+        JobState::Failed,
         &attribution("xid_79", Component::Gpu, true),
         &policy(),
-        None,
     );
     assert_eq!(decision.status, WorkflowStatus::Completed);
     assert!(decision.stop_reason.unwrap().contains("5 of 5"));
@@ -365,23 +299,19 @@ fn outside_the_whitelist_or_without_auto_an_intent_is_only_proposed() {
         whitelist: vec![ActionKind::Cancel],
         ..RecoveryConfig::default()
     };
-    let decision = decide(
+    let decision = decide_with(
         &workflow(),
-        &attempt(JobState::Failed),
-        AnomalyKind::Crash,
+        JobState::Failed,
         &attribution("nccl_timeout", Component::Network, true),
         &Policy::from_config(&config, false),
-        None,
     );
     assert!(!decision.intents[0].permitted && !decision.intents[0].auto_approved);
 
-    let decision = decide(
+    let decision = decide_with(
         &workflow(),
-        &attempt(JobState::Failed),
-        AnomalyKind::Crash,
+        JobState::Failed,
         &attribution("nccl_timeout", Component::Network, true),
         &Policy::from_config(&RecoveryConfig::default(), true),
-        None,
     );
     assert!(decision.intents[0].permitted && !decision.intents[0].auto_approved);
 }

@@ -87,6 +87,12 @@ impl Step {
     }
 }
 
+/// Asserts that `line` is recognised as the Megatron iteration `step`.
+#[track_caller]
+fn assert_recognised_as(line: &str, step: Step) {
+    assert_eq!(recognise(line), step.record(), "{line}");
+}
+
 fn saved(iteration: Option<u64>, path: Option<&str>) -> Option<Record> {
     Some(Record::CheckpointSaved {
         iteration,
@@ -116,11 +122,8 @@ fn exception(name: &str, message: &str) -> Option<Record> {
 
 #[test]
 fn parses_megatron_iteration_line_with_throughput() {
-    let record = recognise(
+    assert_recognised_as(
         "iteration       30/   81380208 | consumed samples:          720 | elapsed time per iteration (ms): 2986.9 | throughput per GPU (TFLOP/s/GPU): 386.7 | learning rate: 3.000E-04 | global batch size:    24 | lm loss: 1.023436E+01 | loss scale: 1.0 | grad norm: 3.275 | number of skipped iterations:   0 | number of nan iterations:   0 |",
-    );
-    assert_eq!(
-        record,
         Step {
             iteration: 30,
             total: Some(81_380_208),
@@ -132,18 +135,14 @@ fn parses_megatron_iteration_line_with_throughput() {
             skipped: Some(0),
             nans: Some(0),
             ..Step::default()
-        }
-        .record()
+        },
     );
 }
 
 #[test]
 fn megatron_nan_loss_is_an_iteration_flagged_nan_not_an_error() {
-    let record = recognise(
+    assert_recognised_as(
         "iteration      230/   81380208 | elapsed time per iteration (ms): 2991.0 | lm loss: nan | loss scale: 1.0 | grad norm: 3.1 | number of nan iterations:   0 |",
-    );
-    assert_eq!(
-        record,
         Step {
             iteration: 230,
             total: Some(81_380_208),
@@ -152,18 +151,14 @@ fn megatron_nan_loss_is_an_iteration_flagged_nan_not_an_error() {
             scale: Some(1.0),
             nans: Some(0),
             ..Step::default()
-        }
-        .record()
+        },
     );
 }
 
 #[test]
 fn megatron_nan_iteration_count_flags_nan_even_with_finite_loss() {
-    let record = recognise(
+    assert_recognised_as(
         "iteration      231/      500 | lm loss: 2.5E+00 | number of nan iterations:   3 |",
-    );
-    assert_eq!(
-        record,
         Step {
             iteration: 231,
             total: Some(500),
@@ -171,8 +166,7 @@ fn megatron_nan_iteration_count_flags_nan_even_with_finite_loss() {
             nan: true,
             nans: Some(3),
             ..Step::default()
-        }
-        .record()
+        },
     );
 }
 
@@ -184,11 +178,8 @@ fn megatron_infinite_grad_norm_flags_nan() {
 
 #[test]
 fn parses_megatron_deepspeed_tflops_field() {
-    let record = recognise(
+    assert_recognised_as(
         "iteration      100/     500 | consumed samples:          800 | elapsed time per iteration (ms): 350.2 | TFLOPs: 150.23 | lm loss: 7.5E+00 |",
-    );
-    assert_eq!(
-        record,
         Step {
             iteration: 100,
             total: Some(500),
@@ -197,8 +188,7 @@ fn parses_megatron_deepspeed_tflops_field() {
             loss: Some(7.5),
             consumed: Some(800),
             ..Step::default()
-        }
-        .record()
+        },
     );
 }
 
