@@ -91,11 +91,17 @@ snap_jobs() {
     if [ "$release" = 24.11 ]; then
         scontrol show job --json > "$out/scontrol-json_${release}_$name.json"
     fi
+    rest_snapshot jobs "$name"
+}
+
+# slurmrestd's answer on every version it serves: `rest_snapshot jobs|nodes NAME`.
+rest_snapshot() {
+    local what=$1 name=$2 v
     for v in "${versions[@]}"; do
-        curl -sS --max-time 10 --unix-socket "$dir/rest/rest.sock" "http://slurmrestd/slurm/$v/jobs" \
-            > "$out/slurmrestd-$v-jobs_${release}_$name.json"
+        curl -sS --max-time 10 --unix-socket "$dir/rest/rest.sock" "http://slurmrestd/slurm/$v/$what" \
+            > "$out/slurmrestd-$v-${what}_${release}_$name.json"
     done
-    note "snapshot $name (jobs)"
+    note "snapshot $name ($what)"
 }
 
 # Everything the node commands answer now.
@@ -104,11 +110,7 @@ snap_nodes() {
     sinfo --noheader --Node --format="%N %t" > "$out/sinfo_${release}_$name.txt"
     sinfo -N -h -o "%N %T %E" > "$out/sinfo-reasons_${release}_$name.txt"
     sinfo --json > "$out/sinfo-json_${release}_$name.json"
-    for v in "${versions[@]}"; do
-        curl -sS --max-time 10 --unix-socket "$dir/rest/rest.sock" "http://slurmrestd/slurm/$v/nodes" \
-            > "$out/slurmrestd-$v-nodes_${release}_$name.json"
-    done
-    note "snapshot $name (nodes)"
+    rest_snapshot nodes "$name"
 }
 
 start_cluster() {

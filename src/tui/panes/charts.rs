@@ -181,6 +181,32 @@ fn ceiling(highest: f64) -> f64 {
     }
 }
 
+/// A chart over the workflow's time axis with a value axis from 0 to `top`.
+fn time_chart<'d>(
+    datasets: Vec<Dataset<'d>>,
+    axis: &TimeAxis,
+    title: &'static str,
+    top: f64,
+    theme: &Theme,
+) -> Chart<'d> {
+    Chart::new(datasets)
+        .legend_position(None)
+        .x_axis(
+            Axis::default()
+                .title("time (UTC)")
+                .style(theme.muted())
+                .bounds(axis.bounds())
+                .labels(axis.labels()),
+        )
+        .y_axis(
+            Axis::default()
+                .title(title)
+                .style(theme.muted())
+                .bounds([0.0, top])
+                .labels(value_labels(top)),
+        )
+}
+
 /// `0`, the middle and the top of a value axis.
 fn value_labels(top: f64) -> Vec<String> {
     [0.0, top / 2.0, top]
@@ -317,23 +343,10 @@ fn draw_throughput(
             .style(theme.anomaly())
             .data(&anomalies),
     );
-    let chart = Chart::new(datasets)
-        .legend_position(None)
-        .x_axis(
-            Axis::default()
-                .title("time (UTC)")
-                .style(theme.muted())
-                .bounds(axis.bounds())
-                .labels(axis.labels()),
-        )
-        .y_axis(
-            Axis::default()
-                .title("TFLOP/s/GPU")
-                .style(theme.muted())
-                .bounds([0.0, top])
-                .labels(value_labels(top)),
-        );
-    frame.render_widget(chart, chart_area);
+    frame.render_widget(
+        time_chart(datasets, &axis, "TFLOP/s/GPU", top, theme),
+        chart_area,
+    );
     let attempts: Vec<u32> = series.iter().map(|(attempt, _)| *attempt).collect();
     frame.render_widget(
         Paragraph::new(legend(
@@ -399,23 +412,10 @@ fn draw_checkpoints(
                 .data(saved),
         );
     }
-    let chart = Chart::new(datasets)
-        .legend_position(None)
-        .x_axis(
-            Axis::default()
-                .title("time (UTC)")
-                .style(theme.muted())
-                .bounds(axis.bounds())
-                .labels(axis.labels()),
-        )
-        .y_axis(
-            Axis::default()
-                .title("iteration")
-                .style(theme.muted())
-                .bounds([0.0, top])
-                .labels(value_labels(top)),
-        );
-    frame.render_widget(chart, chart_area);
+    frame.render_widget(
+        time_chart(datasets, &axis, "iteration", top, theme),
+        chart_area,
+    );
     let attempts: Vec<u32> = points.iter().map(|(attempt, _)| *attempt).collect();
     let last = detail
         .checkpoints

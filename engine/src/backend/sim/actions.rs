@@ -26,6 +26,16 @@ impl World {
             .ok_or_else(|| BackendError::NoSuchJob(job_id.to_string()))
     }
 
+    /// The job with that id and where it is kept.
+    fn job_of(&self, job_id: &str) -> Result<(usize, &Job), BackendError> {
+        let index = self.index_of(job_id)?;
+        self.state
+            .jobs
+            .get(index)
+            .map(|job| (index, job))
+            .ok_or_else(|| BackendError::NoSuchJob(job_id.to_string()))
+    }
+
     /// Checks exclusion names and that enough usable nodes remain for a job of `needed` nodes.
     fn check_exclusion(&self, excluded: &[String], needed: u32) -> Result<(), BackendError> {
         if let Some(unknown) = excluded
@@ -64,10 +74,7 @@ impl World {
         at_ms: i64,
         out: &mut Output,
     ) -> Result<ActionOutcome, BackendError> {
-        let index = self.index_of(job_id)?;
-        let Some(job) = self.state.jobs.get(index) else {
-            return Err(BackendError::NoSuchJob(job_id.to_string()));
-        };
+        let (index, job) = self.job_of(job_id)?;
         match job.phase {
             Phase::Running(_) | Phase::Failed => {}
             Phase::Pending(_) => {
@@ -196,10 +203,7 @@ impl World {
         at_ms: i64,
         out: &mut Output,
     ) -> Result<ActionOutcome, BackendError> {
-        let index = self.index_of(job_id)?;
-        let Some(job) = self.state.jobs.get(index) else {
-            return Err(BackendError::NoSuchJob(job_id.to_string()));
-        };
+        let (index, job) = self.job_of(job_id)?;
         match job.phase {
             Phase::Cancelled => {
                 return Ok(ActionOutcome {
