@@ -302,7 +302,11 @@ fn a_node_that_stops_answering_is_excluded_from_the_job_slurm_requeued_by_itself
     assert_eq!(attempts.len(), 2, "{workflow:#}");
     assert_eq!(attempts[0]["state"], "requeued");
     assert_eq!(workflow["attributions"][0]["category"], "node_failure");
-    assert_eq!(workflow["attributions"][0]["culprit"]["node"], "n2");
+    assert_eq!(
+        workflow["attributions"][0]["culprit"]["node"], "n2",
+        "{:#}",
+        workflow["attributions"][0]
+    );
     assert!(strings(&attempts[1]["excluded_nodes"]).contains(&"n2".to_string()));
     assert!(!strings(&attempts[1]["nodes"]).contains(&"n2".to_string()));
     assert!(
