@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use runguard_engine::backend::sim::Scenario;
 use serde_json::Value;
 
 use crate::support::{CliSandbox, stderr, stdout, terminate};
@@ -72,8 +71,8 @@ fn demo_lists_its_scenarios() {
     let output = sandbox.run(&["demo", "--list"]);
     assert!(output.status.success());
     let text = stdout(&output);
-    // Every built-in one (the engine's own tests pin their names).
-    for scenario in Scenario::builtin_names() {
+    let scenarios = "nccl-timeout xid79 cuda-oom hang straggler app-bug crash-loop healthy";
+    for scenario in scenarios.split(' ') {
         assert!(text.contains(scenario), "{scenario} missing from:\n{text}");
     }
 }
