@@ -106,10 +106,29 @@ pub struct OtherFailure<'a> {
     pub workflow_id: i64,
     pub nodes: &'a [String],
     pub time: DateTime<Utc>,
+    /// What that failure was attributed to.
+    pub category: &'a str,
+    pub component: Component,
 }
 
-/// When other jobs failed on one of this attempt's nodes within [`NODE_WINDOW`], that node is the
-/// culprit and the failure is the node's: returns the adjusted attribution.
+/// Whether a failure of this component says something about the node it ran on: the GPU, the network
+/// link, the node itself or its storage, or nothing known. An application bug, bad data, a memory
+/// limit or the scheduler's own decision is no evidence against a node.
+pub fn speaks_of_node(component: Component) -> bool {
+    matches!(
+        component,
+        Component::Gpu
+            | Component::Network
+            | Component::Infrastructure
+            | Component::Storage
+            | Component::None
+    )
+}
+
+/// When other jobs failed on one of this attempt's nodes within [`NODE_WINDOW`] for reasons that speak
+/// of the node, that node is the culprit and the failure is the node's: returns the adjusted
+/// attribution. A failure that is not the node's own kind (an application error, an OOM) keeps its
+/// attribution and recoverability; the correlation is reported beside it.
 pub fn across_jobs(
     current: &Attempt,
     attribution: &Attribution,
@@ -120,30 +139,49 @@ pub fn across_jobs(
         .iter()
         .filter(|other| other.workflow_id != current.workflow_id)
         .filter(|other| now - other.time <= NODE_WINDOW)
+        .filter(|other| speaks_of_node(other.component))
         .collect();
     let (node, jobs) = current
         .nodes
         .iter()
         .map(|node| {
-            let mut jobs: Vec<i64> = recent
+            let mut jobs: Vec<(i64, &str)> = recent
                 .iter()
                 .filter(|other| other.nodes.contains(node))
-                .map(|other| other.workflow_id)
+                .map(|other| (other.workflow_id, other.category))
                 .collect();
             jobs.sort_unstable();
-            jobs.dedup();
+            jobs.dedup_by_key(|(workflow_id, _)| *workflow_id);
             (node, jobs)
         })
         .max_by_key(|(_, jobs)| jobs.len())?;
     if jobs.len() < NODE_FAILURES {
         return None;
     }
+    let used = format!(
+        "correlated: workflows {} also failed on {node}",
+        jobs.iter()
+            .map(|(id, category)| format!("{id} ({category})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let mut folded = attribution.clone();
+    if !folded.recoverable || !speaks_of_node(folded.component) {
+        // Beside, not over: what this job's own evidence says stands.
+        folded.explanation = format!(
+            "{} {} other jobs failed on {node} in the last {} minutes for reasons of the node; this \
+             failure is not one, so it is not put on the node.",
+            folded.explanation,
+            jobs.len(),
+            NODE_WINDOW.num_minutes()
+        );
+        folded.evidence.push(used);
+        return Some(folded);
+    }
     folded.culprit.node = Some(node.clone());
-    if !folded.recoverable || folded.component == Component::None {
+    if folded.component == Component::None {
         folded.category = "node_failure".to_string();
         folded.component = Component::Infrastructure;
-        folded.recoverable = true;
     }
     folded.confidence = folded.confidence.max(0.8);
     folded.explanation = format!(
@@ -152,13 +190,7 @@ pub fn across_jobs(
         jobs.len(),
         NODE_WINDOW.num_minutes()
     );
-    folded.evidence.push(format!(
-        "correlated: workflows {} also failed on {node}",
-        jobs.iter()
-            .map(|id| id.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
+    folded.evidence.push(used);
     Some(folded)
 }
 
@@ -278,11 +310,15 @@ pub(crate) mod tests {
                 workflow_id: 1,
                 nodes: &nodes_a,
                 time: t(-10),
+                category: "xid_79",
+                component: Component::Gpu,
             },
             OtherFailure {
                 workflow_id: 2,
                 nodes: &nodes_b,
                 time: t(-20),
+                category: "unknown",
+                component: Component::None,
             },
         ];
         let folded = across_jobs(&current, &cause, &others, t(0)).unwrap();
@@ -291,5 +327,43 @@ pub(crate) mod tests {
         // Outside the window, or only one other job: no correlation.
         assert!(across_jobs(&current, &cause, &others, t(60)).is_none());
         assert!(across_jobs(&current, &cause, &others[..1], t(0)).is_none());
+    }
+
+    #[test]
+    fn a_failure_that_is_not_the_nodes_keeps_its_attribution_and_an_app_error_is_no_evidence() {
+        let current = attempt(3, 0, 100, &["node-05", "node-09"]);
+        let nodes = vec!["node-09".to_string()];
+        let other = |workflow_id, category, component| OtherFailure {
+            workflow_id,
+            nodes: &nodes,
+            time: t(-10),
+            category,
+            component,
+        };
+        let node_faults = [
+            other(1, "xid_79", Component::Gpu),
+            other(2, "nccl_error", Component::Network),
+        ];
+        // An OOM on a node where others had node faults: still an OOM, not recoverable, no culprit.
+        let oom = attribution("host_oom", Component::HostMemory, false);
+        let beside = across_jobs(&current, &oom, &node_faults, t(0)).unwrap();
+        assert_eq!(beside.category, "host_oom");
+        assert!(!beside.recoverable);
+        assert_eq!(beside.culprit.node, oom.culprit.node);
+        assert!(
+            beside
+                .evidence
+                .iter()
+                .any(|line| line.contains("1 (xid_79), 2 (nccl_error)")),
+            "{:?}",
+            beside.evidence
+        );
+        // Other jobs' application errors and OOMs say nothing about the node.
+        let not_the_node = [
+            other(1, "app_exception", Component::Application),
+            other(2, "host_oom", Component::HostMemory),
+        ];
+        let unknown = attribution("unknown", Component::None, true);
+        assert!(across_jobs(&current, &unknown, &not_the_node, t(0)).is_none());
     }
 }

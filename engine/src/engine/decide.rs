@@ -273,15 +273,17 @@ impl Engine {
                 .into_iter()
                 .find(|a| a.index == other.attempt_index)
             {
-                other_nodes.push((other.workflow_id, failed.nodes, other.time));
+                other_nodes.push((other, failed.nodes));
             }
         }
         let others: Vec<OtherFailure<'_>> = other_nodes
             .iter()
-            .map(|(workflow_id, nodes, time)| OtherFailure {
-                workflow_id: *workflow_id,
+            .map(|(other, nodes)| OtherFailure {
+                workflow_id: other.workflow_id,
                 nodes,
-                time: *time,
+                time: other.time,
+                category: &other.category,
+                component: other.component,
             })
             .collect();
         let base = folded.clone().unwrap_or_else(|| attribution.clone());
