@@ -601,7 +601,7 @@ fn an_ended_job_s_attempts_are_read_from_the_controller_s_jobcomp_file() {
     // The tools find the file through `scontrol show config`, as on a cluster that was not told.
     let cli = SlurmCli::new(Duration::from_secs(10), Listing::Auto)
         .with_slurm_conf(Some(cluster.conf.clone()))
-        .with_bin_dir(cluster.bin_dir());
+        .with_bin_dir(cluster.bin_dir.clone());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

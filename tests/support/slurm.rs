@@ -57,8 +57,9 @@ pub fn release() -> String {
 pub struct Cluster {
     pub dir: PathBuf,
     pub conf: PathBuf,
-    /// `PATH` for the cluster's client commands: a release other than the host's puts its own in
-    /// `DIR/bin` first.
+    /// Where this release's client commands are, when they are not the host's (`DIR/bin`).
+    pub bin_dir: Option<PathBuf>,
+    /// `PATH` for the cluster's client commands: `bin_dir` first, when there is one.
     pub path: std::ffi::OsString,
 }
 
@@ -86,25 +87,23 @@ impl Cluster {
             "slurm did not start: {}",
             String::from_utf8_lossy(&output.stderr)
         );
+        let bin_dir = (release != "22.05").then(|| dir.join("bin"));
         let host_path = std::env::var_os("PATH").unwrap_or_default();
-        let path = if release == "22.05" {
-            host_path
-        } else {
-            let mut path = dir.join("bin").into_os_string();
-            path.push(":");
-            path.push(host_path);
-            path
+        let path = match &bin_dir {
+            Some(bin) => {
+                let mut path = bin.clone().into_os_string();
+                path.push(":");
+                path.push(host_path);
+                path
+            }
+            None => host_path,
         };
         Self {
             dir: dir.to_path_buf(),
             conf: dir.join("slurm.conf"),
+            bin_dir,
             path,
         }
-    }
-
-    /// Where this release's client commands are, when they are not the host's.
-    pub fn bin_dir(&self) -> Option<PathBuf> {
-        (release() != "22.05").then(|| self.dir.join("bin"))
     }
 
     /// A Slurm client command of the cluster's release, with its configuration.

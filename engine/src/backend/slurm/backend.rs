@@ -100,12 +100,13 @@ impl SlurmBackend {
         self.api.perform(&operation).await
     }
 
-    /// Polls the job until `done` says it has reached the state wanted, or fails after the settle timeout.
+    /// Polls the job until `done` says it has reached the state wanted, or fails after the settle
+    /// timeout with the error `timed_out` makes of it.
     async fn wait_for(
         &self,
         job_id: &str,
-        what: &str,
         done: impl Fn(&JobSnapshot) -> bool,
+        timed_out: impl FnOnce(u64) -> BackendError,
     ) -> Result<JobSnapshot, BackendError> {
         let deadline = tokio::time::Instant::now() + self.options.settle_timeout;
         loop {
@@ -115,10 +116,7 @@ impl SlurmBackend {
                 None => return Err(BackendError::NoSuchJob(job_id.to_string())),
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(BackendError::Unavailable(format!(
-                    "job {job_id} {what} within {} s",
-                    self.options.settle_timeout.as_secs()
-                )));
+                return Err(timed_out(self.options.settle_timeout.as_secs()));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -128,23 +126,25 @@ impl SlurmBackend {
     /// not within the settle timeout stays held by runguard's requeue, which is escalated with the
     /// command that releases it rather than retried in silence.
     async fn wait_until_settled(&self, job_id: &str) -> Result<(), BackendError> {
-        let settle = self.options.settle_timeout.as_secs();
-        match self
-            .wait_for(job_id, "did not leave its nodes", |job| {
-                job.state == JobState::Pending && job.nodes.is_empty()
-            })
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(BackendError::Unavailable(message)) if message.contains("within") => {
-                Err(BackendError::Unconfirmed(format!(
+        self.wait_for(
+            job_id,
+            |job| job.state == JobState::Pending && job.nodes.is_empty(),
+            |settle| {
+                BackendError::Unconfirmed(format!(
                     "job {job_id} was requeued and held by runguard but did not leave its nodes \
                      within {settle} s; it is still held: release it with `scontrol release \
                      {job_id}` once its nodes are free"
-                )))
-            }
-            Err(err) => Err(err),
-        }
+                ))
+            },
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The timeout of a wait that is worth trying again later: the job is still on its way.
+    fn still_waiting(job_id: &str, what: &'static str) -> impl FnOnce(u64) -> BackendError {
+        let job_id = job_id.to_string();
+        move |settle| BackendError::Unavailable(format!("job {job_id} {what} within {settle} s"))
     }
 
     /// A hold that is not runguard's own (the user's `scontrol hold`, an administrator's) is never
@@ -325,9 +325,11 @@ impl Backend for SlurmBackend {
             // Still leaving its nodes: requeued by Slurm itself (a node failure) it turns pending,
             // otherwise it ends. Which path to take is only known then.
             job = self
-                .wait_for(job_id, "did not finish completing", |job| {
-                    job.state != JobState::Completing
-                })
+                .wait_for(
+                    job_id,
+                    |job| job.state != JobState::Completing,
+                    Self::still_waiting(job_id, "did not finish completing"),
+                )
                 .await?;
         }
         let exclude_step = Operation::ExcludeNodes {
@@ -361,9 +363,11 @@ impl Backend for SlurmBackend {
             })
             .await?;
             let ended = self
-                .wait_for(job_id, "did not end after scancel", |job| {
-                    job.state.is_terminal() && job.state != JobState::Completing
-                })
+                .wait_for(
+                    job_id,
+                    |job| job.state.is_terminal() && job.state != JobState::Completing,
+                    Self::still_waiting(job_id, "did not end after scancel"),
+                )
                 .await?;
             ended_at = ended.end_time.or_else(|| Some(Utc::now()));
             detail = format!("ended the running job {job_id} and requeued it");

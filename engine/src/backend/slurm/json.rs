@@ -20,8 +20,8 @@ impl DataParser {
     /// Where each release puts it: `meta.plugin.type` "openapi/v0.0.38" (22.05, also for `squeue
     /// --json`), `meta.plugins.data_parser` "data_parser/v0.0.39" (23.02's CLI), `meta.plugin.data_parser`
     /// "data_parser/v0.0.42" (23.11 on).
-    pub fn declared(document: &Value) -> Option<Self> {
-        let meta = document.get("meta")?;
+    /// `meta` is the answer's `meta` object.
+    pub fn declared(meta: &Value) -> Option<Self> {
         [
             "/plugin/data_parser",
             "/plugins/data_parser",
@@ -185,10 +185,10 @@ mod tests {
         let v38 = json!({"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"}}});
         let v39 = json!({"meta": {"plugins": {"data_parser": "data_parser/v0.0.39"}}});
         let v42 = json!({"meta": {"plugin": {"type": "", "data_parser": "data_parser/v0.0.42"}}});
-        assert_eq!(DataParser::declared(&v38), Some(DataParser(38)));
-        assert_eq!(DataParser::declared(&v39), Some(DataParser(39)));
-        assert_eq!(DataParser::declared(&v42), Some(DataParser(42)));
-        assert_eq!(DataParser::declared(&json!({"jobs": []})), None);
+        assert_eq!(DataParser::declared(&v38["meta"]), Some(DataParser(38)));
+        assert_eq!(DataParser::declared(&v39["meta"]), Some(DataParser(39)));
+        assert_eq!(DataParser::declared(&v42["meta"]), Some(DataParser(42)));
+        assert_eq!(DataParser::declared(&json!({"jobs": []})["meta"]), None);
         assert!(!DataParser(44).known() && DataParser(43).known());
     }
 

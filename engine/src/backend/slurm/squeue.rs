@@ -45,7 +45,7 @@ pub fn parse(text: &str) -> Result<(Vec<SlurmJob>, Vec<String>), ListingError> {
         serde_json::from_str(text).map_err(|err| ListingError(err.to_string()))?;
     let mut jobs = Vec::new();
     let mut warnings = Vec::new();
-    let declared = DataParser::declared(&serde_json::json!({"meta": listing.meta}));
+    let declared = DataParser::declared(&listing.meta);
     if let Some(version) = declared.filter(|version| !version.known()) {
         let than = if version > DataParser(43) {
             "newer"
