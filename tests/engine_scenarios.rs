@@ -48,7 +48,12 @@ async fn nccl_timeout_is_blamed_on_node_07_requeued_without_it_and_completes() {
     let view = only_workflow(&status);
 
     assert_eq!(view.workflow.status, WorkflowStatus::Completed);
-    assert!(view.workflow.succeeded, "{:?}", view.workflow.status_reason);
+    assert!(
+        view.workflow.succeeded,
+        "{:?}\n{:#?}",
+        view.workflow.status_reason,
+        view.journal.iter().map(|e| &e.decision).collect::<Vec<_>>()
+    );
     assert_eq!(view.workflow.requeues_used, 1);
     assert_eq!(view.attempts.len(), 2);
     let (first, second) = (&view.attempts[0], &view.attempts[1]);

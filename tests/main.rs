@@ -16,11 +16,13 @@ mod support;
 
 #[cfg(feature = "sim")]
 mod alerts;
+mod attempt_logs;
 #[cfg(feature = "sim")]
 mod cli;
 #[cfg(feature = "sim")]
 mod cockpit;
 mod correlation;
+mod dead_nodes;
 mod detectors;
 #[cfg(feature = "sim")]
 mod engine_scenarios;
@@ -31,6 +33,7 @@ mod kubectl;
 mod kubernetes;
 #[cfg(feature = "sim")]
 mod metrics;
+mod pace;
 mod report;
 mod signatures;
 #[cfg(feature = "slurm")]

@@ -14,6 +14,7 @@
 # RUNGUARD_SLURMD_TIMEOUT (default 30) is how long a node may not answer before Slurm marks it down.
 # RUNGUARD_SLURM_PORT_BASE (default: from this script's pid) is the controller's port; nodes use the next 4.
 # RUNGUARD_SLURM_GPUS (default 0) gives every node that many GPUs (gres/gpu without devices).
+# RUNGUARD_SLURM_CPUS (default: nproc) is how many CPUs each node has for the scheduler.
 #
 # No munge (auth/none, cred/none: both releases still ship them), no systemd, everything under DIR.
 #
@@ -63,7 +64,9 @@ clients=(sbatch squeue scontrol sinfo sacct scancel srun sdiag slurmrestd)
 # slurm.conf for four nodes on this host; $1 adds lines (PluginDir...).
 write_conf() {
     local cpus base gres="" gpus=${RUNGUARD_SLURM_GPUS:-0}
-    cpus=$(nproc)
+    # RUNGUARD_SLURM_CPUS: CPUs per node as the scheduler counts them (config_overrides accepts more than
+    # the machine has), for benchmarks that run a hundred small jobs at once.
+    cpus=${RUNGUARD_SLURM_CPUS:-$(nproc)}
     if [ "$gpus" != 0 ]; then
         # GPUs that only exist for the scheduler: counted, allocated and shown. 24.11 ignores a GPU
         # without a device file, so each one names a harmless character device (/dev/null, /dev/zero...).

@@ -108,6 +108,7 @@ pub enum Call {
     Hold(String),
     Release(String),
     UsableNodes(Option<String>),
+    DeadNodes(Vec<String>),
 }
 
 /// A call and when it was made, by the test's clock.
@@ -130,6 +131,8 @@ pub struct ScriptedBackend {
     script: Box<dyn Script>,
     clock: Arc<dyn Clock>,
     calls: Mutex<Vec<Recorded>>,
+    /// Nodes the scheduler says are dead, with its words for them.
+    dead: Mutex<Vec<(String, String)>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -146,7 +149,21 @@ impl ScriptedBackend {
             script: Box::new(script),
             clock,
             calls: Mutex::new(Vec::new()),
+            dead: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The scheduler says `node` is dead (`how`: its words) from now on.
+    pub fn kill_node(&self, node: &str, how: &str) {
+        lock(&self.dead).push((node.into(), how.into()));
+    }
+
+    /// How many times the jobs were listed so far.
+    pub fn listings(&self) -> usize {
+        self.calls()
+            .iter()
+            .filter(|recorded| recorded.call == Call::ListJobs)
+            .count()
     }
 
     /// `inner`, recorded, and interrupted when `script` says so.
@@ -352,6 +369,23 @@ impl Backend for ScriptedBackend {
 
     fn node_log(&self, node: &str) -> Option<PathBuf> {
         self.inner().and_then(|inner| inner.node_log(node))
+    }
+
+    async fn dead_nodes(
+        &self,
+        nodes: &[String],
+    ) -> Result<Option<Vec<(String, String)>>, BackendError> {
+        self.answer(Call::DeadNodes(nodes.to_vec()))?;
+        if let Some(inner) = self.inner() {
+            return inner.dead_nodes(nodes).await;
+        }
+        Ok(Some(
+            lock(&self.dead)
+                .iter()
+                .filter(|(node, _)| nodes.contains(node))
+                .cloned()
+                .collect(),
+        ))
     }
 
     async fn hold(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {

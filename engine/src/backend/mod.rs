@@ -50,6 +50,14 @@ pub enum BackendError {
     /// what state the job was left in and the exact command that finishes the step by hand.
     #[error("{0}")]
     Unconfirmed(String),
+    /// The job was ended but cannot leave nodes that no longer answer: the scheduler keeps it on them
+    /// until it declares them down (Slurm's `SlurmdTimeout`), so it cannot run again under its id
+    /// before then.
+    #[error(
+        "job {job_id} was ended but cannot leave {} until the scheduler declares them down",
+        nodes.join(",")
+    )]
+    StuckOnNodes { job_id: String, nodes: Vec<String> },
     /// This backend cannot do that at all (see [`Capabilities`]).
     #[error("{backend} cannot {operation}")]
     Unsupported {
@@ -281,6 +289,15 @@ pub trait Backend: Send + Sync {
     /// Jobs the user asked to watch by reference (`runguard watch JOBID`), besides enrolled ones. The
     /// engine calls this before each listing with the whole current set.
     fn set_watched(&self, _job_refs: &[String]) {}
+
+    /// Those of `nodes` the scheduler says are dead — not responding, down or failed — each with what
+    /// it said in plain words (`not responding (sinfo state mix*)`); `None` when the backend cannot tell.
+    async fn dead_nodes(
+        &self,
+        _nodes: &[String],
+    ) -> Result<Option<Vec<(String, String)>>, BackendError> {
+        Ok(None)
+    }
 
     /// Nodes of `partition` that can run jobs now, when the backend can tell (`None` when it cannot).
     async fn usable_nodes(

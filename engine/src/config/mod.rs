@@ -140,8 +140,13 @@ impl Default for SlurmConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
-    /// Seconds (of the engine's clock) between two observations.
+    /// Seconds (of the engine's clock) between two listings of the watched jobs: the scheduler is asked
+    /// at most this often, whatever the logs do (a changed log is read at once and decided on with what
+    /// is known).
     pub poll_interval_secs: f64,
+    /// Seconds between two queries of the state of the nodes under running watched jobs (a node that
+    /// stops responding is a node failure of its job at once). Never more often than the listings.
+    pub node_poll_interval_secs: f64,
     /// A running job that writes no log line for this long is hung (the AJR heartbeat rule).
     pub heartbeat_timeout_secs: u64,
     /// Wake up as soon as a followed log changes (inotify), besides polling. Turn off where file
@@ -156,6 +161,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             poll_interval_secs: 5.0,
+            node_poll_interval_secs: 15.0,
             heartbeat_timeout_secs: 120,
             file_events: true,
             max_backoff_secs: 300,
@@ -169,6 +175,9 @@ impl Default for EngineConfig {
 pub struct DetectConfig {
     /// A running job whose iteration count has not moved for this long is hung, even if it still logs.
     pub progress_timeout_secs: u64,
+    /// A node whose ranks have written nothing for this long (and for four of their usual gaps) while
+    /// the other nodes' ranks go on is dead under its job: a node failure at once. 0 turns it off.
+    pub node_silence_secs: u64,
     /// Throughput samples ignored at the start of an attempt (compilation, warm-up, checkpoint load).
     pub throughput_warmup_samples: usize,
     /// Samples after the warm-up whose median is the attempt's baseline throughput.
@@ -193,6 +202,7 @@ impl Default for DetectConfig {
     fn default() -> Self {
         Self {
             progress_timeout_secs: 1800,
+            node_silence_secs: 20,
             throughput_warmup_samples: 3,
             throughput_baseline_samples: 5,
             throughput_drop_percent: 20.0,
@@ -449,6 +459,11 @@ impl Config {
         self.narrative.validate()?;
         if !(self.engine.poll_interval_secs > 0.0 && self.engine.poll_interval_secs <= 3600.0) {
             return Err("engine.poll_interval_secs: must be > 0 and at most 3600".into());
+        }
+        if !(self.engine.node_poll_interval_secs > 0.0
+            && self.engine.node_poll_interval_secs <= 3600.0)
+        {
+            return Err("engine.node_poll_interval_secs: must be > 0 and at most 3600".into());
         }
         if self.engine.heartbeat_timeout_secs == 0 {
             return Err("engine.heartbeat_timeout_secs: must be at least 1".into());

@@ -4,6 +4,8 @@
 //! Crashes and silence (heartbeat) are found by the engine from the scheduler state and log times;
 //! these are the rules that need history: progress, throughput, stragglers, checkpoints, pending time.
 
+pub mod node_silence;
+
 use chrono::{DateTime, Utc};
 
 use crate::config::DetectConfig;

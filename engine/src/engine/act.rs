@@ -44,6 +44,48 @@ impl Engine {
         Ok(())
     }
 
+    /// The job runguard submitted with `tag`, if the scheduler lists one. (`&mut`: the engine is not
+    /// `Sync`, and a shared borrow held across the call would keep its future from being `Send`.)
+    async fn submitted_with(&mut self, tag: &str) -> Result<Option<String>, BackendError> {
+        let jobs = with_timeout(self.backend.list_jobs()).await?;
+        Ok(jobs
+            .into_iter()
+            .find(|job| job.tag.as_deref() == Some(tag))
+            .map(|job| job.job_id))
+    }
+
+    /// A requeue whose job was ended but is kept on dead nodes until the scheduler declares them down
+    /// (minutes on a default Slurm): the run goes on as a new job from the same batch script, off those
+    /// nodes, rather than waiting — when the backend can submit and the job has a script.
+    async fn resubmit_off_dead_nodes(&mut self, action: &Action, stuck: &[String]) -> Execution {
+        let params = &action.params;
+        let job_id = params.job_id.clone().unwrap_or_default();
+        let waiting = format!(
+            "job {job_id} was ended but the scheduler keeps it on {} until it declares them down",
+            stuck.join(",")
+        );
+        let spec = match self.store.db().workflow(action.workflow_id) {
+            Ok(Some(workflow)) => workflow.spec,
+            Ok(None) => return Execution::Superseded("the workflow is gone".to_string()),
+            Err(err) => return Execution::Retry(err.to_string()),
+        };
+        if !self.backend.capabilities().resubmit || spec.command.is_none() {
+            return Execution::Retry(format!("{waiting}; it is requeued once it has left them"));
+        }
+        let tag = attempt_tag(action.workflow_id, action.attempt_index + 1);
+        match with_timeout(self.backend.resubmit(&spec, &params.exclude_nodes, &tag)).await {
+            Ok(outcome) => Execution::Ran(format!(
+                "{waiting}: {}{}",
+                outcome.detail,
+                outcome
+                    .new_job_id
+                    .map(|id| format!(" (the run goes on as job {id})"))
+                    .unwrap_or_default()
+            )),
+            Err(err) => retry_or_fail(err),
+        }
+    }
+
     async fn execute(&mut self, action: &Action) -> Execution {
         let params = &action.params;
         let job_id = params.job_id.clone().unwrap_or_default();
@@ -60,6 +102,19 @@ impl Engine {
                 };
                 if job.state == JobState::Unknown {
                     return not_understood(&job);
+                }
+                // Ended and left on a dead node by an earlier try, which ran it again as a new job.
+                if matches!(job.state, JobState::Cancelled | JobState::Completing) {
+                    let tag = attempt_tag(action.workflow_id, action.attempt_index + 1);
+                    match self.submitted_with(&tag).await {
+                        Ok(Some(id)) => {
+                            return Execution::AlreadyDone(format!(
+                                "job {job_id} was already run again as job {id}"
+                            ));
+                        }
+                        Ok(None) => {}
+                        Err(err) => return retry_or_fail(err),
+                    }
                 }
                 let planned = params.restart_count.unwrap_or(0);
                 // Requeued and held by an earlier try that did not get as far as the release (the job
@@ -116,6 +171,9 @@ impl Engine {
                         .filter(|run| run.index > action.attempt_index)
                 };
                 match with_timeout(self.backend.requeue(&job_id, &params.exclude_nodes)).await {
+                    Err(BackendError::StuckOnNodes { nodes, .. }) => {
+                        self.resubmit_off_dead_nodes(action, &nodes).await
+                    }
                     Ok(outcome) => {
                         if let Some(run) = ended_on_purpose
                             && let Err(err) = self
@@ -134,18 +192,11 @@ impl Engine {
             }
             ActionKind::Resubmit => {
                 let tag = attempt_tag(action.workflow_id, action.attempt_index + 1);
-                match with_timeout(self.backend.list_jobs()).await {
-                    Ok(jobs) => {
-                        if let Some(job) = jobs
-                            .iter()
-                            .find(|job| job.tag.as_deref() == Some(tag.as_str()))
-                        {
-                            return Execution::AlreadyDone(format!(
-                                "already resubmitted as job {}",
-                                job.job_id
-                            ));
-                        }
+                match self.submitted_with(&tag).await {
+                    Ok(Some(id)) => {
+                        return Execution::AlreadyDone(format!("already resubmitted as job {id}"));
                     }
+                    Ok(None) => {}
                     Err(err) => return retry_or_fail(err),
                 }
                 let spec = match self.store.db().workflow(action.workflow_id) {

@@ -67,6 +67,13 @@ impl Engine {
                 self.stop_cancelled(&workflow, &attempt, now)?;
                 continue;
             }
+            let dead = self.dead_nodes_of(&attempt, now);
+            if !dead.is_empty() {
+                let summary = self.record_dead_nodes(&attempt, &dead, now)?;
+                self.handle_failure(workflow, attempt, AnomalyKind::Crash, summary, now)
+                    .await?;
+                continue;
+            }
             if let Some((kind, summary)) = self.anomaly_of(&attempt, now) {
                 self.handle_failure(workflow, attempt, kind, summary, now)
                     .await?;

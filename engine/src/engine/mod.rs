@@ -5,12 +5,14 @@
 //! restart is checked against the scheduler before anything is repeated.
 
 mod act;
+mod dead_nodes;
 mod decide;
 mod events;
 mod journal;
 mod nodes;
 mod observe;
 mod outage;
+mod pace;
 mod warnings;
 
 pub use decide::scheduler_line;
@@ -91,6 +93,19 @@ pub struct Engine {
     /// Workflows may sit in `credential_error` (a refusal, or a store from an earlier run): the
     /// next answer of the scheduler lets them be watched again.
     credentials_in_doubt: bool,
+    /// When the scheduler is asked next: at most once per poll interval, less while it is slow.
+    pace: pace::Pace,
+    /// Nodes under running watched jobs that the scheduler last said are dead (not responding, down,
+    /// failed), with its words for their state.
+    dead_nodes: HashMap<String, String>,
+    /// When each node of a running attempt was last heard from in its log, per (workflow, attempt).
+    silence: HashMap<(WorkflowId, u32), detect::node_silence::NodeSilence>,
+    /// Listings made so far, and when the last one was made.
+    listings: u64,
+    listed_at: Option<DateTime<Utc>>,
+    /// Logs found truncated or replaced under an attempt, with the listing count then: read again only
+    /// after a later listing showed no new run of the job took the file.
+    log_restarts: HashMap<(WorkflowId, u32), u64>,
 }
 
 impl Engine {
@@ -112,6 +127,10 @@ impl Engine {
         };
         // A backend that hears of changes (watch streams) starts the next tick early, as a log does.
         backend.set_waker(log_watcher.wake());
+        let pace = pace::Pace::new(
+            Duration::from_secs_f64(config.engine.poll_interval_secs),
+            Duration::from_secs_f64(config.engine.node_poll_interval_secs),
+        );
         Self {
             store,
             backend,
@@ -127,6 +146,12 @@ impl Engine {
             tracebacks: HashMap::new(),
             outage: None,
             credentials_in_doubt: true,
+            pace,
+            dead_nodes: HashMap::new(),
+            silence: HashMap::new(),
+            listings: 0,
+            listed_at: None,
+            log_restarts: HashMap::new(),
         }
     }
 
@@ -224,8 +249,9 @@ impl Engine {
         let now = self.clock.now();
         self.apply_commands(now)?;
         // While the scheduler is down the logs are still read and failures still decided, but the
-        // scheduler is called again only after the backoff, and no action runs until it answers.
-        if !self.backing_off(now) {
+        // scheduler is called again only after the backoff, and no action runs until it answers. A
+        // tick started by a log change between two listings decides on what is already known.
+        if !self.backing_off(now) && self.pace.listing_due(now) {
             self.observe_jobs(now).await?;
         }
         self.read_logs(now)?;

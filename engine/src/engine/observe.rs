@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::pace::Load;
 use super::{Engine, EngineError, EngineEvent, set_status, with_timeout};
 use crate::backend::{BackendError, JobSnapshot};
 use crate::model::{
@@ -15,7 +16,9 @@ use crate::store::{Db, StoreError};
 use crate::telemetry::discover::LogPattern;
 use crate::telemetry::pipeline::{Digester, LogDigest};
 use crate::telemetry::straggler_report::StragglerReport;
-use crate::telemetry::tail::{Chunk, TailLimits, read_new_lines_reusing};
+use crate::telemetry::tail::{
+    Chunk, Continuation, TailLimits, continuation, join_tails, read_new_lines_reusing,
+};
 
 /// The tag runguard gives a job it submits, so a restarted engine finds it again.
 pub(crate) fn attempt_tag(workflow_id: WorkflowId, attempt_index: u32) -> String {
@@ -58,7 +61,12 @@ fn attempt_from(
 }
 
 /// Copies what the scheduler says into an attempt; true when its state or reason changed.
-fn refresh(attempt: &mut Attempt, snapshot: &JobSnapshot, now: DateTime<Utc>) -> bool {
+fn refresh(
+    attempt: &mut Attempt,
+    snapshot: &JobSnapshot,
+    own_dir: Option<&std::path::Path>,
+    now: DateTime<Utc>,
+) -> bool {
     let changed = attempt.state != snapshot.state
         || attempt.state_raw != snapshot.state_raw
         || attempt.reason != snapshot.reason
@@ -73,7 +81,13 @@ fn refresh(attempt: &mut Attempt, snapshot: &JobSnapshot, now: DateTime<Utc>) ->
     attempt.end_time = snapshot.end_time.or(attempt.end_time);
     attempt.exit_code = snapshot.exit_code.or(attempt.exit_code);
     attempt.excluded_nodes.clone_from(&snapshot.excluded_nodes);
-    if snapshot.log_path.is_some() {
+    // A file of the attempt's own, found by the configured pattern in `own_dir`, is not replaced by
+    // the scheduler's output path at the next listing.
+    let own = attempt
+        .log_path
+        .as_ref()
+        .is_some_and(|path| own_dir.is_some_and(|dir| path.starts_with(dir)));
+    if snapshot.log_path.is_some() && !own {
         attempt.log_path.clone_from(&snapshot.log_path);
     }
     if changed {
@@ -156,7 +170,13 @@ impl Engine {
         // `runguard watch` adds jobs from another process at any time.
         let watched = self.store.db().watched_jobs(self.backend.name())?;
         self.backend.set_watched(&watched);
-        let snapshots = match with_timeout(self.backend.list_jobs()).await {
+        self.listings += 1;
+        self.listed_at = Some(now);
+        let asked = std::time::Instant::now();
+        let listing = with_timeout(self.backend.list_jobs()).await;
+        let load = self.pace.listed(now, asked.elapsed());
+        self.report_load(load, now)?;
+        let snapshots = match listing {
             Ok(snapshots) => {
                 self.scheduler_answered(now)?;
                 snapshots
@@ -174,6 +194,7 @@ impl Engine {
         for snapshot in &snapshots {
             self.observe_job(snapshot, now)?;
         }
+        self.check_nodes(now).await?;
         // Attempts still in flight that the listing no longer shows: ask for them one by one.
         let listed: HashSet<&str> = snapshots.iter().map(|s| s.job_id.as_str()).collect();
         let backend = self.backend.kind();
@@ -210,6 +231,25 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// A slow controller is asked less often, and the user is told once per slow spell.
+    fn report_load(&mut self, load: Load, now: DateTime<Utc>) -> Result<(), EngineError> {
+        match load {
+            Load::Steady => Ok(()),
+            Load::Slow(gap) => self.warn(
+                "scheduler_slow",
+                format!(
+                    "the scheduler answered slowly; it is asked every {} s until it is fast again",
+                    gap.as_secs()
+                ),
+                now,
+            ),
+            Load::Recovered => {
+                tracing::info!("the scheduler answers promptly again");
+                Ok(())
+            }
+        }
     }
 
     fn observe_job(
@@ -255,6 +295,7 @@ impl Engine {
                     }
                     let next = attempt_from(snapshot, attempt.workflow_id, attempt.index + 1, now);
                     db.save_attempt(&next)?;
+                    share_log(db, &attempt, &next, now)?;
                     db.journal(
                         Some(next.workflow_id),
                         now,
@@ -273,8 +314,13 @@ impl Engine {
                 }
                 Some(mut attempt) => {
                     let before = attempt.clone();
-                    if refresh(&mut attempt, snapshot, now) {
+                    let own_dir = log_search.as_ref().map(|(dir, _)| dir.as_path());
+                    if refresh(&mut attempt, snapshot, own_dir, now) {
                         events.push(state_event(&attempt));
+                    }
+                    if attempt.log_path != before.log_path {
+                        // Another file: read from its start.
+                        db.set_log_offset(attempt.workflow_id, attempt.index, 0, None)?;
                     }
                     // Most listings change nothing: a write per job per tick is what a thousand
                     // watched jobs would cost.
@@ -305,12 +351,11 @@ impl Engine {
                 }
             };
             let mut attempt = attempt;
-            if attempt.log_path.is_none()
-                && let Some(found) =
-                    discover_log(&log_search, &attempt, &snapshot.spec.name, &snapshot.user)
-            {
+            if let Some(found) = own_log(db, &log_search, &attempt, snapshot)? {
                 attempt.log_path = Some(found);
                 db.save_attempt(&attempt)?;
+                // A file of its own: read from its start, whatever was read of the output path.
+                db.set_log_offset(attempt.workflow_id, attempt.index, 0, None)?;
             }
             if let Some(mut workflow) = db.workflow(attempt.workflow_id)? {
                 follow_attempt(db, &mut workflow, &attempt, now, &mut events)?;
@@ -342,6 +387,16 @@ impl Engine {
                     continue;
                 };
                 let (offset, identity) = self.store.db().log_offset(workflow.id, attempt.index)?;
+                let end = self.store.db().log_end(workflow.id, attempt.index)?;
+                let mut limits = limits;
+                if let Some(end) = end {
+                    // A newer attempt of the job writes the rest of this file.
+                    if offset >= end {
+                        self.settle_tracebacks(&workflow, &attempt)?;
+                        continue;
+                    }
+                    limits.max_read_bytes = limits.max_read_bytes.min(end - offset);
+                }
                 let chunk = match read_new_lines_reusing(
                     &path,
                     offset,
@@ -355,6 +410,14 @@ impl Engine {
                         continue;
                     }
                 };
+                if (chunk.restarted || chunk.rotated)
+                    && !self.log_restart_confirmed(&workflow, &attempt, end)
+                {
+                    // Truncated or replaced: by a new run of the job (requeued under its id), whose
+                    // lines are not this attempt's, or by a log rotation. The next listing tells.
+                    spare = chunk;
+                    continue;
+                }
                 if chunk.restarted {
                     self.warn(
                         "log_truncated",
@@ -381,6 +444,7 @@ impl Engine {
                     continue;
                 }
                 let mut digest = self.digest(&attempt, &chunk, now);
+                self.hear_ranks(&workflow, &attempt, &digest.ranks_heard, now);
                 let reports = std::mem::take(&mut digest.straggler_reports);
                 let mut events = Vec::new();
                 let (truncated, invalid) = (chunk.truncated_lines, chunk.invalid_utf8_lines);
@@ -393,6 +457,12 @@ impl Engine {
                         chunk.next_offset,
                         chunk.identity.as_deref(),
                     )?;
+                    let tail = if chunk.restarted || chunk.rotated {
+                        chunk.tail.clone()
+                    } else {
+                        join_tails(&db.log_tail(workflow.id, attempt.index)?, &chunk.tail)
+                    };
+                    db.set_log_tail(workflow.id, attempt.index, &tail)?;
                     db.add_warnings("line_truncated", truncated, &display, now)?;
                     db.add_warnings("invalid_utf8", invalid, &display, now)?;
                     Ok(())
@@ -406,6 +476,38 @@ impl Engine {
         self.log_watcher
             .follow(followed.iter().map(|path| path.as_path()));
         Ok(())
+    }
+
+    /// Whether a log found truncated or replaced under `attempt` may be read again from its start: not
+    /// for an attempt a newer one took the file from, and for the newest only once a listing after the
+    /// change showed that no new run of the job began (then it was the user or a log rotation).
+    fn log_restart_confirmed(
+        &mut self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+        end: Option<u64>,
+    ) -> bool {
+        let key = (workflow.id, attempt.index);
+        if end.is_some() {
+            self.log_restarts.remove(&key);
+            return false;
+        }
+        // This tick's listing came after the run could have been requeued: a requeued job waits in the
+        // queue for seconds before its new run truncates the file, and the listing shows it requeued.
+        if self.listed_at == Some(self.clock.now()) && !self.log_restarts.contains_key(&key) {
+            return true;
+        }
+        match self.log_restarts.get(&key) {
+            Some(&seen_at) if self.listings > seen_at => {
+                self.log_restarts.remove(&key);
+                true
+            }
+            Some(_) => false,
+            None => {
+                self.log_restarts.insert(key, self.listings);
+                false
+            }
+        }
     }
 
     fn settle_tracebacks(
@@ -478,6 +580,99 @@ impl Engine {
             digest
         }
     }
+}
+
+/// A file of the attempt's own found by the configured pattern (`telemetry.log_dir`), when it has none
+/// yet or only the scheduler's output path: one file per attempt (AJR's `{name}_{jobid}_{datetime}.log`)
+/// is what a requeued job writes to, whatever Slurm names. Looked for once the attempt runs (a pending
+/// requeued job may still report its previous run's start time), never a file an earlier attempt read.
+fn own_log(
+    db: &Db<'_>,
+    search: &Option<(std::path::PathBuf, LogPattern)>,
+    attempt: &Attempt,
+    snapshot: &JobSnapshot,
+) -> Result<Option<std::path::PathBuf>, StoreError> {
+    if search.is_none()
+        || attempt.state == JobState::Pending
+        || (attempt.log_path.is_some() && attempt.log_path != snapshot.log_path)
+    {
+        return Ok(None);
+    }
+    let Some(found) = discover_log(search, attempt, &snapshot.spec.name, &snapshot.user) else {
+        return Ok(None);
+    };
+    if attempt.log_path.as_ref() == Some(&found) {
+        return Ok(None);
+    }
+    let taken = db
+        .attempts(attempt.workflow_id)?
+        .iter()
+        .any(|earlier| earlier.index < attempt.index && earlier.log_path.as_ref() == Some(&found));
+    Ok((!taken).then_some(found))
+}
+
+/// A job requeued under its id writes its new run to the output file of the previous one: each line
+/// belongs to exactly one attempt. Appended to, the new attempt starts where the file ends now and the
+/// previous one reads no further; truncated or replaced, the new attempt reads it from the start and
+/// the previous one keeps what it had read.
+fn share_log(
+    db: &Db<'_>,
+    previous: &Attempt,
+    next: &Attempt,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let (Some(path), Some(next_path)) = (&previous.log_path, &next.log_path) else {
+        return Ok(());
+    };
+    if path != next_path {
+        return Ok(());
+    }
+    let (offset, identity) = db.log_offset(previous.workflow_id, previous.index)?;
+    let tail = db.log_tail(previous.workflow_id, previous.index)?;
+    let split = match continuation(path, offset, identity.as_deref(), &tail) {
+        Ok(split) => split,
+        Err(err) => {
+            // Unreadable now: the new attempt starts where the previous one stopped reading, so no
+            // line is read twice; what the previous run wrote after that is left to the new one.
+            tracing::warn!(path = %path.display(), %err, "splitting a shared log between attempts");
+            Continuation {
+                start: offset,
+                previous_end: offset,
+                restarted: false,
+                identity,
+            }
+        }
+    };
+    db.set_log_end(previous.workflow_id, previous.index, split.previous_end)?;
+    db.set_log_offset(
+        next.workflow_id,
+        next.index,
+        split.start,
+        split.identity.as_deref(),
+    )?;
+    db.journal(
+        Some(next.workflow_id),
+        now,
+        &if split.restarted {
+            format!(
+                "attempt {} writes {} from its start (truncated or replaced); attempt {} keeps the {} bytes it read",
+                next.index,
+                path.display(),
+                previous.index,
+                split.previous_end
+            )
+        } else {
+            format!(
+                "attempt {} appends to {} from byte {}; attempt {} ends there",
+                next.index,
+                path.display(),
+                split.start,
+                previous.index
+            )
+        },
+        &[],
+    )?;
+    Ok(())
 }
 
 /// A job seen for the first time becomes a workflow.

@@ -33,6 +33,59 @@ impl Db<'_> {
         Ok(())
     }
 
+    /// Where the attempt's part of a log it shares with other attempts of its job ends (`None`: it is
+    /// the newest attempt, and reads to the end).
+    pub fn log_end(&self, workflow_id: WorkflowId, index: u32) -> Result<Option<u64>, StoreError> {
+        let end: Option<Option<i64>> = self
+            .conn
+            .query_row(
+                "SELECT log_end FROM attempts WHERE workflow_id = ?1 AND idx = ?2",
+                params![workflow_id, index],
+                |row| row.get(0),
+            )
+            .optional()?;
+        Ok(end.flatten().map(|end| end.max(0) as u64))
+    }
+
+    pub fn set_log_end(
+        &self,
+        workflow_id: WorkflowId,
+        index: u32,
+        end: u64,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE attempts SET log_end = ?3 WHERE workflow_id = ?1 AND idx = ?2",
+            params![workflow_id, index, end as i64],
+        )?;
+        Ok(())
+    }
+
+    /// The last bytes of the attempt's log read before its offset (empty when none were).
+    pub fn log_tail(&self, workflow_id: WorkflowId, index: u32) -> Result<Vec<u8>, StoreError> {
+        let tail: Option<Option<Vec<u8>>> = self
+            .conn
+            .query_row(
+                "SELECT log_tail FROM attempts WHERE workflow_id = ?1 AND idx = ?2",
+                params![workflow_id, index],
+                |row| row.get(0),
+            )
+            .optional()?;
+        Ok(tail.flatten().unwrap_or_default())
+    }
+
+    pub fn set_log_tail(
+        &self,
+        workflow_id: WorkflowId,
+        index: u32,
+        tail: &[u8],
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE attempts SET log_tail = ?3 WHERE workflow_id = ?1 AND idx = ?2",
+            params![workflow_id, index, tail],
+        )?;
+        Ok(())
+    }
+
     /// Offset up to which a shared log (a node's kernel log) has been read.
     pub fn file_offset(&self, path: &str) -> Result<(u64, Option<String>), StoreError> {
         self.offset(

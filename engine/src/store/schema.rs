@@ -221,4 +221,11 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (workflow_id, anomaly_id)
     );
     "#,
+    // 9: one log per attempt. A job requeued under its id writes all its attempts to one output file:
+    // where an attempt's part of that file ends, and the last bytes read before its offset (to tell a
+    // file appended to from one truncated and written again).
+    r#"
+    ALTER TABLE attempts ADD COLUMN log_end INTEGER;
+    ALTER TABLE attempts ADD COLUMN log_tail BLOB;
+    "#,
 ];

@@ -39,6 +39,8 @@ pub struct LogDigest {
     pub progress_time: Option<DateTime<Utc>>,
     /// Lines read.
     pub lines: u64,
+    /// The ranks that wrote in this read (lines with a task label: `srun -l`, torchrun's prefixes).
+    pub ranks_heard: Vec<u32>,
 }
 
 /// The host a line blames: an NCCL warning's or an srun error's host. NCCL's INFO chatter names hosts
@@ -114,6 +116,11 @@ impl<F: Fn(&str) -> bool> Digester<F> {
     fn push_hinted(&mut self, raw: &str, candidate: bool, markers: bool) {
         self.digest.lines += 1;
         let framed = frame_cached(raw, self.year, &mut self.stamps);
+        if let Some(rank) = framed.rank
+            && !self.digest.ranks_heard.contains(&rank)
+        {
+            self.digest.ranks_heard.push(rank);
+        }
         let time = framed
             .timestamp
             .or(self.digest.last_time)

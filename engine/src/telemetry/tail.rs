@@ -29,6 +29,80 @@ pub struct Chunk {
     pub identity: Option<String>,
     /// The path now holds a different file than the stored identity: it was read from the start.
     pub rotated: bool,
+    /// The last bytes consumed (at most [`TAIL_BYTES`]), exactly as in the file: with the ones of
+    /// earlier reads they tell, later, whether the file still holds what was read.
+    pub tail: Vec<u8>,
+}
+
+/// How many of the last bytes read are kept to recognise a file's content later.
+pub const TAIL_BYTES: usize = 32;
+
+/// `earlier` followed by `newer`, cut to the last [`TAIL_BYTES`].
+pub fn join_tails(earlier: &[u8], newer: &[u8]) -> Vec<u8> {
+    let mut joined = Vec::with_capacity(TAIL_BYTES);
+    if newer.len() < TAIL_BYTES {
+        joined
+            .extend_from_slice(&earlier[earlier.len().saturating_sub(TAIL_BYTES - newer.len())..]);
+    }
+    joined.extend_from_slice(&newer[newer.len().saturating_sub(TAIL_BYTES)..]);
+    joined
+}
+
+/// Where a new run of a job begins in the output file its previous run was read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Continuation {
+    /// The byte the new run's lines begin at.
+    pub start: u64,
+    /// Where the previous run's lines end.
+    pub previous_end: u64,
+    /// The file was truncated, replaced or removed: the new run writes from its start.
+    pub restarted: bool,
+    /// The file's identity now, when it exists.
+    pub identity: Option<String>,
+}
+
+/// How a job's new run shares `path` with its previous run, which was read up to `offset` in the file
+/// `identity`, the last bytes read being `tail`. Opened for appending, the file still holds what was
+/// read and the new run's lines follow everything there now; truncated (Slurm's default), replaced or
+/// gone, the new run starts at byte 0 and the previous run keeps only what it read.
+pub fn continuation(
+    path: &Path,
+    offset: u64,
+    identity: Option<&str>,
+    tail: &[u8],
+) -> std::io::Result<Continuation> {
+    let restarted = |identity| Continuation {
+        start: 0,
+        previous_end: offset,
+        restarted: true,
+        identity,
+    };
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(restarted(None)),
+        Err(err) => return Err(err),
+    };
+    let metadata = file.metadata()?;
+    let now = identity_of(&metadata);
+    let len = metadata.len();
+    if identity.is_some_and(|known| !known.is_empty() && known != now) || len < offset {
+        return Ok(restarted(Some(now)));
+    }
+    let kept = tail.len().min(offset as usize);
+    if kept > 0 {
+        let mut bytes = vec![0; kept];
+        file.seek(SeekFrom::Start(offset - kept as u64))?;
+        file.read_exact(&mut bytes)?;
+        if bytes != tail[tail.len() - kept..] {
+            return Ok(restarted(Some(now)));
+        }
+    }
+    Ok(Continuation {
+        start: len,
+        previous_end: len,
+        restarted: false,
+        identity: Some(now),
+    })
 }
 
 impl Chunk {
@@ -199,6 +273,7 @@ pub fn read_new_lines_reusing(
         consumed += advance;
     }
     buffer.truncate(consumed);
+    chunk.tail = buffer[consumed.saturating_sub(TAIL_BYTES)..].to_vec();
     match String::from_utf8(buffer) {
         Ok(text) => {
             // A cut inside a multi-byte character moves back to the character's start.
@@ -256,6 +331,102 @@ mod tests {
         max_line_bytes: 16,
         max_read_bytes: 1024,
     };
+
+    /// The previous run read the whole file; where does the next one start?
+    fn read_all(path: &Path) -> Chunk {
+        read_new_lines(
+            path,
+            0,
+            None,
+            TailLimits {
+                max_line_bytes: 1024,
+                max_read_bytes: 1 << 20,
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_new_run_appending_starts_after_everything_already_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("train.out");
+        append(&path, b"run 1 iteration 24\nrun 1 iteration 25\n");
+        let first = read_all(&path);
+        // The previous run's last line came after its last read, then the new run began.
+        append(&path, b"run 1 killed\n");
+        let at = std::fs::metadata(&path).unwrap().len();
+        let next = continuation(
+            &path,
+            first.next_offset,
+            first.identity.as_deref(),
+            &first.tail,
+        )
+        .unwrap();
+        assert_eq!(
+            (next.start, next.previous_end, next.restarted),
+            (at, at, false)
+        );
+        append(&path, b"run 2 iteration 20\n");
+        let second = read_new_lines(
+            &path,
+            next.start,
+            next.identity.as_deref(),
+            TailLimits {
+                max_line_bytes: 1024,
+                max_read_bytes: 1 << 20,
+            },
+        )
+        .unwrap();
+        assert_eq!(second.lines().collect::<Vec<_>>(), ["run 2 iteration 20"]);
+    }
+
+    #[test]
+    fn a_new_run_truncating_starts_at_zero_even_once_it_outgrew_the_old_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("train.out");
+        append(&path, b"run 1 iteration 1\n");
+        let first = read_all(&path);
+        // Truncated and already longer than what the first run wrote.
+        std::fs::write(
+            &path,
+            b"run 2 resumed from iteration 0\nrun 2 iteration 1\n",
+        )
+        .unwrap();
+        let next = continuation(
+            &path,
+            first.next_offset,
+            first.identity.as_deref(),
+            &first.tail,
+        )
+        .unwrap();
+        assert_eq!(
+            (next.start, next.previous_end, next.restarted),
+            (0, first.next_offset, true)
+        );
+        // Shorter than before: truncated too.
+        std::fs::write(&path, b"x\n").unwrap();
+        let next = continuation(
+            &path,
+            first.next_offset,
+            first.identity.as_deref(),
+            &first.tail,
+        )
+        .unwrap();
+        assert!(next.restarted);
+        // Gone.
+        std::fs::remove_file(&path).unwrap();
+        let next = continuation(&path, first.next_offset, None, &first.tail).unwrap();
+        assert!(next.restarted && next.identity.is_none());
+    }
+
+    #[test]
+    fn tails_join_to_the_last_bytes_read() {
+        assert_eq!(join_tails(b"abc", b"de"), b"abcde");
+        let long = [b'x'; TAIL_BYTES];
+        assert_eq!(join_tails(b"abc", &long), long);
+        assert_eq!(join_tails(&long, b"yz")[TAIL_BYTES - 2..], *b"yz");
+        assert_eq!(join_tails(&long, b"yz").len(), TAIL_BYTES);
+    }
 
     fn append(path: &Path, bytes: &[u8]) {
         let mut file = std::fs::OpenOptions::new()

@@ -75,6 +75,9 @@ pub trait SlurmApi: Send + Sync {
     /// Nodes of `partition` (all partitions when `None`) that can run jobs now: not down, drained or failing.
     async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError>;
 
+    /// Each of `nodes` with the controller's compact word for its state (`alloc`, `mix*`, `down*`...).
+    async fn node_states(&self, nodes: &[String]) -> Result<Vec<(String, String)>, BackendError>;
+
     /// The ended attempts of a job the controller no longer lists, oldest first, from accounting
     /// (`sacct`) or the jobcomp file; `None` when the cluster keeps neither.
     async fn history(&self, job_id: &str) -> Result<Option<Vec<JobCompRecord>>, BackendError>;

@@ -13,6 +13,7 @@ use super::api::{Operation, SlurmApi, Submission};
 use super::comment::Enrolment;
 use super::jobcomp::JobCompRecord;
 use super::squeue::SlurmJob;
+use super::words;
 use crate::backend::{ActionOutcome, Backend, BackendError, Can, Capabilities, Hold, JobSnapshot};
 use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits};
@@ -362,13 +363,28 @@ impl Backend for SlurmBackend {
                 job_id: job_id.to_string(),
             })
             .await?;
+            // A job on a node that no longer answers stays completing there until the controller
+            // declares the node down: when only excluded nodes hold it, waiting is of no use.
+            let stuck = |job: &JobSnapshot| {
+                job.state == JobState::Completing
+                    && !job.nodes.is_empty()
+                    && job.nodes.iter().all(|node| exclude.contains(node))
+            };
             let ended = self
                 .wait_for(
                     job_id,
-                    |job| job.state.is_terminal() && job.state != JobState::Completing,
+                    |job| {
+                        (job.state.is_terminal() && job.state != JobState::Completing) || stuck(job)
+                    },
                     Self::still_waiting(job_id, "did not end after scancel"),
                 )
                 .await?;
+            if stuck(&ended) {
+                return Err(BackendError::StuckOnNodes {
+                    job_id: job_id.to_string(),
+                    nodes: ended.nodes,
+                });
+            }
             ended_at = ended.end_time.or_else(|| Some(Utc::now()));
             detail = format!("ended the running job {job_id} and requeued it");
         }
@@ -524,6 +540,23 @@ impl Backend for SlurmBackend {
         watched.extend(job_ids.iter().cloned());
     }
 
+    async fn dead_nodes(
+        &self,
+        nodes: &[String],
+    ) -> Result<Option<Vec<(String, String)>>, BackendError> {
+        let states = self.api.node_states(nodes).await?;
+        Ok(Some(
+            states
+                .into_iter()
+                .filter(|(node, _)| nodes.contains(node))
+                .filter_map(|(node, state)| {
+                    let death = words::node_death(&state)?;
+                    Some((node, format!("{death}: sinfo state {state}")))
+                })
+                .collect(),
+        ))
+    }
+
     async fn usable_nodes(
         &self,
         partition: Option<&str>,
@@ -571,6 +604,12 @@ mod tests {
         }
         async fn usable_nodes(&self, _: Option<&str>) -> Result<Vec<String>, BackendError> {
             Ok(Vec::new())
+        }
+        async fn node_states(
+            &self,
+            nodes: &[String],
+        ) -> Result<Vec<(String, String)>, BackendError> {
+            Ok(nodes.iter().map(|n| (n.clone(), "alloc".into())).collect())
         }
         async fn history(&self, _: &str) -> Result<Option<Vec<JobCompRecord>>, BackendError> {
             Ok(None)

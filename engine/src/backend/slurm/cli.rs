@@ -280,6 +280,23 @@ pub fn display_argv(argv: &[String]) -> String {
         .join(" ")
 }
 
+/// `sinfo --Node --format=%N %t` lines as (node, state), a node in several partitions once.
+fn node_state_lines(text: &str) -> Vec<(String, String)> {
+    let mut states: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(name), Some(state)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        for node in hostlist::expand(name).unwrap_or_else(|_| vec![name.to_string()]) {
+            if !states.iter().any(|(known, _)| *known == node) {
+                states.push((node, state.to_string()));
+            }
+        }
+    }
+    states
+}
+
 /// Whether a node in `sinfo`'s compact state (`idle`, `mix`, `drain*`, `down~`...) can run a job now.
 fn usable(state: &str) -> bool {
     // A trailing `*` means the node does not answer; other marks (`~` powered down, `#` powering up,
@@ -356,6 +373,18 @@ impl SlurmApi for SlurmCli {
         Ok((!attempts.is_empty()).then_some(attempts))
     }
 
+    async fn node_states(&self, nodes: &[String]) -> Result<Vec<(String, String)>, BackendError> {
+        if nodes.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Only the nodes asked about: the controller packs less, and the answer stays small on a large
+        // cluster.
+        let mut command = argv(&["sinfo", "--noheader", "--Node", "--format=%N %t"]);
+        command.push(format!("--nodes={}", nodes.join(",")));
+        let text = self.run(&command).await?;
+        Ok(node_state_lines(&text))
+    }
+
     async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError> {
         let mut command = argv(&["sinfo", "--noheader", "--Node", "--format=%N %t"]);
         if let Some(partition) = partition {
@@ -384,6 +413,32 @@ impl SlurmApi for SlurmCli {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_states_read_as_sinfo_printed_them_with_a_node_frozen() {
+        for release in ["22.05", "24.11"] {
+            let text = std::fs::read_to_string(format!(
+                "{}/../tests/fixtures/slurm/sinfo_{release}_node_not_responding.txt",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            let states = node_state_lines(&text);
+            assert_eq!(states.len(), 4, "{release}: {states:?}");
+            let dead: Vec<&str> = states
+                .iter()
+                .filter(|(_, state)| super::super::words::node_death(state).is_some())
+                .map(|(node, _)| node.as_str())
+                .collect();
+            assert_eq!(dead, ["n2"], "{release}");
+        }
+        assert_eq!(
+            node_state_lines("n[1-2] alloc\nn1 alloc\ngarbage\n"),
+            [
+                ("n1".to_string(), "alloc".to_string()),
+                ("n2".into(), "alloc".into())
+            ]
+        );
+    }
 
     #[test]
     fn slurm_messages_become_the_errors_they_stand_for() {

@@ -116,6 +116,10 @@ impl SlurmApi for SlurmViaRest {
         self.cli.usable_nodes(partition).await
     }
 
+    async fn node_states(&self, nodes: &[String]) -> Result<Vec<(String, String)>, BackendError> {
+        self.cli.node_states(nodes).await
+    }
+
     async fn history(&self, job_id: &str) -> Result<Option<Vec<JobCompRecord>>, BackendError> {
         self.cli.history(job_id).await
     }

@@ -51,6 +51,20 @@ pub fn hold(reason: &str, description: Option<&str>) -> Option<Hold> {
     }
 }
 
+/// How a node in `sinfo`'s compact state (`%t`) is dead under the jobs it runs, in plain words: it
+/// does not answer the controller (a trailing `*`), or is DOWN or FAILing. `None` when it is not: a
+/// drained or draining node still runs its jobs, and a powered-down one (`~`) runs none.
+pub fn node_death(state: &str) -> Option<&'static str> {
+    if state.ends_with('*') {
+        return Some("not responding");
+    }
+    match state.trim_end_matches(|c: char| !c.is_ascii_alphabetic()) {
+        "down" => Some("down"),
+        "fail" | "failg" | "failing" => Some("failing"),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +76,21 @@ mod tests {
         assert_eq!(job_state("NF"), JobState::NodeFail);
         assert_eq!(job_state("REQUEUE_HOLD"), JobState::Pending);
         assert_eq!(job_state("SOMETHING_NEW"), JobState::Unknown);
+    }
+
+    #[test]
+    fn dead_nodes_are_the_silent_the_down_and_the_failing() {
+        // As sinfo printed them on 22.05 and 24.11 with n2's slurmd stopped (tests/fixtures/slurm).
+        for dead in [
+            "alloc*", "mix*", "down*", "down", "fail", "failg", "drain*", "idle*",
+        ] {
+            assert!(node_death(dead).is_some(), "{dead}");
+        }
+        for alive in [
+            "alloc", "mix", "idle", "drain", "drng", "comp", "idle~", "plnd", "mix-",
+        ] {
+            assert_eq!(node_death(alive), None, "{alive}");
+        }
     }
 
     #[test]

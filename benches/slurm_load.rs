@@ -1,0 +1,225 @@
+//! runguard's load on the Slurm controller and on its own machine: 100 watched jobs on the local Slurm
+//! (tests/slurm/cluster.sh), each writing a line a second to its own log, and `runguard run --auto`
+//! following them. The controller's RPCs are counted by `sdiag` over one minute (by message type; the
+//! count of `sdiag` itself left out), runguard's CPU from /proc over the same minute.
+//!
+//! `cargo bench --bench slurm_load` (Slurm 22.05, the host's packages);
+//! `RUNGUARD_SLURM_RELEASE=24.11 cargo bench --bench slurm_load` (the Debian trixie root of
+//! tests/slurm/trixie-root.sh). `RUNGUARD_LOAD_JOBS` changes the number of jobs (default 100).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_runguard");
+const CLUSTER_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// A job that writes a line a second for an hour, enrolled by its comment.
+const JOB: &str = r#"#!/bin/bash
+#SBATCH --comment='{"APS": {"auto_resume_mode": "requeue"}}'
+#SBATCH -N 1 -n 1
+#SBATCH -o LOGDIR/%x_%j.log
+for i in $(seq 1 3600); do echo "iteration $i/3600 | elapsed time per iteration (ms): 1000.0"; sleep 1; done
+"#;
+
+struct Cluster {
+    dir: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.command("scancel").args(["--user", "root"]).status();
+        let _ = Command::new("bash")
+            .args([CLUSTER_SH, "stop"])
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+impl Cluster {
+    fn start(dir: &Path, release: &str, binds: &Path) -> Result<Self, String> {
+        let output = Command::new("bash")
+            .args([CLUSTER_SH, "start"])
+            .arg(dir)
+            .arg(release)
+            .env("RUNGUARD_SLURM_CPUS", "32")
+            .env("RUNGUARD_SLURM_BINDS", binds)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !output.status.success() {
+            return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+        }
+        // The exports start prints (SLURM_CONF, and PATH for a release in its own root).
+        let env = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| line.strip_prefix("export "))
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(key, value)| {
+                let value = value.trim_matches('"');
+                let path = std::env::var("PATH").unwrap_or_default();
+                (key.to_string(), value.replace("$PATH", &path))
+            })
+            .collect();
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            env,
+        })
+    }
+
+    fn command(&self, program: impl Into<OsString>) -> Command {
+        let mut command = Command::new(program.into());
+        command.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        command
+    }
+
+    /// RPCs by message type since the last reset, `sdiag`'s own left out.
+    fn rpcs(&self) -> BTreeMap<String, u64> {
+        let Ok(output) = self.command("sdiag").output() else {
+            return BTreeMap::new();
+        };
+        let text = String::from_utf8_lossy(&output.stdout);
+        let mut counts = BTreeMap::new();
+        let mut in_types = false;
+        for line in text.lines() {
+            if line.contains("by message type") {
+                in_types = true;
+                continue;
+            }
+            if line.contains("by user") {
+                break;
+            }
+            if !in_types {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            let (Some(name), Some(count)) = (
+                words.next(),
+                line.split("count:")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next()),
+            ) else {
+                continue;
+            };
+            if name == "REQUEST_STATS_INFO" {
+                continue;
+            }
+            if let Ok(count) = count.parse() {
+                counts.insert(name.to_string(), count);
+            }
+        }
+        counts
+    }
+}
+
+/// CPU seconds (user + system) a process has used, from /proc/PID/stat.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+fn running_jobs(cluster: &Cluster) -> usize {
+    cluster
+        .command("squeue")
+        .args(["--noheader", "--states=RUNNING", "--format=%i"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+        .unwrap_or(0)
+}
+
+fn main() {
+    let release = std::env::var("RUNGUARD_SLURM_RELEASE").unwrap_or_else(|_| "22.05".to_string());
+    let jobs: usize = std::env::var("RUNGUARD_LOAD_JOBS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100);
+    if release == "22.05"
+        && !Command::new("sh")
+            .args(["-c", "command -v slurmctld && command -v sdiag"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    {
+        println!(
+            "slurm_load: skipped, Slurm is not installed (apt-get install slurmctld slurmd slurm-client)"
+        );
+        return;
+    }
+    let Ok(work) = tempfile::tempdir() else {
+        eprintln!("slurm_load: no temporary directory");
+        return;
+    };
+    let cluster = match Cluster::start(&work.path().join("slurm"), &release, work.path()) {
+        Ok(cluster) => cluster,
+        Err(err) => {
+            eprintln!("slurm_load: the local Slurm {release} did not start: {err}");
+            return;
+        }
+    };
+    let logs = work.path().join("logs");
+    let _ = std::fs::create_dir_all(&logs);
+    let script = work.path().join("tick.sbatch");
+    let _ = std::fs::write(&script, JOB.replace("LOGDIR", &logs.display().to_string()));
+    for _ in 0..jobs {
+        let _ = cluster
+            .command("sbatch")
+            .args(["--parsable", "-J", "tick"])
+            .arg(&script)
+            .stdout(Stdio::null())
+            .status();
+    }
+    let started = Instant::now();
+    while running_jobs(&cluster) < jobs && started.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let running = running_jobs(&cluster);
+    let config = work.path().join("config.toml");
+    let _ = std::fs::write(&config, "[backend]\nkind = \"slurm\"\n");
+    let mut engine: Child = match cluster
+        .command(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("--db")
+        .arg(work.path().join("runguard.sqlite"))
+        .args(["run", "--auto"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(err) => {
+            eprintln!("slurm_load: runguard did not start: {err}");
+            return;
+        }
+    };
+    // Enrolment and the first reads of every log are done before the window opens.
+    std::thread::sleep(Duration::from_secs(15));
+    let _ = cluster.command("sdiag").arg("--reset").status();
+    let cpu_before = cpu_seconds(engine.id()).unwrap_or(0.0);
+    let window = Instant::now();
+    std::thread::sleep(WINDOW);
+    let cpu = cpu_seconds(engine.id()).unwrap_or(0.0) - cpu_before;
+    let elapsed = window.elapsed().as_secs_f64();
+    let rpcs = cluster.rpcs();
+    let _ = engine.kill();
+    let _ = engine.wait();
+    let per_minute = |count: u64| count as f64 * 60.0 / elapsed;
+    let total: u64 = rpcs.values().sum();
+    println!(
+        "runguard on Slurm {release}: {running} watched jobs running, each writing a line a second; {elapsed:.0} s window"
+    );
+    println!(
+        "controller RPCs a minute: {:.1}  ({})",
+        per_minute(total),
+        rpcs.iter()
+            .map(|(name, count)| format!("{name} {:.1}", per_minute(*count)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("runguard CPU: {:.2} % of a core", cpu / elapsed * 100.0);
+}

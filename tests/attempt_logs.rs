@@ -1,0 +1,163 @@
+//! One log per attempt: a job requeued under its id writes every run to one output file, and each
+//! line belongs to exactly one attempt (appended, truncated, or a file of each attempt's own).
+
+use std::io::Write;
+use std::path::Path;
+
+use runguard_engine::model::JobState;
+
+use crate::support::{EngineRig, job};
+
+fn append(path: &Path, text: &str) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+}
+
+fn iterations(from: u64, to: u64) -> String {
+    (from..=to)
+        .map(|i| format!("iteration {i}/100 | loss 1.0\n"))
+        .collect()
+}
+
+/// Job 4201 ran to iteration 25 in `log`, then was requeued by the scheduler and runs again;
+/// `second_run` writes the new run's lines. Returns the attempts' last iterations and evidence.
+async fn requeued(second_run: impl FnOnce(&Path)) -> (Vec<Option<u64>>, Vec<Vec<String>>) {
+    let rig = EngineRig::default();
+    let log = rig.path().join("train-4201.out");
+    append(&log, &iterations(1, 20));
+    rig.backend
+        .add([job("4201").running_on(["n1", "n2"]).log(&log)]);
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 5).await;
+    append(&log, &iterations(21, 25));
+    append(
+        &log,
+        "RuntimeError: NCCL communicator was aborted on rank 1\n",
+    );
+    // Requeued by the scheduler (a node failure): pending under the same id, one restart more.
+    rig.backend.update("4201", |job| {
+        job.state = JobState::Pending;
+        job.state_raw = "PENDING".into();
+        job.restart_count = 1;
+        job.nodes.clear();
+    });
+    rig.step(&mut engine, 5).await;
+    second_run(&log);
+    rig.backend.update("4201", |job| {
+        job.state = JobState::Running;
+        job.state_raw = "RUNNING".into();
+        job.nodes = vec!["n3".into(), "n4".into()];
+    });
+    for _ in 0..3 {
+        rig.step(&mut engine, 5).await;
+    }
+    let db = rig.store();
+    let db = db.db();
+    let attempts = db.attempts(1).unwrap();
+    assert_eq!(attempts.len(), 2, "{attempts:#?}");
+    let evidence = attempts
+        .iter()
+        .map(|a| {
+            db.evidence_lines(1, a.index)
+                .unwrap()
+                .into_iter()
+                .map(|line| line.text)
+                .collect()
+        })
+        .collect();
+    (
+        attempts.iter().map(|a| a.last_iteration).collect(),
+        evidence,
+    )
+}
+
+#[tokio::test]
+async fn appended_the_new_attempt_reads_only_what_follows_the_old_one() {
+    let (last, evidence) = requeued(|log| {
+        append(log, "resuming from iteration 20\n");
+        append(log, &iterations(21, 23));
+        append(
+            log,
+            "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+        );
+    })
+    .await;
+    assert_eq!(last, [Some(25), Some(23)]);
+    assert!(
+        evidence[0].iter().all(|l| !l.contains("illegal memory")),
+        "{evidence:?}"
+    );
+    assert!(
+        evidence[1].iter().all(|l| !l.contains("NCCL communicator")),
+        "{evidence:?}"
+    );
+    assert!(
+        evidence[1].iter().any(|l| l.contains("illegal memory")),
+        "{evidence:?}"
+    );
+}
+
+#[tokio::test]
+async fn truncated_the_old_attempt_keeps_what_it_read_and_the_new_one_reads_from_the_start() {
+    let (last, evidence) = requeued(|log| {
+        // Slurm's default open mode: the file is truncated when the new run starts, and the new run
+        // writes more than the old offset before anyone looks.
+        let mut text = String::from("resuming from iteration 20\n");
+        text.push_str(&iterations(21, 60));
+        std::fs::write(log, text).unwrap();
+    })
+    .await;
+    assert_eq!(last, [Some(25), Some(60)]);
+    assert!(
+        evidence[0].iter().any(|l| l.contains("NCCL communicator")),
+        "{evidence:?}"
+    );
+    assert!(
+        evidence[1].iter().all(|l| !l.contains("NCCL communicator")),
+        "{evidence:?}"
+    );
+}
+
+#[tokio::test]
+async fn with_a_file_per_attempt_each_attempt_reads_its_own() {
+    // AJR's layout: {name}_{jobid}_{datetime}.log in a directory of the user's, one file a run.
+    let mut rig = EngineRig::default();
+    let dir = rig.path().join("logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    rig.config.telemetry.log_dir = Some(dir.clone());
+    let stdout = rig.path().join("slurm-4201.out");
+    append(&stdout, "srun: job step started\n");
+    let first = dir.join("train-4201_4201_2026-11-23T10-00-00.log");
+    append(&first, &iterations(1, 25));
+    rig.backend
+        .add([job("4201").running_on(["n1", "n2"]).log(&stdout)]);
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 5).await;
+    rig.backend.update("4201", |job| {
+        job.state = JobState::Pending;
+        job.state_raw = "PENDING".into();
+        job.restart_count = 1;
+        job.nodes.clear();
+    });
+    rig.step(&mut engine, 5).await;
+    let second = dir.join("train-4201_4201_2026-11-23T10-15-00.log");
+    append(&second, &iterations(21, 30));
+    rig.backend.update("4201", |job| {
+        job.state = JobState::Running;
+        job.state_raw = "RUNNING".into();
+        job.nodes = vec!["n3".into(), "n4".into()];
+        job.start_time = Some(job.start_time.unwrap() + chrono::TimeDelta::minutes(15));
+    });
+    for _ in 0..2 {
+        rig.step(&mut engine, 5).await;
+    }
+    let attempts = rig.store().db().attempts(1).unwrap();
+    assert_eq!(attempts[0].log_path.as_deref(), Some(first.as_path()));
+    assert_eq!(attempts[1].log_path.as_deref(), Some(second.as_path()));
+    assert_eq!(attempts[0].last_iteration, Some(25));
+    assert_eq!(attempts[1].last_iteration, Some(30));
+}

@@ -1,0 +1,64 @@
+//! The scheduler is asked at most once per poll interval, whatever the logs do.
+
+use std::io::Write;
+
+use crate::support::{EngineRig, job};
+
+fn append(path: &std::path::Path, text: &str) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+}
+
+#[tokio::test]
+async fn log_wake_ups_between_two_polls_read_the_log_but_do_not_list_the_jobs() {
+    let rig = EngineRig::default();
+    let log = rig.path().join("train.log");
+    append(&log, "iteration 1/100 | loss 1.0\n");
+    rig.backend
+        .add([job("4201").running_on(["n1", "n2"]).log(&log)]);
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 1).await;
+    assert_eq!(rig.backend.listings(), 1);
+    // A line a second for four seconds: each wake-up reads the log, none asks the scheduler.
+    for second in 2..=5 {
+        append(&log, &format!("iteration {second}/100 | loss 1.0\n"));
+        rig.step(&mut engine, 1).await;
+    }
+    assert_eq!(rig.backend.listings(), 1, "{:#?}", rig.backend.calls());
+    let attempts = rig.store().db().attempts(1).unwrap();
+    assert_eq!(attempts[0].last_iteration, Some(5), "the lines were read");
+    // The poll interval (5 s) is over: the next tick lists again.
+    rig.step(&mut engine, 1).await;
+    assert_eq!(rig.backend.listings(), 2);
+}
+
+#[tokio::test]
+async fn node_states_are_asked_for_the_running_jobs_nodes_only_and_less_often() {
+    let rig = EngineRig::default();
+    rig.backend.add([job("4201").running_on(["n1", "n2"])]);
+    rig.backend.add([job("4202").pending("Resources")]);
+    let mut engine = rig.engine();
+    for _ in 0..12 {
+        rig.step(&mut engine, 5).await;
+    }
+    let asked: Vec<Vec<String>> = rig
+        .backend
+        .calls()
+        .into_iter()
+        .filter_map(|recorded| match recorded.call {
+            crate::support::backend::Call::DeadNodes(nodes) => Some(nodes),
+            _ => None,
+        })
+        .collect();
+    // One minute: twelve listings, four node queries (every 15 s), about n1 and n2 only.
+    assert_eq!(rig.backend.listings(), 12);
+    assert_eq!(asked.len(), 4, "{asked:?}");
+    assert!(
+        asked.iter().all(|nodes| nodes == &["n1", "n2"]),
+        "{asked:?}"
+    );
+}
