@@ -445,6 +445,11 @@ impl Engine {
                 }
                 let mut digest = self.digest(&attempt, &chunk, now);
                 self.hear_ranks(&workflow, &attempt, &digest.ranks_heard, now);
+                if !attempt.state.is_terminal()
+                    && (!digest.tracebacks.is_empty() || !digest.evidence.is_empty())
+                {
+                    self.pace.expedite(now);
+                }
                 let reports = std::mem::take(&mut digest.straggler_reports);
                 let mut events = Vec::new();
                 let (truncated, invalid) = (chunk.truncated_lines, chunk.invalid_utf8_lines);

@@ -27,6 +27,8 @@ pub(super) struct Pace {
     gap: TimeDelta,
     last_listing: Option<DateTime<Utc>>,
     last_nodes: Option<DateTime<Utc>>,
+    /// When a failure in a log last brought a listing forward.
+    last_expedited: Option<DateTime<Utc>>,
 }
 
 /// What one answer said about the controller's load.
@@ -54,6 +56,7 @@ impl Pace {
             gap: poll,
             last_listing: None,
             last_nodes: None,
+            last_expedited: None,
         }
     }
 
@@ -68,6 +71,20 @@ impl Pace {
         let gap = self.node_poll.max(self.gap);
         self.last_nodes
             .is_none_or(|last| now - last >= gap || now < last)
+    }
+
+    /// A log just showed a failure (an error line, a traceback): the scheduler is asked at the next
+    /// tick rather than at the end of the interval, so that the job's end is seen and recovered at once
+    /// — but at most once per interval, so that a job that keeps printing errors cannot turn its log
+    /// into a stream of listings. Routine log activity never does this.
+    pub(super) fn expedite(&mut self, now: DateTime<Utc>) {
+        let allowed = self
+            .last_expedited
+            .is_none_or(|last| now - last >= self.gap || now < last);
+        if allowed && !self.listing_due(now) {
+            self.last_expedited = Some(now);
+            self.last_listing = None;
+        }
     }
 
     pub(super) fn nodes_asked(&mut self, now: DateTime<Utc>) {
@@ -154,6 +171,19 @@ mod tests {
             Load::Recovered
         );
         assert!(pace.listing_due(at(145)));
+    }
+
+    #[test]
+    fn a_failure_in_a_log_brings_one_listing_forward_per_interval() {
+        let mut pace = Pace::new(Duration::from_secs(5), Duration::from_secs(15));
+        pace.listed(at(0), Duration::ZERO);
+        pace.expedite(at(1));
+        assert!(pace.listing_due(at(1)));
+        pace.listed(at(1), Duration::ZERO);
+        // Another error a second later waits for the interval.
+        pace.expedite(at(2));
+        assert!(!pace.listing_due(at(2)));
+        assert!(pace.listing_due(at(6)));
     }
 
     #[test]
