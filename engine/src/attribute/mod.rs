@@ -2,6 +2,7 @@
 
 pub mod catalog;
 pub mod correlate;
+pub mod quality;
 
 use std::collections::{HashMap, HashSet};
 
