@@ -1,14 +1,17 @@
 //! Attribution: from an attempt's evidence lines to a category, a component, a culprit and a confidence.
 
+mod blocks;
 pub mod catalog;
 pub mod correlate;
+mod culprit;
+mod precedence;
 pub mod quality;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
-pub use catalog::{Catalog, CatalogError};
+pub use catalog::{Catalog, CatalogError, ContextScope};
 
 use crate::model::{AnomalyKind, Attribution, Component, Culprit, WorkflowId};
 use crate::store::EvidenceLine;
@@ -34,89 +37,49 @@ pub struct Evidence<'a> {
     pub now: DateTime<Utc>,
 }
 
-/// Attributes one failure. Every signature that matches is a candidate; the most confident wins, and the
-/// culprit comes from the winner's own lines first, then from any line that names a host or a rank.
+/// Attributes one failure. Every signature that matches (with its context inside the same block) is a
+/// candidate; a candidate another one outranks drops out, and of a sequence only the first to appear
+/// stays; the most confident of the rest wins. The culprit comes from the winner's own lines first.
 pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
-    let mut hits: HashMap<usize, Vec<&EvidenceLine>> = HashMap::new();
-    for line in evidence.lines {
-        for signature in catalog.matching(&line.text) {
-            hits.entry(signature).or_default().push(line);
+    let matches: Vec<Vec<usize>> = evidence
+        .lines
+        .iter()
+        .map(|line| catalog.matching(&line.text))
+        .collect();
+    let mut hits: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (index, signatures) in matches.iter().enumerate() {
+        for &signature in signatures {
+            hits.entry(signature).or_default().push(index);
         }
     }
-    // A signature that needs context (a DataLoader frame around an OOM) applies only with it.
-    hits.retain(|index, _| {
-        catalog.signatures()[*index].context_holds(evidence.lines.iter().map(|l| l.text.as_str()))
+    let blocks = blocks::frame(evidence.lines);
+    hits.retain(|&signature, own| {
+        context_holds(
+            &catalog.signatures()[signature],
+            own,
+            evidence.lines,
+            &blocks,
+        )
     });
-    let best = hits.iter().max_by(|(a, a_lines), (b, b_lines)| {
-        let (a_spec, b_spec) = (
-            &catalog.signatures()[**a].spec,
-            &catalog.signatures()[**b].spec,
-        );
-        a_spec
-            .confidence
-            .total_cmp(&b_spec.confidence)
-            .then(a_lines.len().cmp(&b_lines.len()))
-            .then(b.cmp(a))
-    });
-
-    let Some((&index, lines)) = best else {
+    let ranked = precedence::rank(catalog, &hits);
+    let Some((index, own)) = ranked else {
         return unmatched(evidence);
     };
     let signature = &catalog.signatures()[index];
-    let mut culprit = Culprit::default();
-    for line in lines {
-        if let Some(captures) = signature.captures(&line.text) {
-            if culprit.node.is_none() {
-                culprit.node = captures.name("node").map(|m| m.as_str().to_string());
-            }
-            if culprit.gpu.is_none() {
-                culprit.gpu = captures.name("gpu").and_then(|m| m.as_str().parse().ok());
-            }
-            if culprit.rank.is_none() {
-                culprit.rank = captures.name("rank").and_then(|m| m.as_str().parse().ok());
-            }
-        }
-        if culprit.node.is_none() {
-            culprit.node = kernel_log_host(&line.text)
-                .or_else(|| blamed_host(&line.text))
-                .map(str::to_string);
-        }
-        if culprit.rank.is_none() {
-            culprit.rank = line.rank;
-        }
-        if culprit.gpu.is_none() {
-            // Node signals carry the GPU their bus id maps to as a `[GPU n]` suffix.
-            culprit.gpu = line
-                .text
-                .rsplit_once("[GPU ")
-                .and_then(|(_, rest)| rest.strip_suffix(']'))
-                .and_then(|gpu| gpu.parse().ok());
-        }
-    }
-    if culprit.node.is_none() {
-        culprit.node = most_named_host(evidence.lines);
-    }
-    if culprit.node.is_none() {
-        culprit.node = culprit.rank.and_then(|rank| node_of_rank(evidence, rank));
-    }
-    // A rank on another node than the culprit is a victim reporting the failure (every rank's
-    // watchdog does): the culprit's rank is one of its own node's, or unknown.
-    if let (Some(node), Some(rank)) = (culprit.node.as_deref(), culprit.rank)
-        && node_of_rank(evidence, rank).is_some_and(|of_rank| of_rank != node)
-    {
-        culprit.rank = lines
-            .iter()
-            .copied()
-            .chain(evidence.lines.iter())
-            .filter_map(|line| line.rank)
-            .find(|rank| node_of_rank(evidence, *rank).as_deref() == Some(node));
-    }
+    let weighed = culprit::Weighed {
+        evidence,
+        catalog,
+        matches: &matches,
+        hits: &hits,
+    };
+    let culprit = culprit::resolve(&weighed, signature, own);
     let mut confidence = signature.spec.confidence;
     if culprit.node.is_none() && signature.recoverable {
         // Without a culprit the requeue may land on the same bad node again.
         confidence *= 0.8;
     }
-    let quoted = quote_evidence(lines, evidence.lines, culprit.node.as_deref());
+    let own_lines: Vec<&EvidenceLine> = own.iter().map(|&i| &evidence.lines[i]).collect();
+    let quoted = quote_evidence(&own_lines, evidence.lines, culprit.node.as_deref());
     Attribution {
         id: 0,
         workflow_id: evidence.workflow_id,
@@ -134,11 +97,36 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
     }
 }
 
+/// Whether a signature's context holds for its lines `own`: in the block of one of them, or anywhere
+/// when the signature says so.
+fn context_holds(
+    signature: &catalog::Signature,
+    own: &[usize],
+    lines: &[EvidenceLine],
+    blocks: &[usize],
+) -> bool {
+    if !signature.has_context() {
+        return true;
+    }
+    match signature.spec.context_scope {
+        ContextScope::Attempt => signature.context_holds(lines.iter().map(|l| l.text.as_str())),
+        ContextScope::Block => own.iter().any(|&index| {
+            signature.context_holds(
+                lines
+                    .iter()
+                    .zip(blocks)
+                    .filter(|(_, block)| **block == blocks[index])
+                    .map(|(line, _)| line.text.as_str()),
+            )
+        }),
+    }
+}
+
 /// No signature matched: a hang or a crash of unknown cause. Both are worth one requeue; the crash-loop
 /// rule stops the repeats if the cause is in the job.
 fn unmatched(evidence: &Evidence<'_>) -> Attribution {
     let culprit = Culprit {
-        node: most_named_host(evidence.lines),
+        node: culprit::most_named_in(evidence.lines),
         ..Culprit::default()
     };
     let (category, explanation) = match evidence.anomaly {
@@ -194,7 +182,8 @@ fn quote_evidence(
 ) -> Vec<String> {
     let names_culprit = |line: &EvidenceLine| {
         culprit.is_some_and(|node| {
-            kernel_log_host(&line.text) == Some(node) || blamed_host(&line.text) == Some(node)
+            culprit::kernel_log_host(&line.text) == Some(node)
+                || blamed_host(&line.text) == Some(node)
         })
     };
     let mut shapes = HashSet::new();
@@ -227,35 +216,6 @@ fn quote(line: &EvidenceLine) -> String {
         Some(rank) => format!("{rank}: {}", line.text),
         None => line.text.clone(),
     }
-}
-
-/// `Jan  5 08:30:12 node-07 kernel: NVRM: ...` or `node-07 kernel: ...` → "node-07".
-fn kernel_log_host(text: &str) -> Option<&str> {
-    let before = &text[..text.find(" kernel:")?];
-    before.rsplit(' ').next().filter(|host| !host.is_empty())
-}
-
-/// The host named most often by NCCL warnings and srun errors; the first named wins a tie.
-fn most_named_host(lines: &[EvidenceLine]) -> Option<String> {
-    let mut counts: Vec<(&str, usize)> = Vec::new();
-    for line in lines {
-        if let Some(host) = blamed_host(&line.text) {
-            match counts.iter_mut().find(|(name, _)| *name == host) {
-                Some((_, count)) => *count += 1,
-                None => counts.push((host, 1)),
-            }
-        }
-    }
-    let max = counts.iter().map(|(_, count)| *count).max()?;
-    counts
-        .into_iter()
-        .find(|(_, count)| *count == max)
-        .map(|(host, _)| host.to_string())
-}
-
-fn node_of_rank(evidence: &Evidence<'_>, rank: u32) -> Option<String> {
-    let per_node = evidence.ranks_per_node.max(1);
-    evidence.nodes.get((rank / per_node) as usize).cloned()
 }
 
 #[cfg(test)]
