@@ -96,7 +96,8 @@ pub fn explain(
     for path in &input.logs {
         let mut digester = Digester::new(|line: &str| catalog.is_notable(line), now, None, None);
         read_whole(path, limits, |chunk| {
-            digester.push_chunk(chunk, &catalog.candidate_lines(chunk));
+            let chunk = attribute::rejoin::rejoin_wrapped(chunk);
+            digester.push_chunk(&chunk, &catalog.candidate_lines(&chunk));
         })?;
         let digest = digester.finish();
         lines += digest.lines;

@@ -79,7 +79,9 @@ pub(super) fn resolve(weighed: &Weighed<'_>, signature: &Signature, own: &[usize
         let from_victims = hosts.is_empty()
             && own.iter().any(|&index| {
                 let text = lines[index].text.as_str();
-                kernel_log_host(text).or_else(|| blamed_host(text)).is_some()
+                kernel_log_host(text)
+                    .or_else(|| blamed_host(text))
+                    .is_some()
             });
         // The same kind of failure on other hosts (another signature of the category) makes it several.
         for (&other, other_lines) in weighed.hits.iter().filter(|_| !from_victims) {

@@ -6,6 +6,7 @@ pub mod correlate;
 mod culprit;
 mod precedence;
 pub mod quality;
+pub mod rejoin;
 
 use std::collections::{BTreeMap, HashSet};
 
