@@ -3,10 +3,11 @@
 //! signature written for the message would match neither half.
 //!
 //! Two shapes are recognised within one read:
-//! * fixed-width wrapping: several lines of the read have exactly the same long length; a line of that
-//!   length continues on the next one unless the next one starts a record of its own;
+//! * fixed-width wrapping: several lines of the read have exactly the same long length and none is
+//!   longer; a line of that length continues on the next one unless the next one starts a record of
+//!   its own (a label, a timestamp, a capitalised word, indentation, or the same first word);
 //! * a single cut: a long line that stops in the middle of a sentence (on a letter, or a word and a
-//!   space) is followed by a line that starts in lower case and is not a record of its own (it lacks
+//!   space; a number ends records too often) is followed by a line that starts in lower case and is not a record of its own (it lacks
 //!   the rank label, timestamp or `Word:` head every record line starts with).
 //!
 //! A message cut across two reads of a followed log stays cut.
@@ -71,25 +72,25 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
     })
 }
 
-/// The width several long lines of the read share exactly, if any (the most shared one).
+/// The width several long lines of the read share exactly and none exceeds, if any: a terminal that
+/// wraps at a width lets no line past it.
 fn wrap_width(lines: &[&str]) -> Option<usize> {
     let mut widths: HashMap<usize, usize> = HashMap::new();
     for line in lines {
-        let width = line.chars().count();
-        if width >= MIN_WRAP_WIDTH {
-            *widths.entry(width).or_default() += 1;
-        }
+        *widths.entry(line.chars().count()).or_default() += 1;
     }
-    widths
-        .into_iter()
-        .filter(|(_, count)| *count >= 2)
-        .max_by_key(|(width, count)| (*count, *width))
-        .map(|(width, _)| width)
+    let longest = widths.keys().copied().max()?;
+    (longest >= MIN_WRAP_WIDTH && widths.get(&longest).is_some_and(|count| *count >= 2))
+        .then_some(longest)
 }
 
 /// Whether `next` is the rest of `line`, cut.
 fn continues(line: &str, next: &str, width: Option<usize>) -> bool {
-    if next.trim().is_empty() || starts_record(next) {
+    if next.trim().is_empty()
+        || starts_record(next)
+        || head_word_is_a_label(next)
+        || same_shape(first_word(next), first_word(line))
+    {
         return false;
     }
     let length = line.chars().count();
@@ -100,12 +101,21 @@ fn continues(line: &str, next: &str, width: Option<usize>) -> bool {
     let cut_mid_sentence = trimmed
         .chars()
         .last()
-        .is_some_and(|c| c.is_alphanumeric() || c == ',')
+        .is_some_and(|c| c.is_alphabetic() || c == ',')
         && line.len() - trimmed.len() <= 1;
-    length >= MIN_CUT_LINE
-        && cut_mid_sentence
-        && next.starts_with(|c: char| c.is_ascii_lowercase())
-        && !head_word_is_a_label(next)
+    length >= MIN_CUT_LINE && cut_mid_sentence && next.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+fn first_word(line: &str) -> &str {
+    line.split(char::is_whitespace).next().unwrap_or_default()
+}
+
+/// Words equal but for their digits (`host:39964:40075` and `host:39964:40049`): the same record head.
+fn same_shape(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.chars()
+            .zip(b.chars())
+            .all(|(x, y)| x == y || (x.is_ascii_digit() && y.is_ascii_digit()))
 }
 
 /// Whether a line starts a record of its own: indented (a traceback frame, a continuation the program
@@ -119,10 +129,7 @@ fn starts_record(line: &str) -> bool {
 
 /// `error: ...`, `srun: ...`, `key=value`: a lower-case head that is a label, not the rest of a sentence.
 fn head_word_is_a_label(line: &str) -> bool {
-    let head: &str = line
-        .split(|c: char| c.is_whitespace())
-        .next()
-        .unwrap_or_default();
+    let head = first_word(line);
     head.ends_with(':') || head.contains('=') || head.contains("::")
 }
 
@@ -212,6 +219,35 @@ mod tests {
             "{lines:#?}"
         );
         assert!(lines.contains(&"GPUs: 2*A100(80G)".to_string()));
+    }
+
+    /// tests/fixtures/corpus/field/cases/033-xid-45-caused-by-previous-xid-149-145.log: every kernel
+    /// line has the same length, and each is a whole record.
+    #[test]
+    fn records_of_equal_length_are_not_taken_for_wrapping() {
+        let text = std::fs::read_to_string(
+            "../tests/fixtures/corpus/field/cases/033-xid-45-caused-by-previous-xid-149-145.log",
+        )
+        .unwrap();
+        let chunk = chunk(&text);
+        assert!(matches!(rejoin_wrapped(&chunk), Cow::Borrowed(_)));
+    }
+
+    /// tests/fixtures/corpus/field/cases/025-nccl-connect-abort-closed-by-node1.log and
+    /// 164-cuda-runtime-error-39-uncorrectable-ecc.log: NCCL records of one host, and a C++ abort after
+    /// a line that ends on a number, are records of their own.
+    #[test]
+    fn nccl_records_of_one_host_and_a_line_ending_on_a_number_are_not_joined() {
+        for case in [
+            "025-nccl-connect-abort-closed-by-node1.log",
+            "164-cuda-runtime-error-39-uncorrectable-ecc.log",
+        ] {
+            let text =
+                std::fs::read_to_string(format!("../tests/fixtures/corpus/field/cases/{case}"))
+                    .unwrap();
+            let chunk = chunk(&text);
+            assert!(matches!(rejoin_wrapped(&chunk), Cow::Borrowed(_)), "{case}");
+        }
     }
 
     #[test]
