@@ -143,6 +143,18 @@ struct CatalogFile {
     signature: Vec<SignatureSpec>,
     #[serde(default)]
     locator: Vec<LocatorSpec>,
+    #[serde(default)]
+    sequence: Vec<Sequence>,
+}
+
+/// Errors that come in cascades, where the first is the cause of the rest.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sequence {
+    pub id: String,
+    /// How long after the first error a later one still belongs to its cascade.
+    pub window_seconds: u32,
+    pub explanation: String,
 }
 
 /// A line that names the node a log was taken on without being an error itself (a shell prompt, the
@@ -207,14 +219,16 @@ pub struct SignatureSpec {
     /// Whom the host writing a matching line is (default: the culprit).
     #[serde(default)]
     pub reporter: Reporter,
-    /// Signatures this one's cause outranks when both match, whatever their confidence: the cause
-    /// over the symptoms it brings (an Xid over the NCCL timeouts that follow it).
+    /// Signatures (ids, or `category:<id>` for every signature of a category) this one's cause
+    /// outranks when both match, whatever their confidence: the cause over the symptoms it brings (an
+    /// Xid over the NCCL timeouts that follow it).
     #[serde(default)]
     pub outranks: Vec<toml::Spanned<String>>,
-    /// Signatures of one sequence (such as every Xid): when several match, the one whose first line
-    /// comes first wins among them, as later errors of a sequence are consequences of the first.
+    /// A sequence (a `[[sequence]]` of the catalog) the signature belongs to: of several signatures of
+    /// one sequence that match within its window, the one seen first wins, as later errors of a
+    /// cascade are consequences of the first (an Xid 31 before the Xid 45 of its torn-down channels).
     #[serde(default)]
-    pub sequence: Option<String>,
+    pub sequence: Option<toml::Spanned<String>>,
     /// Ordered recovery steps.
     #[serde(default)]
     pub actions: Vec<Remedy>,
@@ -238,6 +252,8 @@ pub struct Signature {
     pub culprit: CulpritScope,
     /// Indexes of the signatures this one outranks.
     pub outranks: Vec<usize>,
+    /// The sequence it belongs to.
+    pub sequence: Option<Sequence>,
     patterns: Vec<Regex>,
     context: Vec<Regex>,
 }
@@ -351,11 +367,14 @@ impl Catalog {
         let mut ids = std::collections::HashSet::new();
         let mut locators = Vec::new();
         let mut outranked = Vec::new();
+        let mut sequences: Vec<Sequence> = Vec::new();
+        let mut sequence_refs = Vec::new();
         for Parsed {
             spec,
             file,
             text,
             locators: file_locators,
+            sequences: file_sequences,
         } in parsed
         {
             for locator in file_locators {
@@ -378,7 +397,15 @@ impl Catalog {
                     pattern,
                 });
             }
+            sequences.extend(file_sequences);
             let Some(spec) = spec else { continue };
+            sequence_refs.push((
+                spec.sequence.as_ref().map(|name| name.get_ref().clone()),
+                file.clone(),
+                spec.sequence
+                    .as_ref()
+                    .map_or(0, |name| line_of(&text, name.span().start)),
+            ));
             outranked.push(
                 spec.outranks
                     .iter()
@@ -447,24 +474,52 @@ impl Catalog {
                 recoverable: spec.recoverable.unwrap_or(category.requeue),
                 culprit: category.culprit,
                 outranks: Vec::new(),
+                sequence: None,
                 spec,
                 patterns,
                 context,
             });
         }
-        // Cause over symptom is data: every id a signature outranks must exist.
+        // Cause over symptom is data: every signature or category a signature outranks must exist.
         for (index, targets) in outranked.into_iter().enumerate() {
             for (id, file, line) in targets {
-                let Some(target) = signatures.iter().position(|s| s.spec.id == id) else {
+                let unknown = |what: &str| CatalogError::Invalid {
+                    file: file.clone(),
+                    message: format!(
+                        "line {line}: {} outranks unknown {what} {id:?}",
+                        signatures[index].spec.id
+                    ),
+                };
+                let found: Vec<usize> = match id.strip_prefix("category:") {
+                    Some(category) => {
+                        if !categories.iter().any(|c| c.id == category) {
+                            return Err(unknown("category"));
+                        }
+                        (0..signatures.len())
+                            .filter(|&i| i != index && signatures[i].spec.category == category)
+                            .collect()
+                    }
+                    None => match signatures.iter().position(|s| s.spec.id == id) {
+                        Some(target) => vec![target],
+                        None => return Err(unknown("signature")),
+                    },
+                };
+                signatures[index].outranks.extend(found);
+            }
+        }
+        // A signature's sequence must be declared, so a misspelt one does not silently stand alone.
+        for (index, (name, file, line)) in sequence_refs.into_iter().enumerate() {
+            if let Some(name) = name {
+                let Some(sequence) = sequences.iter().find(|s: &&Sequence| s.id == name) else {
                     return Err(CatalogError::Invalid {
                         file,
                         message: format!(
-                            "line {line}: {} outranks unknown signature {id:?}",
+                            "line {line}: {} names unknown sequence {name:?}",
                             signatures[index].spec.id
                         ),
                     });
                 };
-                signatures[index].outranks.push(target);
+                signatures[index].sequence = Some(sequence.clone());
             }
         }
         // The whole-read scan looks for literals every match must contain (found by the regex
@@ -709,6 +764,7 @@ struct Parsed {
     /// The file's text, for the line numbers of errors.
     text: std::sync::Arc<str>,
     locators: Vec<LocatorSpec>,
+    sequences: Vec<Sequence>,
 }
 
 fn parse_file(text: &str, file: &Path) -> Result<Vec<Parsed>, CatalogError> {
@@ -722,12 +778,14 @@ fn parse_file(text: &str, file: &Path) -> Result<Vec<Parsed>, CatalogError> {
         file: file.to_path_buf(),
         text: shared.clone(),
         locators: parsed.locator,
+        sequences: parsed.sequence,
     }];
     out.extend(parsed.signature.into_iter().map(|spec| Parsed {
         spec: Some(spec),
         file: file.to_path_buf(),
         text: shared.clone(),
         locators: Vec::new(),
+        sequences: Vec::new(),
     }));
     Ok(out)
 }
