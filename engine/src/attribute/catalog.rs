@@ -165,13 +165,24 @@ pub struct LocatorSpec {
     pub id: String,
     /// A regular expression over one line with a named capture `node`.
     pub pattern: String,
+    /// Real lines with the node each must locate.
+    pub examples: Vec<LocatorExample>,
     pub explanation: String,
+}
+
+/// A line a locator must locate, with its node.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocatorExample {
+    pub line: String,
+    pub node: String,
 }
 
 /// A compiled locator.
 #[derive(Debug, Clone)]
 pub struct Locator {
     pub id: String,
+    pub examples: Vec<LocatorExample>,
     pattern: Regex,
 }
 
@@ -394,6 +405,7 @@ impl Catalog {
                 }
                 locators.push(Locator {
                     id: locator.id,
+                    examples: locator.examples,
                     pattern,
                 });
             }

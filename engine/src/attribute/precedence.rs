@@ -17,18 +17,21 @@ pub(super) fn rank<'h>(
     lines: &[EvidenceLine],
 ) -> Option<(usize, &'h [usize])> {
     let signatures = catalog.signatures();
-    let mut dropped: HashSet<usize> = hits
+    let outranked: HashSet<usize> = hits
         .keys()
         .flat_map(|&index| signatures[index].outranks.iter().copied())
         .filter(|target| hits.contains_key(target))
         .collect();
-    for (&index, own) in hits {
+    let mut dropped = outranked.clone();
+    // Of a sequence, only members nothing outranks count as earlier errors.
+    for (&index, own) in hits.iter().filter(|(index, _)| !outranked.contains(index)) {
         let (Some(sequence), Some(&first)) = (&signatures[index].sequence, own.first()) else {
             continue;
         };
         let window = Duration::seconds(i64::from(sequence.window_seconds));
         let follows_an_earlier = hits.iter().any(|(&other, other_own)| {
             other != index
+                && !outranked.contains(&other)
                 && signatures[other]
                     .sequence
                     .as_ref()
