@@ -9,6 +9,7 @@ use chrono::Duration;
 
 use crate::model::EvidenceLine;
 use crate::telemetry::record::named_host;
+use crate::telemetry::traceback::{CHAIN_SEPARATORS, TRACEBACK_START};
 
 /// Lines further apart in time than this start a new block.
 const BLOCK_WINDOW_SECONDS: i64 = 5;
@@ -66,17 +67,20 @@ struct Open {
 }
 
 fn is_header(text: &str) -> bool {
-    text.contains("Traceback (most recent call last):")
+    text.contains(TRACEBACK_START)
 }
 
-/// Printed inside an exception's message (a DataLoader worker's re-raise): part of the same traceback.
+/// `Original Traceback (most recent call last):` is printed inside an exception's message (a DataLoader
+/// worker's re-raise): part of the same traceback.
 fn is_inner_header(text: &str) -> bool {
-    text.contains("Original Traceback (most recent call last):")
+    text.split_once(TRACEBACK_START)
+        .is_some_and(|(before, _)| before.trim_end().ends_with("Original"))
 }
 
 fn is_chain_separator(text: &str) -> bool {
-    text.contains("During handling of the above exception, another exception occurred")
-        || text.contains("The above exception was the direct cause of the following exception")
+    CHAIN_SEPARATORS
+        .iter()
+        .any(|separator| text.contains(separator))
 }
 
 fn is_frame(text: &str) -> bool {

@@ -127,7 +127,7 @@ impl Quality {
             })
             .collect();
         // Stable: equal counts stay in name order.
-        confusions.sort_by(|a, b| b.count.cmp(&a.count));
+        confusions.sort_by_key(|confusion| std::cmp::Reverse(confusion.count));
         Self {
             passed: tally(&|c| c.passed),
             category: tally(&|c| c.category_ok),
