@@ -272,12 +272,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Eval { manifest, json } => {
             let catalog = catalog()?;
             let evaluation = runguard_engine::explain::evaluate(&catalog, &config, &manifest)?;
+            let quality = runguard_engine::attribute::quality::Quality::of(&evaluation.cases);
             if json {
-                println!("{}", serde_json::to_string_pretty(&evaluation)?);
+                let report = runguard::render::eval::EvalReport::new(&evaluation, &quality);
+                println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print!(
                     "{}",
-                    runguard::render::explain::render_evaluation(&evaluation)
+                    runguard::render::eval::render_evaluation(&evaluation, &quality)
                 );
             }
             Ok(())

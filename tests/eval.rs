@@ -73,3 +73,93 @@ fn explain_of_a_missing_file_is_a_clear_error() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("does not exist"));
 }
+
+/// `runguard eval --json` over one part of the field corpus.
+fn field_eval(part: &str) -> serde_json::Value {
+    let manifest = format!(
+        "{}/tests/fixtures/corpus/field/{part}.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let output = CliSandbox::default().run(&["eval", &manifest, "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn figure(report: &serde_json::Value, name: &str) -> f64 {
+    report["figures"][name]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no figure {name}: {}", report["figures"]))
+}
+
+/// What went wrong, for the message of a floor that fails.
+fn failures(report: &serde_json::Value) -> String {
+    let cases = report["cases"].as_array().cloned().unwrap_or_default();
+    cases
+        .iter()
+        .filter(|case| case["passed"] != true)
+        .map(|case| {
+            format!(
+                "{}: expected {} got {}",
+                case["file"], case["expected"], case["got"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+// The floors below only go up: raise them when the catalog improves, never lower them to let a change in.
+
+#[test]
+fn the_field_corpus_tune_part_stays_above_its_floors() {
+    let report = field_eval("tune");
+    assert_eq!(report["cases"].as_array().map(Vec::len), Some(118));
+    let passed = report["passed"].as_u64().unwrap_or_default();
+    assert!(passed >= 112, "{passed}/118 right\n{}", failures(&report));
+    assert!(figure(&report, "passed") >= 0.90);
+    let precision = figure(&report, "culprit_precision");
+    assert!(
+        precision >= 0.95,
+        "culprit precision {precision}\n{}",
+        failures(&report)
+    );
+    assert!(figure(&report, "culprit_recall") >= 0.94);
+}
+
+#[test]
+fn the_field_corpus_validation_part_stays_above_its_floors() {
+    let report = field_eval("validation");
+    assert_eq!(report["cases"].as_array().map(Vec::len), Some(61));
+    let passed = report["passed"].as_u64().unwrap_or_default();
+    assert!(passed >= 41, "{passed}/61 right");
+    assert!(figure(&report, "category_accuracy") >= 44.0 / 61.0 - 1e-9);
+    assert!(figure(&report, "culprit_precision") >= 0.71);
+    assert!(figure(&report, "culprit_recall") >= 0.50);
+}
+
+#[test]
+fn eval_prints_culprit_precision_the_table_per_category_and_the_confusions() {
+    let manifest = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/corpus/field/tune.toml"
+    );
+    let output = CliSandbox::default().run(&["eval", manifest]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("culprit: precision "), "{text}");
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("category "))
+        .unwrap_or_else(|| panic!("no table: {text}"));
+    assert!(
+        header.contains("cases") && header.contains("accuracy") && header.contains("culprit P")
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("xid_79 ")),
+        "no xid_79 row: {text}"
+    );
+    assert!(text.contains("confusions (expected → got):"), "{text}");
+    assert!(text.lines().last().is_some_and(|l| l.ends_with(" failed")));
+}

@@ -76,3 +76,28 @@ fn healthy_logs_match_no_signature() {
         );
     }
 }
+
+#[test]
+fn every_locator_locates_the_node_of_each_of_its_examples() {
+    let catalog = Catalog::builtin().unwrap();
+    assert!(!catalog.locators().is_empty());
+    for locator in catalog.locators() {
+        assert!(!locator.examples.is_empty(), "{}: no example", locator.id);
+        for example in &locator.examples {
+            assert_eq!(
+                locator.node(&example.line),
+                Some(example.node.as_str()),
+                "{}: {:?}",
+                locator.id,
+                example.line
+            );
+            // A located line is evidence, but no failure by itself.
+            assert!(catalog.is_notable(&example.line));
+            assert!(
+                catalog.matching(&example.line).is_empty(),
+                "{}",
+                example.line
+            );
+        }
+    }
+}

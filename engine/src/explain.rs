@@ -96,7 +96,8 @@ pub fn explain(
     for path in &input.logs {
         let mut digester = Digester::new(|line: &str| catalog.is_notable(line), now, None, None);
         read_whole(path, limits, |chunk| {
-            digester.push_chunk(chunk, &catalog.candidate_lines(chunk));
+            let chunk = attribute::rejoin::rejoin_wrapped(chunk);
+            digester.push_chunk(&chunk, &catalog.candidate_lines(&chunk));
         })?;
         let digest = digester.finish();
         lines += digest.lines;
@@ -402,6 +403,12 @@ pub struct CaseResult {
     pub culprit_ok: Option<bool>,
     pub expected: String,
     pub got: String,
+    /// The labelled category and the attributed one, for per-category scores and confusions.
+    pub expected_category: String,
+    pub got_category: String,
+    /// The labelled culprit and the node attributed (None when none), for culprit precision.
+    pub expected_culprit: Option<String>,
+    pub got_culprit: Option<String>,
 }
 
 /// The evaluation of a manifest.
@@ -446,6 +453,10 @@ pub fn evaluate(
                 culprit_ok: None,
                 expected: case.category.clone(),
                 got: format!("error: {err}"),
+                expected_category: case.category.clone(),
+                got_category: "error".to_string(),
+                expected_culprit: (!case.culprit.is_empty()).then(|| case.culprit.clone()),
+                got_culprit: None,
             },
         };
         cases.push(result);
@@ -477,6 +488,10 @@ fn score(catalog: &Catalog, case: &Case, attribution: &Attribution) -> CaseResul
             || c.gpu.map(|g| format!("GPU {g}")) == Some(case.culprit.clone())
     });
     CaseResult {
+        expected_category: case.category.clone(),
+        got_category: attribution.category.clone(),
+        expected_culprit: (!case.culprit.is_empty()).then(|| case.culprit.clone()),
+        got_culprit: attribution.culprit.node.clone(),
         file: case.file.display().to_string(),
         passed: category_ok && component_ok && recoverable_ok && culprit_ok.unwrap_or(true),
         category_ok,

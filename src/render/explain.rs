@@ -1,8 +1,8 @@
-//! `runguard explain` and `runguard eval` as text for a terminal.
+//! `runguard explain` as text for a terminal.
 
 use std::fmt::Write as _;
 
-use runguard_engine::explain::{CaseResult, Evaluation, Explanation};
+use runguard_engine::explain::Explanation;
 
 /// The explanation as text for a terminal.
 pub fn render(explanation: &Explanation) -> String {
@@ -78,41 +78,5 @@ pub fn render(explanation: &Explanation) -> String {
     for step in &explanation.recovery {
         let _ = writeln!(out, "  → {step}");
     }
-    out
-}
-
-/// The evaluation as a report: one line per case, accuracy per field, then `N passed, M failed`.
-pub fn render_evaluation(evaluation: &Evaluation) -> String {
-    let mut out = String::new();
-    for case in &evaluation.cases {
-        let _ = writeln!(
-            out,
-            "{} {}  expected {}  got {}",
-            if case.passed { "PASS" } else { "FAIL" },
-            case.file,
-            case.expected,
-            case.got
-        );
-    }
-    let total = evaluation.cases.len().max(1);
-    let count = |f: &dyn Fn(&CaseResult) -> bool| evaluation.cases.iter().filter(|c| f(c)).count();
-    let with_culprit = evaluation
-        .cases
-        .iter()
-        .filter(|c| c.culprit_ok.is_some())
-        .count();
-    let _ = writeln!(
-        out,
-        "\naccuracy: category {}/{total}, component {}/{total}, recoverable {}/{total}, culprit {}/{with_culprit}",
-        count(&|c| c.category_ok),
-        count(&|c| c.component_ok),
-        count(&|c| c.recoverable_ok),
-        count(&|c| c.culprit_ok == Some(true)),
-    );
-    let _ = writeln!(
-        out,
-        "{} passed, {} failed",
-        evaluation.passed, evaluation.failed
-    );
     out
 }

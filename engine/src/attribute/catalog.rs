@@ -47,6 +47,10 @@ const BUILTIN: &[(&str, &str)] = &[
         "application.toml",
         include_str!("../../../data/signatures/application.toml"),
     ),
+    (
+        "locators.toml",
+        include_str!("../../../data/signatures/locators.toml"),
+    ),
 ];
 
 /// The canonical categories every signature maps to.
@@ -69,6 +73,42 @@ pub struct Category {
     pub component: Component,
     /// Whether a plain requeue (possibly excluding the culprit) can help.
     pub requeue: bool,
+    /// What a culprit of this category can be.
+    pub culprit: CulpritScope,
+}
+
+/// What a category's culprit can be: a failure of a node names the node; a failure of the job's own
+/// code or data happened on a rank (and the node of that rank), whatever hosts its lines mention; a
+/// failure of the scheduler's or of the configuration has no place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CulpritScope {
+    Node,
+    Rank,
+    None,
+}
+
+/// Whom a signature's line blames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reporter {
+    /// The host that writes the line is where the failure is.
+    #[default]
+    Culprit,
+    /// The line is written by either end of a failed connection (a peer error): its host is the
+    /// culprit only when it is a node of the known allocation, never from a log alone.
+    EitherEnd,
+}
+
+/// Where a signature's context must be found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextScope {
+    /// In the same block as a matching line: one traceback, or one error block of one rank and source.
+    #[default]
+    Block,
+    /// Anywhere in the attempt's evidence (a kernel log's OOM kill confirming an application's line).
+    Attempt,
 }
 
 #[derive(Debug, Deserialize)]
@@ -101,6 +141,59 @@ pub enum CatalogError {
 struct CatalogFile {
     #[serde(default)]
     signature: Vec<SignatureSpec>,
+    #[serde(default)]
+    locator: Vec<LocatorSpec>,
+    #[serde(default)]
+    sequence: Vec<Sequence>,
+}
+
+/// Errors that come in cascades, where the first is the cause of the rest.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sequence {
+    pub id: String,
+    /// How long after the first error a later one still belongs to its cascade.
+    pub window_seconds: u32,
+    pub explanation: String,
+}
+
+/// A line that names the node a log was taken on without being an error itself (a shell prompt, the
+/// scheduler's allocation of a one-node job): it locates the culprit when the failure's lines do not.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocatorSpec {
+    pub id: String,
+    /// A regular expression over one line with a named capture `node`.
+    pub pattern: String,
+    /// Real lines with the node each must locate.
+    pub examples: Vec<LocatorExample>,
+    pub explanation: String,
+}
+
+/// A line a locator must locate, with its node.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocatorExample {
+    pub line: String,
+    pub node: String,
+}
+
+/// A compiled locator.
+#[derive(Debug, Clone)]
+pub struct Locator {
+    pub id: String,
+    pub examples: Vec<LocatorExample>,
+    pattern: Regex,
+}
+
+impl Locator {
+    /// The node `line` names, if it is this locator's kind of line.
+    pub fn node<'l>(&self, line: &'l str) -> Option<&'l str> {
+        self.pattern
+            .captures(line)
+            .and_then(|captures| captures.name("node"))
+            .map(|node| node.as_str())
+    }
 }
 
 /// One signature as written in the data file.
@@ -127,10 +220,26 @@ pub struct SignatureSpec {
     /// Regular expressions over one evidence line; named captures `node`, `rank`, `gpu`, `xid` and
     /// `pci` locate the culprit.
     pub patterns: Vec<String>,
-    /// Regular expressions at least one of which some other evidence line of the attempt must match
-    /// for this signature to apply (a CUDA OOM is the DataLoader's only inside a DataLoader frame).
+    /// Regular expressions at least one of which another evidence line must match for this signature
+    /// to apply (a CUDA OOM is the DataLoader's only inside a DataLoader frame)...
     #[serde(default)]
     pub context: Vec<String>,
+    /// ...within the same block as a matching line (default), or anywhere in the attempt.
+    #[serde(default)]
+    pub context_scope: ContextScope,
+    /// Whom the host writing a matching line is (default: the culprit).
+    #[serde(default)]
+    pub reporter: Reporter,
+    /// Signatures (ids, or `category:<id>` for every signature of a category) this one's cause
+    /// outranks when both match, whatever their confidence: the cause over the symptoms it brings (an
+    /// Xid over the NCCL timeouts that follow it).
+    #[serde(default)]
+    pub outranks: Vec<toml::Spanned<String>>,
+    /// A sequence (a `[[sequence]]` of the catalog) the signature belongs to: of several signatures of
+    /// one sequence that match within its window, the one seen first wins, as later errors of a
+    /// cascade are consequences of the first (an Xid 31 before the Xid 45 of its torn-down channels).
+    #[serde(default)]
+    pub sequence: Option<toml::Spanned<String>>,
     /// Ordered recovery steps.
     #[serde(default)]
     pub actions: Vec<Remedy>,
@@ -150,6 +259,12 @@ pub struct Signature {
     pub component: Component,
     /// Whether a requeue can help (the signature's, else its category's).
     pub recoverable: bool,
+    /// What the culprit can be (the category's).
+    pub culprit: CulpritScope,
+    /// Indexes of the signatures this one outranks.
+    pub outranks: Vec<usize>,
+    /// The sequence it belongs to.
+    pub sequence: Option<Sequence>,
     patterns: Vec<Regex>,
     context: Vec<Regex>,
 }
@@ -167,12 +282,18 @@ impl Signature {
         self.context.is_empty()
             || lines.any(|line| self.context.iter().any(|pattern| pattern.is_match(line)))
     }
+
+    /// Whether the signature needs a context at all.
+    pub fn has_context(&self) -> bool {
+        !self.context.is_empty()
+    }
 }
 
 /// All signatures, with one RegexSet over every pattern so a line that matches nothing costs one scan.
 #[derive(Debug, Clone)]
 pub struct Catalog {
     signatures: Vec<Signature>,
+    locators: Vec<Locator>,
     /// Every pattern of every signature, flat.
     patterns: Vec<Regex>,
     /// For each pattern, the signature it belongs to.
@@ -201,6 +322,16 @@ impl Catalog {
         Self::from_specs(specs, Path::new("built-in catalog"))
     }
 
+    /// The locators, in catalog order.
+    pub fn locators(&self) -> &[Locator] {
+        &self.locators
+    }
+
+    /// Nodes the locators find in `line`.
+    pub fn located_node<'l>(&self, line: &'l str) -> Option<&'l str> {
+        self.locators.iter().find_map(|locator| locator.node(line))
+    }
+
     /// The built-in catalog, overridden and extended by the `*.toml` files of `dir` (same id replaces).
     pub fn with_overrides(dir: &Path) -> Result<Self, CatalogError> {
         let mut specs = Vec::new();
@@ -221,73 +352,187 @@ impl Catalog {
                 source,
             })?;
             for spec in parse_file(&text, &file)? {
-                specs.retain(|existing: &SignatureSpec| existing.id != spec.id);
+                if let Some(new) = &spec.spec {
+                    specs.retain(|existing: &Parsed| {
+                        existing.spec.as_ref().is_none_or(|old| old.id != new.id)
+                    });
+                }
                 specs.push(spec);
             }
         }
         Self::from_specs(specs, dir)
     }
 
-    fn from_specs(specs: Vec<SignatureSpec>, origin: &Path) -> Result<Self, CatalogError> {
+    fn from_specs(parsed: Vec<Parsed>, origin: &Path) -> Result<Self, CatalogError> {
         let invalid = |message: String| CatalogError::Invalid {
             file: origin.to_path_buf(),
+            message,
+        };
+        let invalid_in = |file: &Path, message: String| CatalogError::Invalid {
+            file: file.to_path_buf(),
             message,
         };
         let categories = taxonomy();
         let mut signatures = Vec::new();
         let mut owner = Vec::new();
         let mut ids = std::collections::HashSet::new();
-        for spec in specs {
+        let mut locators = Vec::new();
+        let mut outranked = Vec::new();
+        let mut sequences: Vec<Sequence> = Vec::new();
+        let mut sequence_refs = Vec::new();
+        for Parsed {
+            spec,
+            file,
+            text,
+            locators: file_locators,
+            sequences: file_sequences,
+        } in parsed
+        {
+            for locator in file_locators {
+                let pattern =
+                    Regex::new(&locator.pattern).map_err(|err| CatalogError::Invalid {
+                        file: file.clone(),
+                        message: format!("locator {}: {err}", locator.id),
+                    })?;
+                if !pattern.capture_names().any(|name| name == Some("node")) {
+                    return Err(CatalogError::Invalid {
+                        file: file.clone(),
+                        message: format!(
+                            "locator {}: the pattern has no `node` capture",
+                            locator.id
+                        ),
+                    });
+                }
+                locators.push(Locator {
+                    id: locator.id,
+                    examples: locator.examples,
+                    pattern,
+                });
+            }
+            sequences.extend(file_sequences);
+            let Some(spec) = spec else { continue };
+            sequence_refs.push((
+                spec.sequence.as_ref().map(|name| name.get_ref().clone()),
+                file.clone(),
+                spec.sequence
+                    .as_ref()
+                    .map_or(0, |name| line_of(&text, name.span().start)),
+            ));
+            outranked.push(
+                spec.outranks
+                    .iter()
+                    .map(|id| {
+                        (
+                            id.get_ref().clone(),
+                            file.clone(),
+                            line_of(&text, id.span().start),
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            );
             if !ids.insert(spec.id.clone()) {
-                return Err(invalid(format!("{}: the id is used twice", spec.id)));
+                return Err(invalid_in(
+                    &file,
+                    format!("{}: the id is used twice", spec.id),
+                ));
             }
             let Some(category) = categories.iter().find(|c| c.id == spec.category) else {
-                return Err(invalid(format!(
-                    "{}: unknown category {:?} (see data/taxonomy.toml)",
-                    spec.id, spec.category
-                )));
+                return Err(invalid_in(
+                    &file,
+                    format!(
+                        "{}: unknown category {:?} (see data/taxonomy.toml)",
+                        spec.id, spec.category
+                    ),
+                ));
             };
             if let Some(source) = spec.sources.iter().find(|s| !SOURCES.contains(&s.as_str())) {
-                return Err(invalid(format!(
-                    "{}: unknown source {source:?} (known: {})",
-                    spec.id,
-                    SOURCES.join(", ")
-                )));
+                return Err(invalid_in(
+                    &file,
+                    format!(
+                        "{}: unknown source {source:?} (known: {})",
+                        spec.id,
+                        SOURCES.join(", ")
+                    ),
+                ));
             }
             if !(0.0..=1.0).contains(&spec.confidence) {
-                return Err(invalid(format!(
-                    "{}: confidence must be within 0..1",
-                    spec.id
-                )));
+                return Err(invalid_in(
+                    &file,
+                    format!("{}: confidence must be within 0..1", spec.id),
+                ));
             }
             if spec.patterns.is_empty() {
-                return Err(invalid(format!(
-                    "{}: at least one pattern is needed",
-                    spec.id
-                )));
+                return Err(invalid_in(
+                    &file,
+                    format!("{}: at least one pattern is needed", spec.id),
+                ));
             }
             let mut patterns = Vec::new();
             for pattern in &spec.patterns {
-                let regex = Regex::new(pattern)
-                    .map_err(|err| invalid(format!("{}: pattern {pattern:?}: {err}", spec.id)))?;
+                let regex = Regex::new(pattern).map_err(|err| {
+                    invalid_in(&file, format!("{}: pattern {pattern:?}: {err}", spec.id))
+                })?;
                 patterns.push(regex);
                 owner.push(signatures.len());
             }
             let mut context = Vec::new();
             for pattern in &spec.context {
-                context.push(
-                    Regex::new(pattern).map_err(|err| {
-                        invalid(format!("{}: context {pattern:?}: {err}", spec.id))
-                    })?,
-                );
+                context.push(Regex::new(pattern).map_err(|err| {
+                    invalid_in(&file, format!("{}: context {pattern:?}: {err}", spec.id))
+                })?);
             }
             signatures.push(Signature {
                 component: spec.component.unwrap_or(category.component),
                 recoverable: spec.recoverable.unwrap_or(category.requeue),
+                culprit: category.culprit,
+                outranks: Vec::new(),
+                sequence: None,
                 spec,
                 patterns,
                 context,
             });
+        }
+        // Cause over symptom is data: every signature or category a signature outranks must exist.
+        for (index, targets) in outranked.into_iter().enumerate() {
+            for (id, file, line) in targets {
+                let unknown = |what: &str| CatalogError::Invalid {
+                    file: file.clone(),
+                    message: format!(
+                        "line {line}: {} outranks unknown {what} {id:?}",
+                        signatures[index].spec.id
+                    ),
+                };
+                let found: Vec<usize> = match id.strip_prefix("category:") {
+                    Some(category) => {
+                        if !categories.iter().any(|c| c.id == category) {
+                            return Err(unknown("category"));
+                        }
+                        (0..signatures.len())
+                            .filter(|&i| i != index && signatures[i].spec.category == category)
+                            .collect()
+                    }
+                    None => match signatures.iter().position(|s| s.spec.id == id) {
+                        Some(target) => vec![target],
+                        None => return Err(unknown("signature")),
+                    },
+                };
+                signatures[index].outranks.extend(found);
+            }
+        }
+        // A signature's sequence must be declared, so a misspelt one does not silently stand alone.
+        for (index, (name, file, line)) in sequence_refs.into_iter().enumerate() {
+            if let Some(name) = name {
+                let Some(sequence) = sequences.iter().find(|s: &&Sequence| s.id == name) else {
+                    return Err(CatalogError::Invalid {
+                        file,
+                        message: format!(
+                            "line {line}: {} names unknown sequence {name:?}",
+                            signatures[index].spec.id
+                        ),
+                    });
+                };
+                signatures[index].sequence = Some(sequence.clone());
+            }
         }
         // The whole-read scan looks for literals every match must contain (found by the regex
         // parser, or given as `prefilter`), which a literal searcher finds far faster than the
@@ -341,6 +586,13 @@ impl Catalog {
                 }
             }
         }
+        for locator in &locators {
+            let pattern = locator.pattern.as_str();
+            scan.push(format!(
+                "(?:{})",
+                unnamed(pattern.strip_prefix('^').unwrap_or(pattern))
+            ));
+        }
         scan.sort();
         scan.dedup();
         // Multi-line, so a pattern's `$` still means the end of its line inside a whole read.
@@ -373,6 +625,7 @@ impl Catalog {
             .collect();
         Ok(Self {
             signatures,
+            locators,
             patterns,
             owner,
             literals,
@@ -422,9 +675,9 @@ impl Catalog {
         marks
     }
 
-    /// Whether any signature matches `line`.
+    /// Whether any signature matches `line`, or a locator finds a node in it.
     pub fn is_notable(&self, line: &str) -> bool {
-        self.matching_patterns(line).next().is_some()
+        self.matching_patterns(line).next().is_some() || self.located_node(line).is_some()
     }
 
     /// The patterns that match `line`: only those whose literal occurs in it are run.
@@ -516,11 +769,42 @@ fn unnamed(pattern: &str) -> String {
     out
 }
 
-fn parse_file(text: &str, file: &Path) -> Result<Vec<SignatureSpec>, CatalogError> {
-    toml::from_str::<CatalogFile>(text)
-        .map(|parsed| parsed.signature)
-        .map_err(|err| CatalogError::Invalid {
-            file: file.to_path_buf(),
-            message: err.to_string(),
-        })
+/// One signature of a file (or, once per file, its locators), with where it was written.
+struct Parsed {
+    spec: Option<SignatureSpec>,
+    file: PathBuf,
+    /// The file's text, for the line numbers of errors.
+    text: std::sync::Arc<str>,
+    locators: Vec<LocatorSpec>,
+    sequences: Vec<Sequence>,
+}
+
+fn parse_file(text: &str, file: &Path) -> Result<Vec<Parsed>, CatalogError> {
+    let parsed = toml::from_str::<CatalogFile>(text).map_err(|err| CatalogError::Invalid {
+        file: file.to_path_buf(),
+        message: err.to_string(),
+    })?;
+    let shared: std::sync::Arc<str> = text.into();
+    let mut out = vec![Parsed {
+        spec: None,
+        file: file.to_path_buf(),
+        text: shared.clone(),
+        locators: parsed.locator,
+        sequences: parsed.sequence,
+    }];
+    out.extend(parsed.signature.into_iter().map(|spec| Parsed {
+        spec: Some(spec),
+        file: file.to_path_buf(),
+        text: shared.clone(),
+        locators: Vec::new(),
+        sequences: Vec::new(),
+    }));
+    Ok(out)
+}
+
+/// The 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset)
+        .map_or(0, |before| before.matches('\n').count())
+        + 1
 }

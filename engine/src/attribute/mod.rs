@@ -1,13 +1,18 @@
 //! Attribution: from an attempt's evidence lines to a category, a component, a culprit and a confidence.
 
+mod blocks;
 pub mod catalog;
 pub mod correlate;
+mod culprit;
+mod precedence;
+pub mod quality;
+pub mod rejoin;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use chrono::{DateTime, Utc};
 
-pub use catalog::{Catalog, CatalogError};
+pub use catalog::{Catalog, CatalogError, ContextScope};
 
 use crate::model::{AnomalyKind, Attribution, Component, Culprit, WorkflowId};
 use crate::store::EvidenceLine;
@@ -33,89 +38,49 @@ pub struct Evidence<'a> {
     pub now: DateTime<Utc>,
 }
 
-/// Attributes one failure. Every signature that matches is a candidate; the most confident wins, and the
-/// culprit comes from the winner's own lines first, then from any line that names a host or a rank.
+/// Attributes one failure. Every signature that matches (with its context inside the same block) is a
+/// candidate; a candidate another one outranks drops out, and of a sequence only the first to appear
+/// stays; the most confident of the rest wins. The culprit comes from the winner's own lines first.
 pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
-    let mut hits: HashMap<usize, Vec<&EvidenceLine>> = HashMap::new();
-    for line in evidence.lines {
-        for signature in catalog.matching(&line.text) {
-            hits.entry(signature).or_default().push(line);
+    let matches: Vec<Vec<usize>> = evidence
+        .lines
+        .iter()
+        .map(|line| catalog.matching(&line.text))
+        .collect();
+    let mut hits: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (index, signatures) in matches.iter().enumerate() {
+        for &signature in signatures {
+            hits.entry(signature).or_default().push(index);
         }
     }
-    // A signature that needs context (a DataLoader frame around an OOM) applies only with it.
-    hits.retain(|index, _| {
-        catalog.signatures()[*index].context_holds(evidence.lines.iter().map(|l| l.text.as_str()))
+    let blocks = blocks::frame(evidence.lines);
+    hits.retain(|&signature, own| {
+        context_holds(
+            &catalog.signatures()[signature],
+            own,
+            evidence.lines,
+            &blocks,
+        )
     });
-    let best = hits.iter().max_by(|(a, a_lines), (b, b_lines)| {
-        let (a_spec, b_spec) = (
-            &catalog.signatures()[**a].spec,
-            &catalog.signatures()[**b].spec,
-        );
-        a_spec
-            .confidence
-            .total_cmp(&b_spec.confidence)
-            .then(a_lines.len().cmp(&b_lines.len()))
-            .then(b.cmp(a))
-    });
-
-    let Some((&index, lines)) = best else {
+    let ranked = precedence::rank(catalog, &hits, evidence.lines);
+    let Some((index, own)) = ranked else {
         return unmatched(evidence);
     };
     let signature = &catalog.signatures()[index];
-    let mut culprit = Culprit::default();
-    for line in lines {
-        if let Some(captures) = signature.captures(&line.text) {
-            if culprit.node.is_none() {
-                culprit.node = captures.name("node").map(|m| m.as_str().to_string());
-            }
-            if culprit.gpu.is_none() {
-                culprit.gpu = captures.name("gpu").and_then(|m| m.as_str().parse().ok());
-            }
-            if culprit.rank.is_none() {
-                culprit.rank = captures.name("rank").and_then(|m| m.as_str().parse().ok());
-            }
-        }
-        if culprit.node.is_none() {
-            culprit.node = kernel_log_host(&line.text)
-                .or_else(|| blamed_host(&line.text))
-                .map(str::to_string);
-        }
-        if culprit.rank.is_none() {
-            culprit.rank = line.rank;
-        }
-        if culprit.gpu.is_none() {
-            // Node signals carry the GPU their bus id maps to as a `[GPU n]` suffix.
-            culprit.gpu = line
-                .text
-                .rsplit_once("[GPU ")
-                .and_then(|(_, rest)| rest.strip_suffix(']'))
-                .and_then(|gpu| gpu.parse().ok());
-        }
-    }
-    if culprit.node.is_none() {
-        culprit.node = most_named_host(evidence.lines);
-    }
-    if culprit.node.is_none() {
-        culprit.node = culprit.rank.and_then(|rank| node_of_rank(evidence, rank));
-    }
-    // A rank on another node than the culprit is a victim reporting the failure (every rank's
-    // watchdog does): the culprit's rank is one of its own node's, or unknown.
-    if let (Some(node), Some(rank)) = (culprit.node.as_deref(), culprit.rank)
-        && node_of_rank(evidence, rank).is_some_and(|of_rank| of_rank != node)
-    {
-        culprit.rank = lines
-            .iter()
-            .copied()
-            .chain(evidence.lines.iter())
-            .filter_map(|line| line.rank)
-            .find(|rank| node_of_rank(evidence, *rank).as_deref() == Some(node));
-    }
+    let weighed = culprit::Weighed {
+        evidence,
+        catalog,
+        matches: &matches,
+        hits: &hits,
+    };
+    let culprit = culprit::resolve(&weighed, signature, own);
     let mut confidence = signature.spec.confidence;
     if culprit.node.is_none() && signature.recoverable {
         // Without a culprit the requeue may land on the same bad node again.
         confidence *= 0.8;
     }
-    let quoted = quote_evidence(lines, evidence.lines, culprit.node.as_deref());
+    let own_lines: Vec<&EvidenceLine> = own.iter().map(|&i| &evidence.lines[i]).collect();
+    let quoted = quote_evidence(&own_lines, evidence.lines, culprit.node.as_deref());
     Attribution {
         id: 0,
         workflow_id: evidence.workflow_id,
@@ -133,11 +98,36 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
     }
 }
 
+/// Whether a signature's context holds for its lines `own`: in the block of one of them, or anywhere
+/// when the signature says so.
+fn context_holds(
+    signature: &catalog::Signature,
+    own: &[usize],
+    lines: &[EvidenceLine],
+    blocks: &[usize],
+) -> bool {
+    if !signature.has_context() {
+        return true;
+    }
+    match signature.spec.context_scope {
+        ContextScope::Attempt => signature.context_holds(lines.iter().map(|l| l.text.as_str())),
+        ContextScope::Block => own.iter().any(|&index| {
+            signature.context_holds(
+                lines
+                    .iter()
+                    .zip(blocks)
+                    .filter(|(_, block)| **block == blocks[index])
+                    .map(|(line, _)| line.text.as_str()),
+            )
+        }),
+    }
+}
+
 /// No signature matched: a hang or a crash of unknown cause. Both are worth one requeue; the crash-loop
 /// rule stops the repeats if the cause is in the job.
 fn unmatched(evidence: &Evidence<'_>) -> Attribution {
     let culprit = Culprit {
-        node: most_named_host(evidence.lines),
+        node: culprit::most_named_in(evidence.lines),
         ..Culprit::default()
     };
     let (category, explanation) = match evidence.anomaly {
@@ -193,7 +183,8 @@ fn quote_evidence(
 ) -> Vec<String> {
     let names_culprit = |line: &EvidenceLine| {
         culprit.is_some_and(|node| {
-            kernel_log_host(&line.text) == Some(node) || blamed_host(&line.text) == Some(node)
+            culprit::kernel_log_host(&line.text) == Some(node)
+                || blamed_host(&line.text) == Some(node)
         })
     };
     let mut shapes = HashSet::new();
@@ -226,35 +217,6 @@ fn quote(line: &EvidenceLine) -> String {
         Some(rank) => format!("{rank}: {}", line.text),
         None => line.text.clone(),
     }
-}
-
-/// `Jan  5 08:30:12 node-07 kernel: NVRM: ...` or `node-07 kernel: ...` → "node-07".
-fn kernel_log_host(text: &str) -> Option<&str> {
-    let before = &text[..text.find(" kernel:")?];
-    before.rsplit(' ').next().filter(|host| !host.is_empty())
-}
-
-/// The host named most often by NCCL warnings and srun errors; the first named wins a tie.
-fn most_named_host(lines: &[EvidenceLine]) -> Option<String> {
-    let mut counts: Vec<(&str, usize)> = Vec::new();
-    for line in lines {
-        if let Some(host) = blamed_host(&line.text) {
-            match counts.iter_mut().find(|(name, _)| *name == host) {
-                Some((_, count)) => *count += 1,
-                None => counts.push((host, 1)),
-            }
-        }
-    }
-    let max = counts.iter().map(|(_, count)| *count).max()?;
-    counts
-        .into_iter()
-        .find(|(_, count)| *count == max)
-        .map(|(host, _)| host.to_string())
-}
-
-fn node_of_rank(evidence: &Evidence<'_>, rank: u32) -> Option<String> {
-    let per_node = evidence.ranks_per_node.max(1);
-    evidence.nodes.get((rank / per_node) as usize).cloned()
 }
 
 #[cfg(test)]
@@ -454,5 +416,268 @@ explanation = "retry"
             let err = Catalog::with_overrides(dir.path()).unwrap_err().to_string();
             assert!(err.contains("site.toml") && err.contains(word), "{err}");
         }
+    }
+
+    fn at(seconds: i64, rank: Option<u32>, text: &str) -> EvidenceLine {
+        let start = DateTime::parse_from_rfc3339("2026-01-05T09:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        EvidenceLine {
+            time: start + chrono::Duration::seconds(seconds),
+            rank,
+            text: text.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_dataloader_frame_in_another_rank_s_traceback_does_not_make_an_oom_the_dataloader_s() {
+        let catalog = Catalog::builtin().unwrap();
+        let nodes = nodes();
+        let dataloader_frame = "  File \"/usr/lib/python3/site-packages/torch/utils/data/_utils/fetch.py\", line 52, in fetch";
+        // Rank 0 fails in its input pipeline on a bad record; rank 1 runs out of GPU memory in the model.
+        let apart = [
+            at(0, Some(0), "Traceback (most recent call last):"),
+            at(0, Some(1), "Traceback (most recent call last):"),
+            at(0, Some(0), dataloader_frame),
+            at(0, Some(1), "  File \"/w/model.py\", line 88, in forward"),
+            at(0, Some(0), "KeyError: 'label'"),
+            at(
+                0,
+                Some(1),
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+            ),
+        ];
+        let attribution = attribute(&catalog, &evidence(&apart, &nodes));
+        assert_eq!(attribution.category, "cuda_oom", "{attribution:#?}");
+        assert_eq!(attribution.culprit.rank, Some(1));
+
+        // The same frame in the OOM's own traceback is its context.
+        let together = [
+            at(0, Some(1), "Traceback (most recent call last):"),
+            at(0, Some(1), dataloader_frame),
+            at(
+                0,
+                Some(1),
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+            ),
+        ];
+        let attribution = attribute(&catalog, &evidence(&together, &nodes));
+        assert_eq!(attribution.category, "dataloader_oom", "{attribution:#?}");
+    }
+
+    #[test]
+    fn a_context_of_an_earlier_traceback_of_the_same_rank_does_not_count() {
+        let catalog = Catalog::builtin().unwrap();
+        let nodes = nodes();
+        let lines = [
+            at(0, Some(2), "Traceback (most recent call last):"),
+            at(
+                0,
+                Some(2),
+                "  File \"/opt/conda/lib/python3.10/site-packages/torch/serialization.py\", line 1025, in load",
+            ),
+            at(
+                0,
+                Some(2),
+                "FileNotFoundError: [Errno 2] No such file or directory: 'ckpt/latest'",
+            ),
+            at(30, Some(2), "Traceback (most recent call last):"),
+            at(
+                30,
+                Some(2),
+                "  File \"/w/train.py\", line 200, in train_step",
+            ),
+            at(
+                30,
+                Some(2),
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.",
+            ),
+        ];
+        let attribution = attribute(&catalog, &evidence(&lines, &nodes));
+        assert_ne!(
+            attribution.signature.as_deref(),
+            Some("mem-cuda-oom-loading-checkpoint"),
+            "{attribution:#?}"
+        );
+        assert_eq!(attribution.category, "cuda_oom");
+    }
+
+    #[test]
+    fn an_xid_outranks_the_more_confident_nccl_watchdog_timeout_it_caused() {
+        let catalog = Catalog::builtin().unwrap();
+        let xid = catalog
+            .signatures()
+            .iter()
+            .find(|s| s.spec.id == "hw-xid-13-31-gpu-exception")
+            .unwrap();
+        let watchdog = catalog
+            .signatures()
+            .iter()
+            .find(|s| s.spec.id == "nccl-collective-timeout")
+            .unwrap();
+        assert!(xid.spec.confidence < watchdog.spec.confidence);
+        let lines = [
+            at(
+                0,
+                None,
+                "Jan  5 08:30:12 node-02 kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=1234, name=python, Graphics SM Warp Exception on (GPC 1, TPC 0, SM 0): Out Of Range Address",
+            ),
+            at(
+                600,
+                Some(3),
+                "[rank3]:[E1122 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600050 milliseconds before timing out.",
+            ),
+        ];
+        let nodes = nodes();
+        let attribution = attribute(&catalog, &evidence(&lines, &nodes));
+        assert_eq!(attribution.category, "gpu_fault", "{attribution:#?}");
+        assert_eq!(attribution.culprit.node.as_deref(), Some("node-02"));
+    }
+
+    #[test]
+    fn the_first_xid_of_a_cascade_wins_and_an_xid_days_later_is_another_incident() {
+        let catalog = Catalog::builtin().unwrap();
+        let nodes = nodes();
+        let xid = |seconds, code: &str| {
+            at(
+                seconds,
+                None,
+                &format!(
+                    "node-07 kernel: NVRM: Xid (PCI:0000:0a:00): {code}, pid='<unknown>', name=<unknown>"
+                ),
+            )
+        };
+        // Xid 31 (an MMU fault) tears the channels down: the GSP timeout (Xid 62) follows 40 s later.
+        let cascade = [xid(0, "31"), xid(40, "62"), xid(41, "45")];
+        let attribution = attribute(&catalog, &evidence(&cascade, &nodes));
+        assert_eq!(
+            attribution.signature.as_deref(),
+            Some("hw-xid-13-31-gpu-exception"),
+            "{attribution:#?}"
+        );
+        assert_eq!(attribution.culprit.node.as_deref(), Some("node-07"));
+        // Days apart, the Xid 94 is its own failure and the more confident one wins.
+        let apart = [xid(0, "43"), xid(4 * 86_400, "94")];
+        let attribution = attribute(&catalog, &evidence(&apart, &nodes));
+        assert_eq!(attribution.category, "gpu_ecc", "{attribution:#?}");
+    }
+
+    fn load_error(toml: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("site.toml"), toml).unwrap();
+        Catalog::with_overrides(dir.path()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn an_unknown_outranked_signature_category_or_sequence_fails_the_load_naming_file_and_line() {
+        let head = "[[signature]]\nid = \"s\"\ntitle = \"t\"\ncategory = \"gpu_fault\"\nconfidence = 0.5\npatterns = ['x']\nexplanation = \"e\"\n";
+        for (field, word) in [
+            (
+                "outranks = [\"nccl-collective-timeout\", \"nccl-colective-timeout\"]",
+                "nccl-colective-timeout",
+            ),
+            ("outranks = [\"category:nccl_timeot\"]", "nccl_timeot"),
+            ("sequence = \"xids\"", "xids"),
+        ] {
+            let err = load_error(&format!("{head}{field}\n"));
+            assert!(
+                err.contains("site.toml") && err.contains("line 8") && err.contains(word),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_user_signature_outranking_a_category_wins_over_its_more_confident_signatures() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("site.toml"),
+            "[[signature]]\nid = \"site-fabric-alarm\"\ntitle = \"t\"\ncategory = \"ib_link\"\nconfidence = 0.3\npatterns = ['FABRIC ALARM on (?P<node>[\\w-]+)']\noutranks = [\"category:nccl_timeout\"]\nexplanation = \"e\"\n",
+        )
+        .unwrap();
+        let catalog = Catalog::with_overrides(dir.path()).unwrap();
+        let lines = [
+            at(0, None, "FABRIC ALARM on node-08"),
+            at(
+                600,
+                Some(3),
+                "[rank3]:[E1122 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600050 milliseconds before timing out.",
+            ),
+        ];
+        let nodes = nodes();
+        let attribution = attribute(&catalog, &evidence(&lines, &nodes));
+        assert_eq!(attribution.signature.as_deref(), Some("site-fabric-alarm"));
+        assert_eq!(attribution.culprit.node.as_deref(), Some("node-08"));
+    }
+
+    #[test]
+    fn a_shell_prompt_locates_an_xid_pasted_from_dmesg() {
+        let catalog = Catalog::builtin().unwrap();
+        let lines = [
+            at(0, None, "root@node4:~# dmesg -T |grep NVRM"),
+            at(
+                0,
+                None,
+                "[Fri Aug  9 13:32:56 2024] NVRM: Xid (PCI:0000:00:08): 94, pid='<unknown>', name=<unknown>, Contained: SM (0x1). RST: No, D-RST: No",
+            ),
+        ];
+        let attribution = attribute(&catalog, &evidence(&lines, &[]));
+        assert_eq!(attribution.category, "gpu_ecc");
+        assert_eq!(attribution.culprit.node.as_deref(), Some("node4"));
+    }
+
+    #[test]
+    fn several_hosts_with_the_same_failure_name_no_culprit() {
+        let catalog = Catalog::builtin().unwrap();
+        let lines = [
+            at(
+                0,
+                None,
+                "H100-2:19989:20082 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer fe80::966d:ae03:8b:df78%ib0<53249> with error 4, opcode 32564, len 32564, vendor err 81 (Send)",
+            ),
+            at(
+                0,
+                None,
+                "H100-1:9821:9920 [1] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer fe80::966d:ae03:8b:df50%ib0<44413> with error 4, opcode 32613, len 32613, vendor err 81 (Send)",
+            ),
+        ];
+        let allocation = ["H100-1", "H100-2"].map(String::from).to_vec();
+        let attribution = attribute(&catalog, &evidence(&lines, &allocation));
+        assert_eq!(attribution.category, "ib_link");
+        assert_eq!(attribution.culprit.node, None, "{attribution:#?}");
+    }
+
+    #[test]
+    fn a_peer_error_in_a_log_alone_blames_no_host_but_a_node_of_the_allocation_it_does() {
+        let catalog = Catalog::builtin().unwrap();
+        let lines = [at(
+            0,
+            None,
+            "kp-ddp-worker-0:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 10.216.210.236<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
+        )];
+        let attribution = attribute(&catalog, &evidence(&lines, &[]));
+        assert_eq!(attribution.category, "ib_link");
+        assert_eq!(attribution.culprit.node, None, "{attribution:#?}");
+        let allocation = ["kp-ddp-worker-0", "kp-ddp-worker-1"]
+            .map(String::from)
+            .to_vec();
+        let attribution = attribute(&catalog, &evidence(&lines, &allocation));
+        assert_eq!(attribution.culprit.node.as_deref(), Some("kp-ddp-worker-0"));
+    }
+
+    #[test]
+    fn a_time_limit_has_no_culprit_even_where_its_lines_name_a_node() {
+        let catalog = Catalog::builtin().unwrap();
+        let lines = [
+            at(
+                0,
+                None,
+                "slurmstepd: error: *** STEP 32233190.0 ON nid01934 CANCELLED AT 2020-07-03T02:59:56 DUE TO TIME LIMIT ***",
+            ),
+            at(0, None, "srun: error: nid01934: tasks 2,4-5,7: Terminated"),
+        ];
+        let attribution = attribute(&catalog, &evidence(&lines, &[]));
+        assert_eq!(attribution.category, "time_limit");
+        assert_eq!(attribution.culprit, Culprit::default());
     }
 }

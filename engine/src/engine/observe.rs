@@ -575,7 +575,8 @@ impl Engine {
             attempt.last_iteration,
         )
         .resume_tracebacks(assembler);
-        digester.push_chunk(chunk, &catalog.candidate_lines(chunk));
+        let chunk = crate::attribute::rejoin::rejoin_wrapped(chunk);
+        digester.push_chunk(&chunk, &catalog.candidate_lines(&chunk));
         if attempt.state.is_terminal() {
             // The attempt writes no more: every traceback it began is as complete as it will be.
             digester.finish()

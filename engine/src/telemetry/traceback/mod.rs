@@ -36,9 +36,11 @@ use std::collections::{HashMap, VecDeque};
 
 use super::line::FramedLine;
 
-const TRACEBACK_START: &str = "Traceback (most recent call last):";
+/// The header of a Python traceback.
+pub(crate) const TRACEBACK_START: &str = "Traceback (most recent call last):";
 
-const CHAIN_SEPARATORS: [&str; 2] = [
+/// The lines that chain one traceback to the next within one block.
+pub(crate) const CHAIN_SEPARATORS: [&str; 2] = [
     "During handling of the above exception, another exception occurred:",
     "The above exception was the direct cause of the following exception:",
 ];

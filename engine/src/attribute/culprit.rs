@@ -1,0 +1,192 @@
+//! Culprit resolution: which node, rank and GPU a failure belongs to, from the winning signature's own
+//! lines first, then from lines that only say where the log was taken, then from the hosts the
+//! attempt's errors name most, then from the rank's place in the allocation.
+
+use std::collections::BTreeMap;
+
+use crate::model::Culprit;
+use crate::store::EvidenceLine;
+use crate::telemetry::pipeline::blamed_host;
+
+use super::Evidence;
+use super::catalog::{Catalog, CulpritScope, Reporter, Signature};
+
+/// The lines attribution weighs, with the signatures each matched.
+pub(super) struct Weighed<'a> {
+    pub evidence: &'a Evidence<'a>,
+    pub catalog: &'a Catalog,
+    /// For each evidence line, the signatures that match it.
+    pub matches: &'a [Vec<usize>],
+    /// Every signature that applies, with its lines.
+    pub hits: &'a BTreeMap<usize, Vec<usize>>,
+}
+
+impl Weighed<'_> {
+    /// Whether a host a line names may be blamed: a peer error's host only when it is a node of the
+    /// known allocation (either end of a failed connection reports it).
+    fn may_blame(&self, index: usize, host: &str) -> bool {
+        let either_end = self.matches[index].iter().any(|&signature| {
+            self.catalog.signatures()[signature].spec.reporter == Reporter::EitherEnd
+        });
+        !either_end || self.evidence.nodes.iter().any(|node| node == host)
+    }
+
+    fn node_of_rank(&self, rank: u32) -> Option<String> {
+        let per_node = self.evidence.ranks_per_node.max(1);
+        self.evidence.nodes.get((rank / per_node) as usize).cloned()
+    }
+}
+
+/// The culprit of `signature`, whose own lines are `own` (indexes into the evidence).
+pub(super) fn resolve(weighed: &Weighed<'_>, signature: &Signature, own: &[usize]) -> Culprit {
+    let lines = weighed.evidence.lines;
+    let mut culprit = Culprit::default();
+    if signature.culprit == CulpritScope::None {
+        return culprit;
+    }
+    let mut hosts: Vec<&str> = Vec::new();
+    for &index in own {
+        let line = &lines[index];
+        let captures = signature.captures(&line.text);
+        if let Some(host) = named_by(weighed, signature, index)
+            && !hosts.contains(&host)
+        {
+            hosts.push(host);
+        }
+        if let Some(captures) = &captures {
+            if culprit.gpu.is_none() {
+                culprit.gpu = captures.name("gpu").and_then(|m| m.as_str().parse().ok());
+            }
+            if culprit.rank.is_none() {
+                culprit.rank = captures.name("rank").and_then(|m| m.as_str().parse().ok());
+            }
+        }
+        if culprit.rank.is_none() {
+            culprit.rank = line.rank;
+        }
+        if culprit.gpu.is_none() {
+            // Node signals carry the GPU their bus id maps to as a `[GPU n]` suffix.
+            culprit.gpu = line
+                .text
+                .rsplit_once("[GPU ")
+                .and_then(|(_, rest)| rest.strip_suffix(']'))
+                .and_then(|gpu| gpu.parse().ok());
+        }
+    }
+    if signature.culprit == CulpritScope::Node {
+        // The failure's own lines come only from hosts that may be its victims: other lines of the
+        // same hosts would blame them just the same.
+        let from_victims = hosts.is_empty()
+            && own.iter().any(|&index| {
+                let text = lines[index].text.as_str();
+                kernel_log_host(text)
+                    .or_else(|| blamed_host(text))
+                    .is_some()
+            });
+        // The same kind of failure on other hosts (another signature of the category) makes it several.
+        for (&other, other_lines) in weighed.hits.iter().filter(|_| !from_victims) {
+            let rival = &weighed.catalog.signatures()[other];
+            if rival.spec.category != signature.spec.category {
+                continue;
+            }
+            for &index in other_lines {
+                if let Some(host) = named_by(weighed, rival, index)
+                    && !hosts.contains(&host)
+                {
+                    hosts.push(host);
+                }
+            }
+        }
+        culprit.node = match hosts.as_slice() {
+            [host] => Some(host.to_string()),
+            // Several hosts report the same failure: none of them is singled out.
+            [_, _, ..] => return Culprit::default(),
+            [] if from_victims => None,
+            [] => located_node(weighed).or_else(|| most_named_host(weighed)),
+        };
+    }
+    if culprit.node.is_none() {
+        culprit.node = culprit.rank.and_then(|rank| weighed.node_of_rank(rank));
+    }
+    // A rank on another node than the culprit is a victim reporting the failure (every rank's
+    // watchdog does): the culprit's rank is one of its own node's, or unknown.
+    if let (Some(node), Some(rank)) = (culprit.node.as_deref(), culprit.rank)
+        && weighed
+            .node_of_rank(rank)
+            .is_some_and(|of_rank| of_rank != node)
+    {
+        culprit.rank = own
+            .iter()
+            .map(|&index| &lines[index])
+            .chain(lines.iter())
+            .filter_map(|line| line.rank)
+            .find(|rank| weighed.node_of_rank(*rank).as_deref() == Some(node));
+    }
+    culprit
+}
+
+/// The host line `index` names as where `signature`'s failure is, if it may be blamed.
+fn named_by<'l>(weighed: &Weighed<'l>, signature: &Signature, index: usize) -> Option<&'l str> {
+    let text = weighed.evidence.lines[index].text.as_str();
+    signature
+        .captures(text)
+        .and_then(|captures| captures.name("node"))
+        .map(|m| m.as_str())
+        .or_else(|| kernel_log_host(text))
+        .or_else(|| blamed_host(text))
+        .filter(|host| weighed.may_blame(index, host))
+}
+
+/// The one node that lines saying where the log was taken name (a shell prompt, a one-node
+/// allocation); none when they name several.
+fn located_node(weighed: &Weighed<'_>) -> Option<String> {
+    let mut found: Option<&str> = None;
+    for line in weighed.evidence.lines {
+        if let Some(node) = weighed.catalog.located_node(&line.text) {
+            match found {
+                Some(known) if known != node => return None,
+                _ => found = Some(node),
+            }
+        }
+    }
+    found.map(str::to_string)
+}
+
+/// The host named most often by NCCL warnings and srun errors, when one host leads.
+fn most_named_host(weighed: &Weighed<'_>) -> Option<String> {
+    leading_host(
+        weighed
+            .evidence
+            .lines
+            .iter()
+            .enumerate()
+            .filter_map(|(index, line)| {
+                blamed_host(&line.text).filter(|host| weighed.may_blame(index, host))
+            }),
+    )
+}
+
+/// The host named most often by the lines of an attempt nothing explains, when one host leads.
+pub(super) fn most_named_in(lines: &[EvidenceLine]) -> Option<String> {
+    leading_host(lines.iter().filter_map(|line| blamed_host(&line.text)))
+}
+
+fn leading_host<'h>(hosts: impl Iterator<Item = &'h str>) -> Option<String> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for host in hosts {
+        match counts.iter_mut().find(|(name, _)| *name == host) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((host, 1)),
+        }
+    }
+    let max = counts.iter().map(|(_, count)| *count).max()?;
+    let mut leaders = counts.into_iter().filter(|(_, count)| *count == max);
+    let (leader, _) = leaders.next()?;
+    leaders.next().is_none().then(|| leader.to_string())
+}
+
+/// `Jan  5 08:30:12 node-07 kernel: NVRM: ...` or `node-07 kernel: ...` → "node-07".
+pub(super) fn kernel_log_host(text: &str) -> Option<&str> {
+    let before = &text[..text.find(" kernel:")?];
+    before.rsplit(' ').next().filter(|host| !host.is_empty())
+}

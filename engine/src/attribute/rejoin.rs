@@ -1,0 +1,259 @@
+//! Hard-wrapped lines rejoined before matching: a terminal or a log collector that cuts lines at a
+//! fixed width (padding the rest with spaces, or not) splits one message over several lines, and a
+//! signature written for the message would match neither half.
+//!
+//! Two shapes are recognised within one read:
+//! * fixed-width wrapping: several lines of the read have exactly the same long length and none is
+//!   longer; a line of that length continues on the next one unless the next one starts a record of
+//!   its own (a label, a timestamp, a capitalised word, indentation, or the same first word);
+//! * a single cut: a long line that stops in the middle of a sentence (on a letter, or a word and a
+//!   space; a number ends records too often) is followed by a line that starts in lower case and is not a record of its own (it lacks
+//!   the rank label, timestamp or `Word:` head every record line starts with).
+//!
+//! A message cut across two reads of a followed log stays cut.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use crate::telemetry::tail::Chunk;
+
+/// Shortest width taken for fixed-width wrapping (narrower "wrapping" is a table, not a terminal).
+const MIN_WRAP_WIDTH: usize = 60;
+/// Shortest line taken for a single cut.
+const MIN_CUT_LINE: usize = 120;
+
+/// The read with its hard-wrapped lines joined, or the read itself when none is wrapped.
+pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
+    let lines: Vec<&str> = chunk.lines().collect();
+    let width = wrap_width(&lines);
+    let continues: Vec<bool> = (1..lines.len())
+        .map(|i| continues(lines[i - 1], lines[i], width))
+        .collect();
+    if !continues.contains(&true) {
+        return Cow::Borrowed(chunk);
+    }
+    let mut text = String::with_capacity(chunk.text.len());
+    let mut spans = Vec::with_capacity(lines.len());
+    let mut start = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let joins_previous = i > 0 && continues[i - 1];
+        if joins_previous {
+            // A cut after a space (or padding to the width) was at a word boundary; a cut on a letter
+            // split a word, whose halves go back together.
+            if text.ends_with(' ') {
+                text.truncate(text.trim_end().len());
+                text.push(' ');
+                text.push_str(line.trim_start());
+            } else {
+                text.push_str(line);
+            }
+        } else {
+            if i > 0 {
+                spans.push((start, text.len()));
+                text.push('\n');
+            }
+            start = text.len();
+            text.push_str(line);
+        }
+    }
+    if !lines.is_empty() {
+        spans.push((start, text.len()));
+    }
+    Cow::Owned(Chunk {
+        text,
+        spans,
+        next_offset: chunk.next_offset,
+        truncated_lines: chunk.truncated_lines,
+        invalid_utf8_lines: chunk.invalid_utf8_lines,
+        restarted: chunk.restarted,
+        missing: chunk.missing,
+        identity: chunk.identity.clone(),
+        rotated: chunk.rotated,
+    })
+}
+
+/// The width several long lines of the read share exactly and none exceeds, if any: a terminal that
+/// wraps at a width lets no line past it.
+fn wrap_width(lines: &[&str]) -> Option<usize> {
+    let mut widths: HashMap<usize, usize> = HashMap::new();
+    for line in lines {
+        *widths.entry(line.chars().count()).or_default() += 1;
+    }
+    let longest = widths.keys().copied().max()?;
+    (longest >= MIN_WRAP_WIDTH && widths.get(&longest).is_some_and(|count| *count >= 2))
+        .then_some(longest)
+}
+
+/// Whether `next` is the rest of `line`, cut.
+fn continues(line: &str, next: &str, width: Option<usize>) -> bool {
+    if next.trim().is_empty()
+        || starts_record(next)
+        || head_word_is_a_label(next)
+        || same_shape(first_word(next), first_word(line))
+    {
+        return false;
+    }
+    let length = line.chars().count();
+    if width == Some(length) && !line.trim().is_empty() {
+        return true;
+    }
+    let trimmed = line.trim_end();
+    let cut_mid_sentence = trimmed
+        .chars()
+        .last()
+        .is_some_and(|c| c.is_alphabetic() || c == ',')
+        && line.len() - trimmed.len() <= 1;
+    length >= MIN_CUT_LINE && cut_mid_sentence && next.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+fn first_word(line: &str) -> &str {
+    line.split(char::is_whitespace).next().unwrap_or_default()
+}
+
+/// Words equal but for their digits (`host:39964:40075` and `host:39964:40049`): the same record head.
+fn same_shape(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.chars()
+            .zip(b.chars())
+            .all(|(x, y)| x == y || (x.is_ascii_digit() && y.is_ascii_digit()))
+}
+
+/// Whether a line starts a record of its own: indented (a traceback frame, a continuation the program
+/// printed itself), a label or timestamp in brackets or parentheses, a number (a timestamp), or a
+/// capitalised word (`Traceback`, `RuntimeError: ...`, `INFO:`).
+fn starts_record(line: &str) -> bool {
+    line.starts_with(|c: char| {
+        c.is_whitespace() || c.is_ascii_digit() || c.is_uppercase() || "[(<{#*>`|".contains(c)
+    })
+}
+
+/// `error: ...`, `srun: ...`, `key=value`: a lower-case head that is a label, not the rest of a sentence.
+fn head_word_is_a_label(line: &str) -> bool {
+    let head = first_word(line);
+    head.ends_with(':') || head.contains('=') || head.contains("::")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(text: &str) -> Chunk {
+        let mut spans = Vec::new();
+        let mut start = 0;
+        for line in text.split_inclusive('\n') {
+            let end = start + line.trim_end_matches('\n').len();
+            spans.push((start, end));
+            start += line.len();
+        }
+        Chunk {
+            text: text.to_string(),
+            spans,
+            next_offset: text.len() as u64,
+            ..Chunk::default()
+        }
+    }
+
+    fn rejoined(text: &str) -> Vec<String> {
+        let chunk = chunk(text);
+        rejoin_wrapped(&chunk).lines().map(str::to_string).collect()
+    }
+
+    /// tests/fixtures/corpus/field/cases/064-raylet-oom-kill-terminal-wrapped.log, from
+    /// https://github.com/ray-project/ray/issues/59214 (the terminal cut `ray logs` after `ray log`).
+    #[test]
+    fn a_terminal_wrapped_raylet_message_is_one_line_again() {
+        let text = std::fs::read_to_string(
+            "../tests/fixtures/corpus/field/cases/064-raylet-oom-kill-terminal-wrapped.log",
+        )
+        .unwrap();
+        let lines = rejoined(&text);
+        assert!(
+            lines[0].contains("0 Workers crashed due to other reasons at node (ID: 8289f87b"),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[0].contains("use `ray logs raylet.out -ip 172.24.0.226`"),
+            "{lines:#?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("(raylet) Refer to the documentation")
+                    && l.contains("provisioning more memory on this node")),
+            "{lines:#?}"
+        );
+        assert!(lines.iter().all(|l| !l.starts_with("node (ID")));
+    }
+
+    /// tests/fixtures/corpus/field/cases/102-horovod-stall-inspector-rank-4-wrapped.log: the message
+    /// is cut in the middle of `remainder`, and the rest lacks the `[1,0]<stderr>:` label.
+    #[test]
+    fn a_horovod_line_cut_mid_word_is_joined_and_its_neighbours_are_not() {
+        let text = std::fs::read_to_string(
+            "../tests/fixtures/corpus/field/cases/102-horovod-stall-inspector-rank-4-wrapped.log",
+        )
+        .unwrap();
+        let before = text.lines().count();
+        let lines = rejoined(&text);
+        assert_eq!(lines.len(), before - 1, "{lines:#?}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("waiting for remainder of ranks for more than 60 seconds")),
+            "{lines:#?}"
+        );
+        assert!(lines.iter().any(|l| l == "[1,0]<stderr>:Stalled ranks:"));
+    }
+
+    /// tests/fixtures/corpus/field/cases/059-oom-hard-wrapped-zero3-a100.log: torch's OOM hint cut
+    /// after `If `.
+    #[test]
+    fn a_cuda_oom_message_cut_after_a_word_is_joined_with_one_space() {
+        let text = std::fs::read_to_string(
+            "../tests/fixtures/corpus/field/cases/059-oom-hard-wrapped-zero3-a100.log",
+        )
+        .unwrap();
+        let lines = rejoined(&text);
+        assert!(
+            lines[0].contains("reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb"),
+            "{lines:#?}"
+        );
+        assert!(lines.contains(&"GPUs: 2*A100(80G)".to_string()));
+    }
+
+    /// tests/fixtures/corpus/field/cases/033-xid-45-caused-by-previous-xid-149-145.log: every kernel
+    /// line has the same length, and each is a whole record.
+    #[test]
+    fn records_of_equal_length_are_not_taken_for_wrapping() {
+        let text = std::fs::read_to_string(
+            "../tests/fixtures/corpus/field/cases/033-xid-45-caused-by-previous-xid-149-145.log",
+        )
+        .unwrap();
+        let chunk = chunk(&text);
+        assert!(matches!(rejoin_wrapped(&chunk), Cow::Borrowed(_)));
+    }
+
+    /// tests/fixtures/corpus/field/cases/025-nccl-connect-abort-closed-by-node1.log and
+    /// 164-cuda-runtime-error-39-uncorrectable-ecc.log: NCCL records of one host, and a C++ abort after
+    /// a line that ends on a number, are records of their own.
+    #[test]
+    fn nccl_records_of_one_host_and_a_line_ending_on_a_number_are_not_joined() {
+        for case in [
+            "025-nccl-connect-abort-closed-by-node1.log",
+            "164-cuda-runtime-error-39-uncorrectable-ecc.log",
+        ] {
+            let text =
+                std::fs::read_to_string(format!("../tests/fixtures/corpus/field/cases/{case}"))
+                    .unwrap();
+            let chunk = chunk(&text);
+            assert!(matches!(rejoin_wrapped(&chunk), Cow::Borrowed(_)), "{case}");
+        }
+    }
+
+    #[test]
+    fn tracebacks_log_records_and_short_lines_are_left_alone() {
+        let text = "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n    main()\nRuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n[rank0]: iteration 10/100 | consumed samples: 640 | elapsed time per iteration (ms): 512.3 | learning rate 1.0E-04 | loss\nlr=0.0001 step=10\nepoch 3 loss 0.25\nepoch 4 loss 0.24\n";
+        let chunk = chunk(text);
+        assert!(matches!(rejoin_wrapped(&chunk), Cow::Borrowed(_)));
+    }
+}
