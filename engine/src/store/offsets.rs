@@ -66,3 +66,6 @@ impl Db<'_> {
         }))
     }
 }
+
+#[cfg(test)]
+mod proptests;
