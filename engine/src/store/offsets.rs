@@ -119,3 +119,6 @@ impl Db<'_> {
         }))
     }
 }
+
+#[cfg(test)]
+mod proptests;

@@ -253,12 +253,17 @@ pub fn read_new_lines_reusing(
     file.take(budget).read_to_end(&mut buffer)?;
 
     // Find the lines on bytes first; decode once for the whole buffer when it is valid UTF-8.
+    // A budget that ends inside the first line (a budget of one line is allowed) cuts that line
+    // like a runaway one: left for later, it would be read again and again and never consumed.
+    let cut_by_budget = budget < len - start;
     let mut consumed = 0usize;
     while consumed < buffer.len() {
         let rest = &buffer[consumed..];
         let (len, advance) = match memchr_newline(rest) {
             Some(end) => (end, end + 1),
-            None if rest.len() > limits.max_line_bytes => (rest.len(), rest.len()),
+            None if rest.len() > limits.max_line_bytes || (consumed == 0 && cut_by_budget) => {
+                (rest.len(), rest.len())
+            }
             None => break,
         };
         let mut end = consumed + len;
@@ -519,6 +524,26 @@ mod tests {
         let chunk = read_new_lines(&path, 0, None, LIMITS).unwrap();
         assert_eq!(chunk.line_count(), 1);
         assert_eq!(chunk.next_offset, 100);
+    }
+
+    #[test]
+    fn a_line_longer_than_a_read_budget_of_one_line_does_not_stall_the_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        append(&path, b"0123456789abcdefghijklmnopqrstuvwxyz\nnext\n");
+        let limits = TailLimits {
+            max_line_bytes: 16,
+            max_read_bytes: 16,
+        };
+        let (mut offset, mut lines) = (0, Vec::new());
+        for _ in 0..10 {
+            let chunk = read_new_lines(&path, offset, None, limits).unwrap();
+            lines.extend(chunk.lines().map(str::to_string));
+            offset = chunk.next_offset;
+        }
+        assert_eq!(offset, 42);
+        assert_eq!(lines[0], "0123456789abcdef");
+        assert_eq!(lines.last().map(String::as_str), Some("next"));
     }
 
     #[test]
