@@ -36,4 +36,6 @@ mod signatures;
 #[cfg(feature = "slurm")]
 mod slurm;
 #[cfg(feature = "slurm")]
+mod slurm_ddp;
+#[cfg(feature = "slurm")]
 mod slurmrestd;
