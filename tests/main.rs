@@ -39,4 +39,6 @@ mod signatures;
 #[cfg(feature = "slurm")]
 mod slurm;
 #[cfg(feature = "slurm")]
+mod slurm_ddp;
+#[cfg(feature = "slurm")]
 mod slurmrestd;

@@ -5,7 +5,6 @@
 //! RUNGUARD_REQUIRE_SLURM=1 so that a skip fails there instead.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,7 +12,8 @@ use serde_json::Value;
 
 use crate::support::CliSandbox;
 use crate::support::slurm::{
-    AS_NOBODY, Cluster, TRAIN_SH, completed_workflow, one_at_a_time, status,
+    AS_NOBODY, Cluster, TRAIN_SH, completed_workflow, job_logs, one_at_a_time, processes_with_env,
+    status, strings,
 };
 
 fn slurm_available() -> bool {
@@ -145,7 +145,7 @@ fn run_case(case: Case<'_>) -> Finished {
                 .parse()
                 .unwrap();
             frozen.push(slurmd);
-            frozen.extend(processes_of_node(node));
+            frozen.extend(processes_with_env(&format!("SLURMD_NODENAME={node}")));
             for pid in &frozen {
                 let _ = Command::new("kill")
                     .args(["-STOP", &pid.to_string()])
@@ -188,45 +188,6 @@ fn run_case(case: Case<'_>) -> Finished {
         logs,
         checkpoints,
     }
-}
-
-/// The processes a job runs on `node` (they carry `SLURMD_NODENAME=node` in their environment).
-fn processes_of_node(node: &str) -> Vec<u32> {
-    let marker = format!("SLURMD_NODENAME={node}\0");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|environ| String::from_utf8_lossy(&environ).contains(&marker))
-        })
-        .collect()
-}
-
-/// Every job log in `dir`, for assertions and the message of a failed test.
-fn job_logs(dir: &Path) -> String {
-    let mut out = String::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.extension().is_some_and(|ext| ext == "log") {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            out.push_str(&format!("--- {}\n{text}\n", path.display()));
-        }
-    }
-    out
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    value
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|item| item.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The run fails once at iteration 15 with NCCL errors that the rank on n2 reports.

@@ -2,7 +2,7 @@
 //! tests/slurm/cluster.sh), one at a time, stopped when dropped.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,8 @@ use super::CliSandbox;
 pub const CLUSTER_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
 pub const RESTD_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/restd.sh");
 pub const TRAIN_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/train.sh");
+pub const DDP_SBATCH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/ddp.sbatch");
+pub const DDP_TRAIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/ddp_train.py");
 
 /// Runs a command as user nobody: a researcher without operator rights.
 pub const AS_NOBODY: [&str; 4] = [
@@ -47,13 +49,13 @@ pub fn available(extra: &[&str]) -> bool {
     )
 }
 
-/// A running Slurm, stopped when dropped.
 /// The Slurm release the tests run on: `RUNGUARD_SLURM_RELEASE`, else 22.05 (the host's packages);
 /// 24.11 runs from the Debian trixie root `tests/slurm/trixie-root.sh` builds.
 pub fn release() -> String {
     std::env::var("RUNGUARD_SLURM_RELEASE").unwrap_or_else(|_| "22.05".to_string())
 }
 
+/// A running Slurm, stopped when dropped.
 pub struct Cluster {
     pub dir: PathBuf,
     pub conf: PathBuf,
@@ -151,4 +153,173 @@ pub fn completed_workflow(sandbox: &CliSandbox, cluster: &Cluster, within: Durat
         std::thread::sleep(Duration::from_millis(250));
     }
     workflow
+}
+
+/// The Debian trixie root that release 24.11 runs from (`RUNGUARD_SLURM_ROOT`, as cluster.sh reads it).
+pub fn trixie_root() -> PathBuf {
+    std::env::var_os("RUNGUARD_SLURM_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/runguard/trixie-root"))
+}
+
+/// Whether the job steps of this release's cluster can import torch, or a reason to skip: the host's
+/// `/usr/bin/python3` on 22.05, the trixie root's on 24.11 (its job steps run inside the root).
+pub fn torch_available() -> bool {
+    let release = release();
+    let (found, interpreter) = if release == "22.05" {
+        let found = Command::new("/usr/bin/python3")
+            .args([
+                "-c",
+                "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        (
+            found,
+            "the host's /usr/bin/python3 (apt-get install python3-torch)".to_string(),
+        )
+    } else {
+        let root = trixie_root();
+        let found = root
+            .join("usr/lib/python3/dist-packages/torch/__init__.py")
+            .is_file();
+        (
+            found,
+            format!(
+                "Slurm {release}'s root {} (tests/slurm/trixie-root.sh builds it with python3-torch)",
+                root.display()
+            ),
+        )
+    };
+    super::available(
+        found,
+        "RUNGUARD_REQUIRE_SLURM",
+        &format!("torch cannot be imported by {interpreter}"),
+    )
+}
+
+/// `runguard run --auto` in `sandbox` against `cluster` (through `launcher`, e.g. [`AS_NOBODY`]), its
+/// stderr in `engine.err`; ended when dropped, also when a test fails half-way.
+pub struct HeadlessEngine {
+    child: Child,
+}
+
+impl HeadlessEngine {
+    pub fn start(sandbox: &CliSandbox, cluster: &Cluster, launcher: &[&str]) -> Self {
+        let child = sandbox
+            .command_via(launcher)
+            .current_dir(sandbox.path())
+            .env("SLURM_CONF", &cluster.conf)
+            .env("PATH", &cluster.path)
+            .args(["run", "--auto"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(sandbox.path().join("engine.err")).unwrap())
+            .spawn()
+            .unwrap();
+        Self { child }
+    }
+
+    /// Ends the engine (SIGKILL: it must survive that) and waits for it.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HeadlessEngine {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The processes whose environment holds `entry` (`KEY=VALUE`).
+pub fn processes_with_env(entry: &str) -> Vec<u32> {
+    let marker = format!("{entry}\0");
+    let own = std::process::id();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != own)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|environ| String::from_utf8_lossy(&environ).contains(&marker))
+        })
+        .collect()
+}
+
+/// When dropped (after the cluster, so declared before it), SIGKILLs every process whose environment
+/// holds `entry`: what a test's jobs may have left behind (a stopped rank, a step that outlived its
+/// slurmd), and nothing that the test did not start.
+pub struct Leftovers {
+    entry: String,
+}
+
+impl Leftovers {
+    pub fn marked(entry: impl Into<String>) -> Self {
+        Self {
+            entry: entry.into(),
+        }
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let pids: Vec<String> = processes_with_env(&self.entry)
+            .iter()
+            .map(u32::to_string)
+            .collect();
+        if !pids.is_empty() {
+            let _ = Command::new("kill").arg("-KILL").args(&pids).status();
+        }
+    }
+}
+
+/// The jobs `cluster` holds (by their owner, an administrator or a requeue-hold), one `ID STATE
+/// REASON` line each.
+pub fn held_jobs(cluster: &Cluster) -> Vec<String> {
+    let output = cluster
+        .command("squeue")
+        .args(["--all", "--noheader", "--states=all", "--format=%i %T %r"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "squeue: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| line.to_ascii_lowercase().contains("held"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every job log (`*.log`) in `dir`, for assertions and the message of a failed test.
+pub fn job_logs(dir: &Path) -> String {
+    let mut out = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|ext| ext == "log") {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            out.push_str(&format!("--- {}\n{text}\n", path.display()));
+        }
+    }
+    out
+}
+
+/// The strings of a JSON array (none for anything else).
+pub fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
