@@ -69,6 +69,7 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
         missing: chunk.missing,
         identity: chunk.identity.clone(),
         rotated: chunk.rotated,
+        tail: chunk.tail.clone(),
     })
 }
 
