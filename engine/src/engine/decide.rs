@@ -2,28 +2,38 @@
 //! job's earlier failures and other jobs'), and what the pure policy does about it. The store writes
 //! that record a decision are in [`super::journal`].
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 
 use super::journal::Failure;
 use super::{Engine, EngineError, with_timeout};
 use crate::attribute::{self, Evidence};
 use crate::detect;
-use crate::model::{AnomalyKind, Attempt, EvidenceLine, JobState, Workflow, WorkflowStatus};
+use crate::model::{
+    AnomalyKind, Attempt, EvidenceLine, JobState, Workflow, WorkflowId, WorkflowStatus,
+};
 use crate::recover::decide;
 
 impl Engine {
     /// Detection on each active workflow's latest attempt: a failed job is a crash, a running job that
     /// has been silent longer than the heartbeat timeout is a hang. Each is attributed and decided once.
+    /// `only`: the workflows to look at (those whose logs a wake-up read); all when `None`.
     pub(super) async fn detect_and_decide(
         &mut self,
         now: DateTime<Utc>,
+        only: Option<&HashSet<WorkflowId>>,
     ) -> Result<(), EngineError> {
+        if only.is_some_and(HashSet::is_empty) {
+            return Ok(());
+        }
         let workflows = self.store.db().workflows()?;
         // Without access to the scheduler nothing is decided: the refusal is the user's to fix.
-        for workflow in workflows
-            .into_iter()
-            .filter(|w| w.status.is_active() && w.status != WorkflowStatus::CredentialError)
-        {
+        for workflow in workflows.into_iter().filter(|w| {
+            w.status.is_active()
+                && w.status != WorkflowStatus::CredentialError
+                && only.is_none_or(|only| only.contains(&w.id))
+        }) {
             let mut attempts = self.store.db().attempts(workflow.id)?;
             let Some(attempt) = attempts.pop() else {
                 continue;

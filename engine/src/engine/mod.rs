@@ -251,13 +251,35 @@ impl Engine {
         // While the scheduler is down the logs are still read and failures still decided, but the
         // scheduler is called again only after the backoff, and no action runs until it answers. A
         // tick started by a log change between two listings decides on what is already known.
-        if !self.backing_off(now) && self.pace.listing_due(now) {
+        let listing = !self.backing_off(now) && self.pace.listing_due(now);
+        if listing {
             self.observe_jobs(now).await?;
         }
-        self.read_logs(now)?;
-        self.read_node_logs(now)?;
-        self.probe_nodes(now).await?;
-        self.detect_and_decide(now).await?;
+        // Once per poll interval (with every listing, and at every tick no log change started)
+        // everything is read and every workflow looked at; between two, a log's wake-up reads the logs
+        // that changed and decides on their workflows.
+        let changed = if listing || self.pace.full_pass_due(now) {
+            None
+        } else {
+            self.log_watcher
+                .take_changed()
+                .filter(|changed| !changed.is_empty())
+        };
+        match &changed {
+            None => {
+                self.pace.full_pass(now);
+                // Changes seen now are read by this pass.
+                let _ = self.log_watcher.take_changed();
+                self.read_logs(now, None)?;
+                self.read_node_logs(now)?;
+                self.probe_nodes(now).await?;
+                self.detect_and_decide(now, None).await?;
+            }
+            Some(paths) => {
+                let touched = self.read_logs(now, Some(paths))?;
+                self.detect_and_decide(now, Some(&touched)).await?;
+            }
+        }
         if self.outage.is_none() {
             self.execute_approved().await?;
         }

@@ -19,6 +19,7 @@ use crate::telemetry::straggler_report::StragglerReport;
 use crate::telemetry::tail::{
     Chunk, Continuation, TailLimits, continuation, join_tails, read_new_lines_reusing,
 };
+use crate::telemetry::watch::absolute;
 
 /// The tag runguard gives a job it submits, so a restarted engine finds it again.
 pub(crate) fn attempt_tag(workflow_id: WorkflowId, attempt_index: u32) -> String {
@@ -367,8 +368,14 @@ impl Engine {
         Ok(())
     }
 
-    /// Reads what every attempt of every active workflow wrote since the last tick.
-    pub(super) fn read_logs(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+    /// Reads what every attempt of every active workflow wrote since the last tick — or, given
+    /// `changed` (absolute paths), only the logs among them. Returns the workflows whose logs were read.
+    pub(super) fn read_logs(
+        &mut self,
+        now: DateTime<Utc>,
+        changed: Option<&HashSet<std::path::PathBuf>>,
+    ) -> Result<HashSet<WorkflowId>, EngineError> {
+        let mut touched = HashSet::new();
         let limits = TailLimits {
             max_line_bytes: self.config.telemetry.max_line_bytes,
             max_read_bytes: self.config.telemetry.max_read_bytes_per_tick,
@@ -386,6 +393,10 @@ impl Engine {
                 let Some(path) = attempt.log_path.clone() else {
                     continue;
                 };
+                if changed.is_some_and(|changed| !changed.contains(&absolute(&path))) {
+                    continue;
+                }
+                touched.insert(workflow.id);
                 let (offset, identity) = self.store.db().log_offset(workflow.id, attempt.index)?;
                 let end = self.store.db().log_end(workflow.id, attempt.index)?;
                 let mut limits = limits;
@@ -478,9 +489,11 @@ impl Engine {
                 spare = chunk;
             }
         }
-        self.log_watcher
-            .follow(followed.iter().map(|path| path.as_path()));
-        Ok(())
+        if changed.is_none() {
+            self.log_watcher
+                .follow(followed.iter().map(|path| path.as_path()));
+        }
+        Ok(touched)
     }
 
     /// Whether a log found truncated or replaced under `attempt` may be read again from its start: not

@@ -29,6 +29,8 @@ pub(super) struct Pace {
     last_nodes: Option<DateTime<Utc>>,
     /// When a failure in a log last brought a listing forward.
     last_expedited: Option<DateTime<Utc>>,
+    /// When every log was last read and every workflow looked at.
+    last_full_pass: Option<DateTime<Utc>>,
 }
 
 /// What one answer said about the controller's load.
@@ -57,6 +59,7 @@ impl Pace {
             last_listing: None,
             last_nodes: None,
             last_expedited: None,
+            last_full_pass: None,
         }
     }
 
@@ -85,6 +88,16 @@ impl Pace {
             self.last_expedited = Some(now);
             self.last_listing = None;
         }
+    }
+
+    /// A pass over every log and workflow is due: once per poll interval, however many wake-ups.
+    pub(super) fn full_pass_due(&self, now: DateTime<Utc>) -> bool {
+        self.last_full_pass
+            .is_none_or(|last| now - last >= self.poll || now < last)
+    }
+
+    pub(super) fn full_pass(&mut self, now: DateTime<Utc>) {
+        self.last_full_pass = Some(now);
     }
 
     pub(super) fn nodes_asked(&mut self, now: DateTime<Utc>) {

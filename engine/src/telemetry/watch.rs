@@ -1,6 +1,7 @@
 //! Wake-ups when a followed log changes (inotify through `notify`), so a new line is read within a
 //! fraction of a second. Polling stays the ground truth: cluster file systems (NFS, Lustre, GPFS) often
-//! deliver no events, and every file is still read on every tick.
+//! deliver no events, and every file is still read once per poll interval; between two, a wake-up reads
+//! only the files that changed.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,8 @@ pub struct LogWatcher {
     directories: HashSet<PathBuf>,
     /// The files whose changes wake the engine; shared with the event handler thread.
     files: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Followed files that changed since [`LogWatcher::take_changed`] was last called.
+    changed: Arc<Mutex<HashSet<PathBuf>>>,
     wake: Arc<Notify>,
 }
 
@@ -41,6 +44,7 @@ impl LogWatcher {
             watcher: None,
             directories: HashSet::new(),
             files: Arc::default(),
+            changed: Arc::default(),
             wake: Arc::new(Notify::new()),
         }
     }
@@ -48,8 +52,10 @@ impl LogWatcher {
     /// A watcher; without inotify (limits reached, unsupported platform) it only ever polls.
     pub fn new() -> Self {
         let files: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
+        let changed: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
         let wake = Arc::new(Notify::new());
         let handler_files = Arc::clone(&files);
+        let handler_changed = Arc::clone(&changed);
         let handler_wake = Arc::clone(&wake);
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let Ok(event) = event else {
@@ -59,7 +65,12 @@ impl LogWatcher {
                 return;
             }
             let followed = crate::sync::lock(&handler_files);
-            if event.paths.iter().any(|path| followed.contains(path)) {
+            let mut hit = false;
+            for path in event.paths.iter().filter(|path| followed.contains(*path)) {
+                crate::sync::lock(&handler_changed).insert(path.clone());
+                hit = true;
+            }
+            if hit {
                 handler_wake.notify_one();
             }
         });
@@ -74,8 +85,16 @@ impl LogWatcher {
             watcher,
             directories: HashSet::new(),
             files,
+            changed,
             wake,
         }
+    }
+
+    /// The followed files that changed since the last call, as absolute paths; `None` without file
+    /// events (everything must then be read).
+    pub fn take_changed(&self) -> Option<HashSet<PathBuf>> {
+        self.watcher.as_ref()?;
+        Some(std::mem::take(&mut *crate::sync::lock(&self.changed)))
     }
 
     /// Resolves when a followed file changed since the last wake-up.
@@ -115,7 +134,8 @@ impl LogWatcher {
     }
 }
 
-fn absolute(path: &Path) -> PathBuf {
+/// `path` made absolute, as the watcher reports changed files.
+pub fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
@@ -145,6 +165,9 @@ mod tests {
         std::fs::write(&followed, b"iteration 1\n").unwrap();
         let woke = tokio::time::timeout(Duration::from_secs(5), wake.notified()).await;
         assert!(woke.is_ok(), "a write to the followed file did not wake");
+        let changed = watcher.take_changed().unwrap();
+        assert_eq!(changed, HashSet::from([absolute(&followed)]));
+        assert!(watcher.take_changed().unwrap().is_empty(), "taken once");
     }
 
     #[tokio::test]
