@@ -104,7 +104,8 @@ impl Cluster {
             ) else {
                 continue;
             };
-            if name == "REQUEST_STATS_INFO" {
+            // sdiag's own, and what slurmd and the jobs' steps send (a job ending, an epilog done).
+            if name == "REQUEST_STATS_INFO" || !from_a_client(name) {
                 continue;
             }
             if let Ok(count) = count.parse() {
@@ -113,6 +114,15 @@ impl Cluster {
         }
         counts
     }
+}
+
+/// Whether a message type is a client's request (runguard's commands), not the daemons' traffic.
+fn from_a_client(name: &str) -> bool {
+    name.starts_with("REQUEST_")
+        && !name.starts_with("REQUEST_COMPLETE_")
+        && !name.starts_with("REQUEST_STEP_COMPLETE")
+        && !name.starts_with("REQUEST_JOB_STEP_CREATE")
+        && name != "REQUEST_NODE_REGISTRATION_STATUS"
 }
 
 /// CPU seconds (user + system) a process has used, from /proc/PID/stat.
@@ -214,7 +224,7 @@ fn main() {
         "runguard on Slurm {release}: {running} watched jobs running, each writing a line a second; {elapsed:.0} s window"
     );
     println!(
-        "controller RPCs a minute: {:.1}  ({})",
+        "controller RPCs a minute from clients (runguard's commands): {:.1}  ({})",
         per_minute(total),
         rpcs.iter()
             .map(|(name, count)| format!("{name} {:.1}", per_minute(*count)))

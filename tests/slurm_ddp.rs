@@ -358,8 +358,6 @@ fn a_ddp_rank_killed_on_n2_is_requeued_without_n2_and_resumes_from_its_checkpoin
 }
 
 #[test]
-#[ignore = "the engine maps ranks to nodes by GPUs per node (0 for this CPU job, taken as 1), so it \
-            names rank 1 or 2, from a gloo error line, beside n2 instead of task 3 that srun reports killed"]
 fn the_culprit_of_a_killed_ddp_rank_is_the_task_slurm_reports_killed() {
     if !ddp_available() {
         return;
@@ -371,9 +369,6 @@ fn the_culprit_of_a_killed_ddp_rank_is_the_task_slurm_reports_killed() {
 }
 
 #[test]
-#[ignore = "the engine follows the job's one log file for both attempts: the first run's lines are \
-            stored again as the second attempt's evidence, and the second run's iterations and \
-            checkpoints are counted for the first attempt too"]
 fn each_attempt_of_a_requeued_ddp_job_keeps_its_own_log_lines() {
     if !ddp_available() {
         return;

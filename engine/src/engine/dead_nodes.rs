@@ -71,7 +71,7 @@ impl Engine {
         if attempt.state != JobState::Running || attempt.nodes.len() < 2 {
             return;
         }
-        let per_node = workflow.spec.gpus_per_node.max(1);
+        let per_node = workflow.spec.ranks_per_node();
         let silence = self
             .silence
             .entry((attempt.workflow_id, attempt.index))

@@ -181,7 +181,7 @@ impl Engine {
                 });
             }
         }
-        let ranks_per_node = workflow.spec.gpus_per_node.max(1);
+        let ranks_per_node = workflow.spec.ranks_per_node();
         let mut attribution = attribute::attribute(
             &self.catalog,
             &Evidence {

@@ -557,7 +557,7 @@ impl Engine {
         reports: &[StragglerReport],
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
-        let ranks_per_node = workflow.spec.gpus_per_node.max(1);
+        let ranks_per_node = workflow.spec.ranks_per_node();
         let mut findings = Vec::new();
         let tracker = self
             .stragglers
@@ -760,7 +760,7 @@ fn store_digest(
             &lines,
         )?;
     }
-    let ranks_per_node = workflow.spec.gpus_per_node.max(1);
+    let ranks_per_node = workflow.spec.ranks_per_node();
     for (time, iteration, tflops, rank) in &digest.samples {
         db.insert_throughput(&ThroughputSample {
             workflow_id: workflow.id,

@@ -89,6 +89,18 @@ impl WorkflowStatus {
     }
 }
 
+impl JobSpec {
+    /// How many consecutive ranks run on each node (srun and torchrun lay ranks out in blocks): the
+    /// scheduler's task layout when known, else one rank a GPU, else one a node.
+    pub fn ranks_per_node(&self) -> u32 {
+        if self.tasks_per_node > 0 {
+            self.tasks_per_node
+        } else {
+            self.gpus_per_node.max(1)
+        }
+    }
+}
+
 /// What is needed to resubmit the run: enough for `sbatch` (or the sim) to start it again.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
@@ -101,6 +113,9 @@ pub struct JobSpec {
     pub nodes: u32,
     /// GPUs per node.
     pub gpus_per_node: u32,
+    /// Tasks (ranks) per node as the scheduler lays them out (0: unknown; then one rank a GPU).
+    #[serde(default)]
+    pub tasks_per_node: u32,
     /// Partition (queue), if any.
     #[serde(default)]
     pub partition: Option<String>,

@@ -610,6 +610,7 @@ pub(super) fn job_spec(spec: &WorkloadSpec) -> JobSpec {
         user: spec.user.clone(),
         nodes: spec.nodes,
         gpus_per_node: spec.gpus_per_node,
+        tasks_per_node: 0,
         partition: Some("gpu".to_string()),
         command: Some(
             spec.script

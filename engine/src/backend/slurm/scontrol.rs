@@ -237,6 +237,7 @@ fn job_from_line<Tz: TimeZone>(
         ("node_count", "NumNodes"),
         ("restart_cnt", "Restarts"),
         ("cpus", "NumCPUs"),
+        ("tasks", "NumTasks"),
     ] {
         if let Some(raw) = fields.value(field) {
             match leading_number(raw) {

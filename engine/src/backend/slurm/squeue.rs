@@ -126,6 +126,19 @@ pub fn expand_output(pattern: &str, job_id: &str, name: &str, user: &str) -> Str
     out
 }
 
+/// Tasks a node: the job's `--ntasks-per-node`, else its tasks spread over its nodes in blocks.
+fn tasks_per_node(value: &serde_json::Value, node_count: u32) -> u32 {
+    let per_node = number(value, "tasks_per_node").unwrap_or(0);
+    if per_node > 0 {
+        return u32::try_from(per_node).unwrap_or(0);
+    }
+    let tasks = u32::try_from(number(value, "tasks").unwrap_or(0)).unwrap_or(0);
+    if node_count == 0 {
+        return 0;
+    }
+    tasks.div_ceil(node_count)
+}
+
 /// Maps one job in the v0.0.38 shape to a [`SlurmJob`]; `scontrol` builds this shape too, so both
 /// ways of listing jobs share one mapping.
 pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, String> {
@@ -201,6 +214,7 @@ pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, Stri
             user,
             nodes: node_count,
             gpus_per_node: gpus_total.checked_div(node_count).unwrap_or(0),
+            tasks_per_node: tasks_per_node(value, node_count),
             partition: text(value, "partition").map(str::to_string),
             command: text(value, "command").map(str::to_string),
             work_dir: text(value, "current_working_directory").map(str::to_string),
@@ -232,6 +246,21 @@ mod fixtures;
 mod tests {
     use super::*;
     use crate::backend::Hold;
+
+    #[test]
+    fn ranks_map_to_nodes_by_the_task_layout() {
+        use serde_json::json;
+        // --ntasks-per-node=2 (as 24.11 wraps it), four tasks on two nodes, one task a node.
+        let wrapped = json!({"tasks_per_node": {"set": true, "infinite": false, "number": 2}});
+        assert_eq!(tasks_per_node(&wrapped, 2), 2);
+        assert_eq!(
+            tasks_per_node(&json!({"tasks_per_node": 0, "tasks": 4}), 2),
+            2
+        );
+        assert_eq!(tasks_per_node(&json!({"tasks": 5}), 2), 3);
+        assert_eq!(tasks_per_node(&json!({"tasks": 2}), 0), 0);
+        assert_eq!(tasks_per_node(&json!({}), 2), 0);
+    }
 
     fn fixture() -> String {
         std::fs::read_to_string("../tests/fixtures/slurm/squeue_22.05.json").unwrap()

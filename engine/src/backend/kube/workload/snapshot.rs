@@ -264,6 +264,7 @@ pub fn snapshot(
             user,
             nodes: replicas,
             gpus_per_node: gpus_per_pod,
+            tasks_per_node: 0,
             partition: Some(reference.namespace.clone()),
             command: templates.first().and_then(|(t, _)| command_of_template(t)),
             work_dir: None,
