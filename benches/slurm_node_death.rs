@@ -137,7 +137,7 @@ fn job_processes(conf: &str, node: &str) -> Vec<u32> {
                 let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
                 wanted
                     .iter()
-                    .all(|want| vars.iter().any(|var| *var == want.as_bytes()))
+                    .all(|want| vars.contains(&want.as_bytes()))
             })
         })
         .collect()
