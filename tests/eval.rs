@@ -111,7 +111,9 @@ fn failures(report: &serde_json::Value) -> String {
         .join("\n")
 }
 
-// The floors below only go up: raise them when the catalog improves, never lower them to let a change in.
+// The floors below are the scores when they were set, and they only go up: raise them when the catalog
+// improves, never lower them to let a change in. The tune part must also keep 90 % of its cases right and
+// a culprit precision of 0.95.
 
 #[test]
 fn the_field_corpus_tune_part_stays_above_its_floors() {
@@ -126,7 +128,7 @@ fn the_field_corpus_tune_part_stays_above_its_floors() {
         "culprit precision {precision}\n{}",
         failures(&report)
     );
-    assert!(figure(&report, "culprit_recall") >= 0.94);
+    assert!(figure(&report, "culprit_recall") >= 16.0 / 17.0 - 1e-9);
 }
 
 #[test]
@@ -136,8 +138,8 @@ fn the_field_corpus_validation_part_stays_above_its_floors() {
     let passed = report["passed"].as_u64().unwrap_or_default();
     assert!(passed >= 41, "{passed}/61 right");
     assert!(figure(&report, "category_accuracy") >= 44.0 / 61.0 - 1e-9);
-    assert!(figure(&report, "culprit_precision") >= 0.71);
-    assert!(figure(&report, "culprit_recall") >= 0.50);
+    assert!(figure(&report, "culprit_precision") >= 5.0 / 6.0 - 1e-9);
+    assert!(figure(&report, "culprit_recall") >= 5.0 / 10.0 - 1e-9);
 }
 
 #[test]

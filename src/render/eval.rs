@@ -180,8 +180,20 @@ mod tests {
             text.contains("accuracy: category 2/3, component 3/3, recoverable 3/3, culprit 0/0")
         );
         assert!(text.contains("culprit: precision 0%, recall -"), "{text}");
-        assert!(
-            text.contains("thermal       1      0        0%          -       -"),
+        let row = |category: &str| -> Vec<String> {
+            text.lines()
+                .find(|l| l.starts_with(&format!("{category} ")))
+                .map(|l| l.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            row("thermal"),
+            ["thermal", "1", "0", "0%", "-", "-"],
+            "{text}"
+        );
+        assert_eq!(
+            row("time_limit"),
+            ["time_limit", "1", "0", "0%", "0%", "-"],
             "{text}"
         );
         assert!(text.contains("    1  thermal → healthy"), "{text}");

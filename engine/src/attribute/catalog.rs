@@ -144,17 +144,35 @@ struct CatalogFile {
     #[serde(default)]
     locator: Vec<LocatorSpec>,
     #[serde(default)]
-    sequence: Vec<Sequence>,
+    sequence: Vec<SequenceSpec>,
 }
 
-/// Errors that come in cascades, where the first is the cause of the rest.
+/// Errors that come in cascades, where the first is the cause of the rest, as written in the catalog.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Sequence {
+pub struct SequenceSpec {
     pub id: String,
+    /// A regular expression the lines of the cascade match (`NVRM: Xid`): a member signature's other
+    /// lines (an ECC count from `nvidia-smi`) are no part of the sequence.
+    pub pattern: String,
     /// How long after the first error a later one still belongs to its cascade.
     pub window_seconds: u32,
     pub explanation: String,
+}
+
+/// A sequence ready to use.
+#[derive(Debug, Clone)]
+pub struct Sequence {
+    pub id: String,
+    pub window_seconds: u32,
+    pattern: Regex,
+}
+
+impl Sequence {
+    /// Whether `line` is one of the cascade's errors.
+    pub fn is_member_line(&self, line: &str) -> bool {
+        self.pattern.is_match(line)
+    }
 }
 
 /// A line that names the node a log was taken on without being an error itself (a shell prompt, the
@@ -403,13 +421,26 @@ impl Catalog {
                         ),
                     });
                 }
+                // A site's locator replaces the built-in one of the same id.
+                locators.retain(|known: &Locator| known.id != locator.id);
                 locators.push(Locator {
                     id: locator.id,
                     examples: locator.examples,
                     pattern,
                 });
             }
-            sequences.extend(file_sequences);
+            for sequence in file_sequences {
+                let pattern =
+                    Regex::new(&sequence.pattern).map_err(|err| CatalogError::Invalid {
+                        file: file.clone(),
+                        message: format!("sequence {}: {err}", sequence.id),
+                    })?;
+                sequences.push(Sequence {
+                    id: sequence.id,
+                    window_seconds: sequence.window_seconds,
+                    pattern,
+                });
+            }
             let Some(spec) = spec else { continue };
             sequence_refs.push((
                 spec.sequence.as_ref().map(|name| name.get_ref().clone()),
@@ -776,7 +807,7 @@ struct Parsed {
     /// The file's text, for the line numbers of errors.
     text: std::sync::Arc<str>,
     locators: Vec<LocatorSpec>,
-    sequences: Vec<Sequence>,
+    sequences: Vec<SequenceSpec>,
 }
 
 fn parse_file(text: &str, file: &Path) -> Result<Vec<Parsed>, CatalogError> {

@@ -562,6 +562,27 @@ explanation = "retry"
         assert_eq!(attribution.category, "gpu_ecc", "{attribution:#?}");
     }
 
+    #[test]
+    fn an_ecc_count_from_nvidia_smi_is_no_xid_of_the_cascade_that_follows() {
+        let catalog = Catalog::builtin().unwrap();
+        let nodes = nodes();
+        let lines = [
+            at(
+                0,
+                None,
+                "node-02 gpu status: nvidia-smi: GPU 2 (0000:3a:00.0) 1 volatile uncorrectable ECC errors, row remapping pending",
+            ),
+            at(
+                40,
+                None,
+                "2026-01-05T08:00:40+00:00 node-02 kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=4242, name=python, GPU has fallen off the bus. [GPU 2]",
+            ),
+        ];
+        let attribution = attribute(&catalog, &evidence(&lines, &nodes));
+        assert_eq!(attribution.category, "xid_79", "{attribution:#?}");
+        assert_eq!(attribution.culprit.gpu, Some(2));
+    }
+
     fn load_error(toml: &str) -> String {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("site.toml"), toml).unwrap();

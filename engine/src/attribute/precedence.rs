@@ -25,7 +25,16 @@ pub(super) fn rank<'h>(
     let mut dropped = outranked.clone();
     // Of a sequence, only members nothing outranks count as earlier errors.
     for (&index, own) in hits.iter().filter(|(index, _)| !outranked.contains(index)) {
-        let (Some(sequence), Some(&first)) = (&signatures[index].sequence, own.first()) else {
+        let Some(sequence) = &signatures[index].sequence else {
+            continue;
+        };
+        // Where a member entered the cascade: its first line that is one of the cascade's errors.
+        let entered = |own: &[usize]| {
+            own.iter()
+                .copied()
+                .find(|&line| sequence.is_member_line(&lines[line].text))
+        };
+        let Some(first) = entered(own) else {
             continue;
         };
         let window = Duration::seconds(i64::from(sequence.window_seconds));
@@ -36,7 +45,7 @@ pub(super) fn rank<'h>(
                     .sequence
                     .as_ref()
                     .is_some_and(|s| s.id == sequence.id)
-                && other_own.first().is_some_and(|&before| {
+                && entered(other_own).is_some_and(|before| {
                     let gap = lines[first].time - lines[before].time;
                     before < first && gap >= Duration::zero() && gap <= window
                 })

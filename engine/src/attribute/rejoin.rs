@@ -13,7 +13,6 @@
 //! A message cut across two reads of a followed log stays cut.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use crate::telemetry::tail::Chunk;
 
@@ -74,15 +73,12 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
 }
 
 /// The width several long lines of the read share exactly and none exceeds, if any: a terminal that
-/// wraps at a width lets no line past it.
+/// wraps at a width lets no line past it. Widths are in bytes, which is the terminal's columns for the
+/// ASCII text logs are made of, and keeps this pass over every read cheap.
 fn wrap_width(lines: &[&str]) -> Option<usize> {
-    let mut widths: HashMap<usize, usize> = HashMap::new();
-    for line in lines {
-        *widths.entry(line.chars().count()).or_default() += 1;
-    }
-    let longest = widths.keys().copied().max()?;
-    (longest >= MIN_WRAP_WIDTH && widths.get(&longest).is_some_and(|count| *count >= 2))
-        .then_some(longest)
+    let longest = lines.iter().map(|line| line.len()).max()?;
+    let at_longest = lines.iter().filter(|line| line.len() == longest).count();
+    (longest >= MIN_WRAP_WIDTH && at_longest >= 2).then_some(longest)
 }
 
 /// Whether `next` is the rest of `line`, cut.
@@ -94,7 +90,7 @@ fn continues(line: &str, next: &str, width: Option<usize>) -> bool {
     {
         return false;
     }
-    let length = line.chars().count();
+    let length = line.len();
     if width == Some(length) && !line.trim().is_empty() {
         return true;
     }
