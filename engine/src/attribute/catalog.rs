@@ -181,11 +181,15 @@ impl Sequence {
 #[serde(deny_unknown_fields)]
 pub struct LocatorSpec {
     pub id: String,
-    /// A regular expression over one line with a named capture `node`.
+    /// A regular expression over one line with a named capture `node` (and optionally `rank`).
     pub pattern: String,
     /// Real lines with the node each must locate.
     pub examples: Vec<LocatorExample>,
     pub explanation: String,
+    /// The line is itself part of a failure (a task killed), naming where it began; other locators'
+    /// lines are no failure by themselves.
+    #[serde(default)]
+    pub origin: bool,
 }
 
 /// A line a locator must locate, with its node.
@@ -194,6 +198,9 @@ pub struct LocatorSpec {
 pub struct LocatorExample {
     pub line: String,
     pub node: String,
+    /// The rank the line names too, when the locator captures one.
+    #[serde(default)]
+    pub rank: Option<u32>,
 }
 
 /// A compiled locator.
@@ -201,16 +208,23 @@ pub struct LocatorExample {
 pub struct Locator {
     pub id: String,
     pub examples: Vec<LocatorExample>,
+    /// See [`LocatorSpec::origin`].
+    pub origin: bool,
     pattern: Regex,
 }
 
 impl Locator {
     /// The node `line` names, if it is this locator's kind of line.
     pub fn node<'l>(&self, line: &'l str) -> Option<&'l str> {
-        self.pattern
-            .captures(line)
-            .and_then(|captures| captures.name("node"))
-            .map(|node| node.as_str())
+        self.locate(line).map(|(node, _)| node)
+    }
+
+    /// The node `line` names, and the rank when the locator captures one.
+    pub fn locate<'l>(&self, line: &'l str) -> Option<(&'l str, Option<u32>)> {
+        let captures = self.pattern.captures(line)?;
+        let node = captures.name("node")?.as_str();
+        let rank = captures.name("rank").and_then(|rank| rank.as_str().parse().ok());
+        Some((node, rank))
     }
 }
 
@@ -347,7 +361,12 @@ impl Catalog {
 
     /// Nodes the locators find in `line`.
     pub fn located_node<'l>(&self, line: &'l str) -> Option<&'l str> {
-        self.locators.iter().find_map(|locator| locator.node(line))
+        self.located(line).map(|(node, _)| node)
+    }
+
+    /// The node a locator finds in `line`, with the rank it names if any.
+    pub fn located<'l>(&self, line: &'l str) -> Option<(&'l str, Option<u32>)> {
+        self.locators.iter().find_map(|locator| locator.locate(line))
     }
 
     /// The built-in catalog, overridden and extended by the `*.toml` files of `dir` (same id replaces).
@@ -426,6 +445,7 @@ impl Catalog {
                 locators.push(Locator {
                     id: locator.id,
                     examples: locator.examples,
+                    origin: locator.origin,
                     pattern,
                 });
             }

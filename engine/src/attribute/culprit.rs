@@ -61,7 +61,9 @@ pub(super) fn resolve(weighed: &Weighed<'_>, signature: &Signature, own: &[usize
                 culprit.rank = captures.name("rank").and_then(|m| m.as_str().parse().ok());
             }
         }
-        if culprit.rank.is_none() {
+        // A peer error is reported by both ends of the connection: the reporting rank is as likely
+        // the victim as the cause.
+        if culprit.rank.is_none() && signature.spec.reporter != Reporter::EitherEnd {
             culprit.rank = line.rank;
         }
         if culprit.gpu.is_none() {
@@ -102,7 +104,13 @@ pub(super) fn resolve(weighed: &Weighed<'_>, signature: &Signature, own: &[usize
             // Several hosts report the same failure: none of them is singled out.
             [_, _, ..] => return Culprit::default(),
             [] if from_victims => None,
-            [] => located_node(weighed).or_else(|| most_named_host(weighed)),
+            [] => match located_node(weighed) {
+                Some((node, rank)) => {
+                    culprit.rank = rank.or(culprit.rank);
+                    Some(node)
+                }
+                None => most_named_host(weighed),
+            },
         };
     }
     if culprit.node.is_none() {
@@ -139,17 +147,18 @@ fn named_by<'l>(weighed: &Weighed<'l>, signature: &Signature, index: usize) -> O
 
 /// The one node that lines saying where the log was taken name (a shell prompt, a one-node
 /// allocation); none when they name several.
-fn located_node(weighed: &Weighed<'_>) -> Option<String> {
-    let mut found: Option<&str> = None;
+fn located_node(weighed: &Weighed<'_>) -> Option<(String, Option<u32>)> {
+    let mut found: Option<(&str, Option<u32>)> = None;
     for line in weighed.evidence.lines {
-        if let Some(node) = weighed.catalog.located_node(&line.text) {
+        if let Some((node, rank)) = weighed.catalog.located(&line.text) {
             match found {
-                Some(known) if known != node => return None,
-                _ => found = Some(node),
+                Some((known, _)) if known != node => return None,
+                Some((_, Some(_))) => {}
+                _ => found = Some((node, rank)),
             }
         }
     }
-    found.map(str::to_string)
+    found.map(|(node, rank)| (node.to_string(), rank))
 }
 
 /// The host named most often by NCCL warnings and srun errors, when one host leads.

@@ -369,7 +369,9 @@ impl Engine {
     }
 
     /// Reads what every attempt of every active workflow wrote since the last tick — or, given
-    /// `changed` (absolute paths), only the logs among them. Returns the workflows whose logs were read.
+    /// `changed` (absolute paths), only the logs among them. Returns the workflows whose reads held
+    /// something to decide on at once (an error line, a traceback, a checkpoint); progress lines wait
+    /// for the pass of the poll interval.
     pub(super) fn read_logs(
         &mut self,
         now: DateTime<Utc>,
@@ -396,7 +398,6 @@ impl Engine {
                 if changed.is_some_and(|changed| !changed.contains(&absolute(&path))) {
                     continue;
                 }
-                touched.insert(workflow.id);
                 let (offset, identity) = self.store.db().log_offset(workflow.id, attempt.index)?;
                 let end = self.store.db().log_end(workflow.id, attempt.index)?;
                 let mut limits = limits;
@@ -456,6 +457,12 @@ impl Engine {
                 }
                 let mut digest = self.digest(&attempt, &chunk, now);
                 self.hear_ranks(&workflow, &attempt, &digest.ranks_heard, now);
+                let notable = !digest.tracebacks.is_empty()
+                    || !digest.evidence.is_empty()
+                    || !digest.checkpoints.is_empty();
+                if notable {
+                    touched.insert(workflow.id);
+                }
                 if !attempt.state.is_terminal()
                     && (!digest.tracebacks.is_empty() || !digest.evidence.is_empty())
                 {

@@ -232,12 +232,15 @@ fn job_from_line<Tz: TimeZone>(
         json.insert("tres_req_str".into(), tres.into());
     }
 
+    // `N/A` until the job is laid out: the layout is then unknown, which is no error.
+    if let Some(tasks) = fields.value("NumTasks").and_then(leading_number) {
+        json.insert("tasks".into(), tasks.into());
+    }
     let mut warn = |what: String| warnings.push(format!("scontrol: job {job_id}: {what}"));
     for (key, field) in [
         ("node_count", "NumNodes"),
         ("restart_cnt", "Restarts"),
         ("cpus", "NumCPUs"),
-        ("tasks", "NumTasks"),
     ] {
         if let Some(raw) = fields.value(field) {
             match leading_number(raw) {
