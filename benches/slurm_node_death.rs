@@ -135,9 +135,7 @@ fn job_processes(conf: &str, node: &str) -> Vec<u32> {
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
                 let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
-                wanted
-                    .iter()
-                    .all(|want| vars.contains(&want.as_bytes()))
+                wanted.iter().all(|want| vars.contains(&want.as_bytes()))
             })
         })
         .collect()

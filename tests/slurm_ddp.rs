@@ -450,9 +450,6 @@ fn a_ddp_rank_stopped_while_the_others_wait_in_all_reduce_is_a_hang_requeued_and
 }
 
 #[test]
-#[ignore = "the engine ranks the other ranks' gloo `Connection closed by peer` (net-gloo-connection-closed, \
-            0.65, three lines) over torch's RuntimeError of rank 3 (app-tensor-shape-mismatch, 0.65, one \
-            line): nccl_error on the node srun names most, requeued excluding it"]
 fn a_python_error_in_a_ddp_rank_is_not_requeued() {
     if !ddp_available() {
         return;

@@ -223,7 +223,9 @@ impl Locator {
     pub fn locate<'l>(&self, line: &'l str) -> Option<(&'l str, Option<u32>)> {
         let captures = self.pattern.captures(line)?;
         let node = captures.name("node")?.as_str();
-        let rank = captures.name("rank").and_then(|rank| rank.as_str().parse().ok());
+        let rank = captures
+            .name("rank")
+            .and_then(|rank| rank.as_str().parse().ok());
         Some((node, rank))
     }
 }
@@ -366,7 +368,9 @@ impl Catalog {
 
     /// The node a locator finds in `line`, with the rank it names if any.
     pub fn located<'l>(&self, line: &'l str) -> Option<(&'l str, Option<u32>)> {
-        self.locators.iter().find_map(|locator| locator.locate(line))
+        self.locators
+            .iter()
+            .find_map(|locator| locator.locate(line))
     }
 
     /// The built-in catalog, overridden and extended by the `*.toml` files of `dir` (same id replaces).
