@@ -1,8 +1,8 @@
 //! A node that dies under a running job, on the local Slurm (tests/slurm/cluster.sh): a 2-node job
-//! (`srun -l`, two ranks a node, each writing a line a second) runs on n1 and n2; n2's slurmd and the
-//! job's processes on n2 are stopped (SIGSTOP), as on a node that hangs. Timed from the freeze to the
-//! run going on off n2 (the job, or the job runguard submitted in its place, RUNNING on nodes without
-//! n2), with `runguard run --auto` and without runguard (Slurm alone: `SlurmdTimeout=30` here, then
+//! (`srun -l`, two ranks a node, each writing a line a second) runs on two of the four nodes; the
+//! second one's slurmd and the job's processes on it are stopped (SIGSTOP), as on a node that hangs. Timed from the freeze to the
+//! run going on off it (the job, or the job runguard submitted in its place, RUNNING on nodes without
+//! that node), with `runguard run --auto` and without runguard (Slurm alone: `SlurmdTimeout=30` here, then
 //! NODE_FAIL, then its own requeue and `BeginTime`).
 //!
 //! `cargo bench --bench slurm_node_death`; `RUNGUARD_SLURM_RELEASE=24.11 cargo bench --bench
@@ -150,7 +150,7 @@ fn signal(pids: &[u32], name: &str) {
     }
 }
 
-/// Seconds from the freeze of n2 to the run going on without n2; `None` when it did not within
+/// Seconds from the freeze of the job's second node to the run going on without it; `None` when it did not within
 /// [`GIVE_UP`].
 fn round(release: &str, with_runguard: bool, index: usize) -> Result<Option<f64>, String> {
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -162,7 +162,7 @@ fn round(release: &str, with_runguard: bool, index: usize) -> Result<Option<f64>
         .map_err(|e| e.to_string())?;
     let submitted = cluster
         .command("sbatch")
-        .args(["--parsable", "-J", "ranks", "-w", "n1,n2"])
+        .args(["--parsable", "-J", "ranks"])
         .arg(&script)
         .output()
         .map_err(|e| e.to_string())?;
@@ -199,20 +199,28 @@ fn round(release: &str, with_runguard: bool, index: usize) -> Result<Option<f64>
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The node to freeze: the job's second (no node is required of the job, so that Slurm alone may
+    // run it elsewhere too).
+    let victim = cluster
+        .jobs()
+        .into_iter()
+        .find(|(id, _, _)| *id == job_id)
+        .and_then(|(_, _, nodes)| cluster.hosts(&nodes).get(1).cloned())
+        .ok_or_else(|| format!("job {job_id} has no second node"))?;
     std::thread::sleep(Duration::from_secs(50));
-    let slurmd: u32 = std::fs::read_to_string(cluster.dir.join("slurmd-n2.pid"))
+    let slurmd: u32 = std::fs::read_to_string(cluster.dir.join(format!("slurmd-{victim}.pid")))
         .map_err(|e| e.to_string())?
         .trim()
         .parse()
-        .map_err(|_| "slurmd-n2.pid".to_string())?;
+        .map_err(|_| format!("slurmd-{victim}.pid"))?;
     let mut frozen = vec![slurmd];
-    frozen.extend(job_processes(&cluster.conf(), "n2"));
+    frozen.extend(job_processes(&cluster.conf(), &victim));
     signal(&frozen, "STOP");
     let frozen_at = Instant::now();
     let mut result = None;
     while frozen_at.elapsed() < GIVE_UP {
         let going_on = cluster.jobs().iter().any(|(_, state, nodes)| {
-            state == "RUNNING" && !nodes.is_empty() && !cluster.hosts(nodes).contains(&"n2".into())
+            state == "RUNNING" && !nodes.is_empty() && !cluster.hosts(nodes).contains(&victim)
         });
         if going_on {
             result = Some(frozen_at.elapsed().as_secs_f64());
@@ -223,6 +231,25 @@ fn round(release: &str, with_runguard: bool, index: usize) -> Result<Option<f64>
     if let Some(mut engine) = engine {
         let _ = engine.kill();
         let _ = engine.wait();
+        // What runguard decided, and why, for the report.
+        if let Ok(output) = cluster
+            .command(BIN)
+            .arg("--db")
+            .arg(work.path().join("runguard.sqlite"))
+            .args(["status", "--json"])
+            .output()
+            && let Ok(status) = serde_json::from_slice::<serde_json::Value>(&output.stdout)
+        {
+            let decisions = status["workflows"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|w| w["journal"].as_array().cloned().unwrap_or_default())
+                .filter_map(|entry| entry["decision"].as_str().map(str::to_string));
+            for decision in decisions {
+                eprintln!("  {decision}");
+            }
+        }
     }
     signal(&frozen, "KILL");
     let _ = cluster.command("scancel").args(["--user", "root"]).status();
@@ -268,7 +295,7 @@ fn main() {
         return;
     }
     println!(
-        "Slurm {release}: n2 freezes under a running 2-node job (SlurmdTimeout=30); freeze → the run going on without n2, {rounds} rounds"
+        "Slurm {release}: a node freezes under a running 2-node job (SlurmdTimeout=30); freeze → the run going on without it, {rounds} rounds"
     );
     for with_runguard in [true, false] {
         let mut times = Vec::new();

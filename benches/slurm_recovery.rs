@@ -4,7 +4,8 @@
 //! Slurm makes an exit visible within milliseconds, so the first figure is the time from the failure
 //! becoming visible to the decision, plus that.
 //!
-//! `cargo bench --bench slurm_recovery`. Needs Debian's slurm-wlm; prints a notice and exits without it.
+//! `cargo bench --bench slurm_recovery` (22.05, Debian's slurm-wlm; prints a notice and exits without
+//! it); `RUNGUARD_SLURM_RELEASE=24.11 cargo bench --bench slurm_recovery` on the Debian trixie root.
 //! Each round is a fresh `runguard run --auto` on a fresh store.
 
 use std::path::{Path, PathBuf};
@@ -56,6 +57,16 @@ struct Round {
 fn slurm(conf: &Path, program: &str) -> Command {
     let mut command = Command::new(program);
     command.env("SLURM_CONF", conf);
+    // A release in its own root (24.11) has its client commands in the cluster's bin directory.
+    if let Some(dir) = conf.parent() {
+        let bin = dir.join("bin");
+        if bin.is_dir() {
+            let mut path = bin.into_os_string();
+            path.push(":");
+            path.push(std::env::var_os("PATH").unwrap_or_default());
+            command.env("PATH", path);
+        }
+    }
     command
 }
 
@@ -191,9 +202,12 @@ fn main() {
         return;
     };
     let dir = work.path().join("slurm");
+    let release = std::env::var("RUNGUARD_SLURM_RELEASE").unwrap_or_else(|_| "22.05".to_string());
     let started = Command::new("bash")
         .args([CLUSTER_SH, "start"])
         .arg(&dir)
+        .arg(&release)
+        .env("RUNGUARD_SLURM_BINDS", work.path())
         .output();
     if !started.is_ok_and(|o| o.status.success()) {
         eprintln!("slurm_recovery: the local Slurm did not start");
@@ -203,7 +217,7 @@ fn main() {
         conf: dir.join("slurm.conf"),
         dir,
     };
-    println!("recovery latency on the local Slurm, {ROUNDS} rounds per poll interval");
+    println!("recovery latency on the local Slurm {release}, {ROUNDS} rounds per poll interval");
     println!(
         "(t0 = the batch script exits with the failure; 4 nodes, a 2-node job failing on its first run)"
     );
