@@ -1,9 +1,9 @@
 //! A node that dies under a running job, on the local Slurm (tests/slurm/cluster.sh): a 2-node job
 //! (`srun -l`, two ranks a node, each writing a line a second) runs on two of the four nodes; the
-//! second one's slurmd and the job's processes on it are stopped (SIGSTOP), as on a node that hangs. Timed from the freeze to the
-//! run going on off it (the job, or the job runguard submitted in its place, RUNNING on nodes without
-//! that node), with `runguard run --auto` and without runguard (Slurm alone: `SlurmdTimeout=30` here, then
-//! NODE_FAIL, then its own requeue and `BeginTime`).
+//! second one's slurmd and the job's processes on it are stopped (SIGSTOP), as on a node that hangs.
+//! Timed from the freeze to the run going on off that node (the job, or the job runguard submitted in
+//! its place, RUNNING on other nodes), with `runguard run --auto` and without runguard (Slurm alone:
+//! `SlurmdTimeout=30` here, then NODE_FAIL, then its own requeue and `BeginTime`).
 //!
 //! `cargo bench --bench slurm_node_death`; `RUNGUARD_SLURM_RELEASE=24.11 cargo bench --bench
 //! slurm_node_death` on the Debian trixie root. `RUNGUARD_DEATH_ROUNDS` rounds (default 3).
