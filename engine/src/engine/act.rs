@@ -61,8 +61,13 @@ impl Engine {
         let params = &action.params;
         let job_id = params.job_id.clone().unwrap_or_default();
         let waiting = format!(
-            "job {job_id} was ended but the scheduler keeps it on {} until it declares them down",
-            stuck.join(",")
+            "job {job_id} was ended but the scheduler keeps it on {} until it declares {} down",
+            stuck.join(","),
+            if stuck.len() == 1 {
+                "that node"
+            } else {
+                "those nodes"
+            }
         );
         let spec = match self.store.db().workflow(action.workflow_id) {
             Ok(Some(workflow)) => workflow.spec,
