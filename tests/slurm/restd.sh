@@ -13,6 +13,10 @@
 #
 # slurmrestd refuses to run as root, so it runs as nobody: every request acts with nobody's identity
 # (rest_auth/local takes the daemon's own uid; with AuthType=auth/none a JWT is passed on unverified).
+# On a cluster started with RUNGUARD_SLURM_JWT_KEY (AuthAltTypes=auth/jwt in slurm.conf), --tcp runs
+# slurmrestd with SLURM_JWT=daemon: its requests then carry the caller's token as their credential and
+# slurmctld verifies it (a token signed with another key, expired or malformed is refused), and each
+# request acts as the token's user.
 # Only the controller plugin is loaded: the default set dies without slurmdbd (22.05: "slurm not
 # configured with slurmdbd"; 24.11: "Failure loading plugin path bindings").
 # The pid goes to DIR/slurmrestd.pid, so `cluster.sh stop DIR` ends a slurmrestd left running too.
@@ -84,7 +88,11 @@ start() {
     mkdir -p "$dir/rest" "$dir/log"
     chown nobody:nogroup "$dir/rest"
     rm -f "$dir/rest/rest.sock"
-    "${as_nobody[@]}" slurmrestd -f "$conf" -s "$plugins" -a "$auth" "$listen" \
+    local jwt=()
+    if [ -n "$port" ] && grep -q '^AuthAltTypes=.*auth/jwt' "$conf"; then
+        jwt=(env SLURM_JWT=daemon)
+    fi
+    "${as_nobody[@]}" "${jwt[@]}" slurmrestd -f "$conf" -s "$plugins" -a "$auth" "$listen" \
         >"$dir/log/slurmrestd.log" 2>&1 &
     echo $! > "$pidfile"
     for _ in $(seq 1 100); do
@@ -106,7 +114,11 @@ start() {
 
 # Whether slurmrestd answers a ping (without curl: whether its socket exists).
 answers() {
-    local headers=(-H "X-SLURM-USER-NAME: nobody" -H "X-SLURM-USER-TOKEN: unverified")
+    local token=unverified
+    if [ ${#jwt[@]} -gt 0 ]; then
+        token=$(scontrol token username=nobody lifespan=60 2>/dev/null | sed -n 's/^SLURM_JWT=//p')
+    fi
+    local headers=(-H "X-SLURM-USER-NAME: nobody" -H "X-SLURM-USER-TOKEN: $token")
     if ! command -v curl >/dev/null; then
         if [ -n "$socket" ]; then
             [ -S "$socket" ]
