@@ -9,7 +9,8 @@
 #   22.05  the host's slurmrestd, `-s openapi/v0.0.38`: /slurm/v0.0.38/...
 #   24.11  DIR/bin/slurmrestd (the trixie root's), `-s openapi/slurmctld`: /slurm/v0.0.40/...,
 #          /slurm/v0.0.41/... and /slurm/v0.0.42/... (data_parser v0.0.40..v0.0.42)
-# RUNGUARD_SLURMRESTD_PLUGINS replaces the `-s` list.
+# RUNGUARD_SLURMRESTD_PLUGINS replaces the `-s` list; RUNGUARD_SLURMRESTD_PARSERS (24.11: `-d`, e.g.
+# `v0.0.40`) limits the data parsers, and with them the /slurm/vX/ paths served.
 #
 # slurmrestd refuses to run as root, so it runs as nobody: every request acts with nobody's identity
 # (rest_auth/local takes the daemon's own uid; with AuthType=auth/none a JWT is passed on unverified).
@@ -56,6 +57,10 @@ case "$release" in
         ;;
 esac
 plugins=${RUNGUARD_SLURMRESTD_PLUGINS:-$plugins}
+# The readiness check pings the last version asked for.
+case "$plugins" in
+    *openapi/v0.0.*) api=${plugins##*/} ;;
+esac
 pidfile="$dir/slurmrestd.pid"
 as_nobody=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
 
@@ -92,7 +97,14 @@ start() {
     if [ -n "$port" ] && grep -q '^AuthAltTypes=.*auth/jwt' "$conf"; then
         jwt=(env SLURM_JWT=daemon)
     fi
-    "${as_nobody[@]}" "${jwt[@]}" slurmrestd -f "$conf" -s "$plugins" -a "$auth" "$listen" \
+    local parsers=()
+    if [ -n "${RUNGUARD_SLURMRESTD_PARSERS:-}" ]; then
+        parsers=(-d "$RUNGUARD_SLURMRESTD_PARSERS")
+        api=$RUNGUARD_SLURMRESTD_PARSERS
+        api=${api%%,*}
+        api=${api#data_parser/}
+    fi
+    "${as_nobody[@]}" "${jwt[@]}" slurmrestd -f "$conf" -s "$plugins" "${parsers[@]}" -a "$auth" "$listen" \
         >"$dir/log/slurmrestd.log" 2>&1 &
     echo $! > "$pidfile"
     for _ in $(seq 1 100); do
