@@ -430,6 +430,9 @@ fn a_pending_job_is_held_and_started_now_through_slurmrestd() {
 
 #[test]
 fn cancel_through_slurmrestd_ends_the_job_and_a_running_job_keeps_its_exclusions() {
+    if !refusals_leave_slurmctld_answering() {
+        return;
+    }
     let Some((lab, rest)) = unix_lab() else {
         return;
     };
@@ -456,8 +459,26 @@ fn cancel_through_slurmrestd_ends_the_job_and_a_running_job_keeps_its_exclusions
     assert!(matches!(unknown, BackendError::NoSuchJob(_)), "{unknown:?}");
 }
 
+/// Whether the release's slurmctld survives a refused request through slurmrestd. Measured on 24.11.5
+/// in this lab: after slurmrestd's `slurm_kill_jobs` of another user's job fails with "Operation not
+/// permitted", or a job update fails ("Job is no longer pending execution"), slurmctld answers no
+/// job request any more ("Socket timed out on send/recv operation"); 24.11.6 fixed daemons that stop
+/// watching a connection after a missed I/O event.
+fn refusals_leave_slurmctld_answering() -> bool {
+    if release() == "24.11" {
+        eprintln!(
+            "SKIPPED on 24.11: a request slurmctld 24.11.5 refuses through slurmrestd wedges it"
+        );
+        return false;
+    }
+    true
+}
+
 #[test]
 fn slurmrestd_running_as_nobody_is_refused_changes_to_roots_jobs() {
+    if !refusals_leave_slurmctld_answering() {
+        return;
+    }
     let Some((lab, rest)) = unix_lab() else {
         return;
     };

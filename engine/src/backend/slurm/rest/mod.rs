@@ -409,7 +409,10 @@ impl SlurmError {
         match self.number {
             Some(SLURM_PROTOCOL_AUTHENTICATION_ERROR) => false,
             Some(number) if (1000..2000).contains(&number) => true,
-            Some(-1) => self.source.starts_with("slurm_load"),
+            // 24.11 names its handler: "Unable to query JobId=1" from `_handle_job_get`.
+            Some(-1) => {
+                self.source.starts_with("slurm_load") || self.source.starts_with("_handle_job_get")
+            }
             _ => false,
         }
     }
@@ -424,7 +427,7 @@ impl SlurmError {
     /// away looks like too: the connection closed without an answer, or a load call failing unspecified.
     fn credential_or_controller(&self) -> bool {
         self.number == Some(SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT)
-            || (self.number == Some(-1) && self.source.starts_with("slurm_load"))
+            || (self.number == Some(-1) && self.controller_unreachable())
     }
 }
 
@@ -1014,7 +1017,21 @@ impl SlurmRest {
     /// The credential error for a request slurmrestd or Slurm turned away, saying what runguard
     /// knows about its token.
     fn credentials_error(&self, what: &str, status: StatusCode, text: &str) -> BackendError {
-        let text = excerpt(&self.redacted(text));
+        // Slurm's own words when the answer is one of its documents (24.11's HTTP 511), else its start.
+        let errors = serde_json::from_str::<Value>(text)
+            .map(|value| slurm_errors(&value))
+            .unwrap_or_default();
+        let text = if errors.is_empty() {
+            excerpt(&self.redacted(text))
+        } else {
+            self.redacted(
+                &errors
+                    .iter()
+                    .map(SlurmError::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )
+        };
         let why = self.token_situation();
         BackendError::Credentials(format!(
             "{what}: slurmrestd answered HTTP {status}: {text}; {why}"
