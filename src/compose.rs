@@ -15,7 +15,8 @@ use runguard_engine::backend::slurm::{
     api::SlurmApi,
     backend::{SlurmBackend, SlurmOptions},
     cli::SlurmCli,
-    rest::{RestEndpoint, RestOptions, SlurmRest},
+    rest::{ApiVersion, RestEndpoint, RestOptions, SlurmRest},
+    token::TokenSource,
     via_rest::SlurmViaRest,
 };
 use runguard_engine::clock::{Clock, RealClock};
@@ -119,8 +120,18 @@ fn slurm_api(config: &SlurmConfig) -> Result<Arc<dyn SlurmApi>, ComposeError> {
             };
             let mut options = RestOptions::new(endpoint);
             options.timeout = Duration::from_secs(config.command_timeout_secs);
+            if let Some(version) = &config.rest_api_version {
+                options.api_version = Some(ApiVersion::parse(version).ok_or_else(|| {
+                    ComposeError::Slurm(format!(
+                        "slurm.rest_api_version {version:?} is not a version such as \"v0.0.42\""
+                    ))
+                })?);
+            }
             if matches!(options.endpoint, RestEndpoint::Http(_)) {
-                options.token = std::env::var(&config.rest_token_env).ok();
+                options.token = match &config.rest_token_file {
+                    Some(file) => TokenSource::File(file.clone()),
+                    None => TokenSource::Env(config.rest_token_env.clone()),
+                };
                 options.user_name = config
                     .rest_user
                     .clone()

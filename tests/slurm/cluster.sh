@@ -15,6 +15,9 @@
 # RUNGUARD_SLURM_PORT_BASE (default: from this script's pid) is the controller's port; nodes use the next 4.
 # RUNGUARD_SLURM_GPUS (default 0) gives every node that many GPUs (gres/gpu without devices).
 # RUNGUARD_SLURM_CPUS (default: nproc) is how many CPUs each node has for the scheduler.
+# RUNGUARD_SLURM_JWT_KEY (a file of random bytes, readable by root only) makes the controller verify JSON
+#   web tokens signed with it (AuthAltTypes=auth/jwt): `scontrol token` mints them, and slurmrestd with
+#   rest_auth/jwt passes them on. Start fails when the release has no auth_jwt plugin.
 #
 # No munge (auth/none, cred/none: both releases still ship them), no systemd, everything under DIR.
 #
@@ -80,6 +83,16 @@ write_conf() {
         # (AccountingStorageTRES=gres/gpu would add them to AllocTRES, but slurmctld 24.11 refuses it
         # without slurmdbd.)
         set -- "${1:-}GresTypes=gpu
+"
+    fi
+    if [ -n "${RUNGUARD_SLURM_JWT_KEY:-}" ]; then
+        local plugins=${PLUGIN_DIR:-/usr/lib/x86_64-linux-gnu/slurm-wlm}
+        if [ ! -f "$plugins/auth_jwt.so" ]; then
+            echo "RUNGUARD_SLURM_JWT_KEY: this Slurm has no $plugins/auth_jwt.so (Debian: slurm-wlm-jwt-plugin)" >&2
+            exit 3
+        fi
+        set -- "${1:-}AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$RUNGUARD_SLURM_JWT_KEY
 "
     fi
     # Ports of their own, so clusters of concurrent test runs do not answer each other.
@@ -224,6 +237,7 @@ start_2411() {
     mkdir -p "$dir/state" "$dir/log" "$dir/spool" "$dir/bin"
     echo 24.11 > "$dir/release"
     # PluginDir is the root's own path: trixie-root.sh makes it lead to the same place inside the root.
+    PLUGIN_DIR=$root/usr/lib/x86_64-linux-gnu/slurm-wlm
     write_conf "PluginDir=$root/usr/lib/x86_64-linux-gnu/slurm-wlm
 PlugStackConfig=$dir/plugstack.conf
 "

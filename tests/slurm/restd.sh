@@ -9,10 +9,15 @@
 #   22.05  the host's slurmrestd, `-s openapi/v0.0.38`: /slurm/v0.0.38/...
 #   24.11  DIR/bin/slurmrestd (the trixie root's), `-s openapi/slurmctld`: /slurm/v0.0.40/...,
 #          /slurm/v0.0.41/... and /slurm/v0.0.42/... (data_parser v0.0.40..v0.0.42)
-# RUNGUARD_SLURMRESTD_PLUGINS replaces the `-s` list.
+# RUNGUARD_SLURMRESTD_PLUGINS replaces the `-s` list; RUNGUARD_SLURMRESTD_PARSERS (24.11: `-d`, e.g.
+# `v0.0.40`) limits the data parsers, and with them the /slurm/vX/ paths served.
 #
 # slurmrestd refuses to run as root, so it runs as nobody: every request acts with nobody's identity
 # (rest_auth/local takes the daemon's own uid; with AuthType=auth/none a JWT is passed on unverified).
+# On a cluster started with RUNGUARD_SLURM_JWT_KEY (AuthAltTypes=auth/jwt in slurm.conf), --tcp runs
+# slurmrestd with SLURM_JWT=daemon: its requests then carry the caller's token as their credential and
+# slurmctld verifies it (a token signed with another key, expired or malformed is refused), and each
+# request acts as the token's user.
 # Only the controller plugin is loaded: the default set dies without slurmdbd (22.05: "slurm not
 # configured with slurmdbd"; 24.11: "Failure loading plugin path bindings").
 # The pid goes to DIR/slurmrestd.pid, so `cluster.sh stop DIR` ends a slurmrestd left running too.
@@ -52,6 +57,10 @@ case "$release" in
         ;;
 esac
 plugins=${RUNGUARD_SLURMRESTD_PLUGINS:-$plugins}
+# The readiness check pings the last version asked for.
+case "$plugins" in
+    *openapi/v0.0.*) api=${plugins##*/} ;;
+esac
 pidfile="$dir/slurmrestd.pid"
 as_nobody=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
 
@@ -84,7 +93,18 @@ start() {
     mkdir -p "$dir/rest" "$dir/log"
     chown nobody:nogroup "$dir/rest"
     rm -f "$dir/rest/rest.sock"
-    "${as_nobody[@]}" slurmrestd -f "$conf" -s "$plugins" -a "$auth" "$listen" \
+    local jwt=()
+    if [ -n "$port" ] && grep -q '^AuthAltTypes=.*auth/jwt' "$conf"; then
+        jwt=(env SLURM_JWT=daemon)
+    fi
+    local parsers=()
+    if [ -n "${RUNGUARD_SLURMRESTD_PARSERS:-}" ]; then
+        parsers=(-d "$RUNGUARD_SLURMRESTD_PARSERS")
+        api=$RUNGUARD_SLURMRESTD_PARSERS
+        api=${api%%,*}
+        api=${api#data_parser/}
+    fi
+    "${as_nobody[@]}" "${jwt[@]}" slurmrestd -f "$conf" -s "$plugins" "${parsers[@]}" -a "$auth" "$listen" \
         >"$dir/log/slurmrestd.log" 2>&1 &
     echo $! > "$pidfile"
     for _ in $(seq 1 100); do
@@ -106,7 +126,11 @@ start() {
 
 # Whether slurmrestd answers a ping (without curl: whether its socket exists).
 answers() {
-    local headers=(-H "X-SLURM-USER-NAME: nobody" -H "X-SLURM-USER-TOKEN: unverified")
+    local token=unverified
+    if [ ${#jwt[@]} -gt 0 ]; then
+        token=$(scontrol token username=nobody lifespan=60 2>/dev/null | sed -n 's/^SLURM_JWT=//p')
+    fi
+    local headers=(-H "X-SLURM-USER-NAME: nobody" -H "X-SLURM-USER-TOKEN: $token")
     if ! command -v curl >/dev/null; then
         if [ -n "$socket" ]; then
             [ -S "$socket" ]

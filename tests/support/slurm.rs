@@ -72,6 +72,11 @@ impl Cluster {
 
     /// A cluster that marks a node down after `slurmd_timeout` seconds without an answer.
     pub fn start_with(dir: &Path, slurmd_timeout: u32) -> Self {
+        Self::start_configured(dir, slurmd_timeout, &[])
+    }
+
+    /// A cluster started with these `cluster.sh` settings (`RUNGUARD_SLURM_JWT_KEY`...) too.
+    pub fn start_configured(dir: &Path, slurmd_timeout: u32, settings: &[(&str, &Path)]) -> Self {
         let release = release();
         // The jobs' scripts and logs live beside the cluster's directory, in the test's own.
         let binds = dir.parent().unwrap_or(dir);
@@ -82,6 +87,7 @@ impl Cluster {
             .arg(&release)
             .env("RUNGUARD_SLURMD_TIMEOUT", slurmd_timeout.to_string())
             .env("RUNGUARD_SLURM_BINDS", binds)
+            .envs(settings.iter().copied())
             .output()
             .unwrap();
         assert!(

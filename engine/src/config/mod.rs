@@ -106,6 +106,12 @@ pub struct SlurmConfig {
     /// Environment variable holding the JWT (`scontrol token` prints `SLURM_JWT=...`); never the token
     /// itself in the config.
     pub rest_token_env: String,
+    /// A file holding the JWT (alone or as `SLURM_JWT=...`), read again when the token expires or is
+    /// refused, so that a job that renews it keeps runguard running; wins over `rest_token_env`.
+    pub rest_token_file: Option<PathBuf>,
+    /// The slurmrestd OpenAPI version to speak (`v0.0.40`); by default the newest one slurmrestd
+    /// offers and runguard speaks (v0.0.38 to v0.0.43).
+    pub rest_api_version: Option<String>,
 }
 
 /// How the Slurm backend reaches Slurm.
@@ -132,6 +138,8 @@ impl Default for SlurmConfig {
             slurm_conf: None,
             bin_dir: None,
             rest_token_env: "SLURM_JWT".to_string(),
+            rest_token_file: None,
+            rest_api_version: None,
         }
     }
 }

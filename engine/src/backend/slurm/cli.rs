@@ -82,7 +82,7 @@ impl SlurmCli {
         if success {
             return Ok(stdout);
         }
-        Err(classify(display_argv(argv), stderr.trim()))
+        Err(classify(argv, stderr.trim()))
     }
 
     /// Runs one command; whether it succeeded, its standard output and its standard error.
@@ -185,17 +185,58 @@ impl SlurmCli {
     }
 }
 
-/// Slurm's error message as the error it stands for.
-fn classify(command: String, stderr: &str) -> BackendError {
+/// Slurm's words for a credential it could not make or would not accept (auth/munge, auth/jwt,
+/// auth/slurm): whatever the command, nothing runguard asks will be answered until they are fixed.
+/// "Zero Bytes were transmitted or received" is what a client sees when slurmctld drops a request
+/// whose credential it refused (a munge key that differs, a clock too far off).
+const CREDENTIAL_REFUSED: [&str; 7] = [
+    "Protocol authentication error",
+    "Zero Bytes were transmitted or received",
+    "Invalid authentication credential",
+    "Authentication credential expired",
+    "Invalid credential",
+    "Munge encode failed",
+    "Munge decode failed",
+];
+
+/// Slurm's words for a user it knows but will not let do this.
+const NOT_PERMITTED: [&str; 5] = [
+    "ermission denied",
+    "Access denied",
+    "Access/permission",
+    "Invalid user id",
+    "not authorized",
+];
+
+/// Whether `argv` only reads (a listing, the configuration, a ping), as opposed to changing a job or
+/// a node.
+fn only_reads(argv: &[String]) -> bool {
+    let program = argv
+        .first()
+        .map(|program| program.rsplit('/').next().unwrap_or(program));
+    match program {
+        Some("squeue" | "sinfo" | "sacct") => true,
+        Some("scontrol") => matches!(argv.get(1).map(String::as_str), Some("show" | "ping")),
+        _ => false,
+    }
+}
+
+/// Slurm's error message as the error it stands for. A user refused a *read* is a credential problem
+/// (runguard's identity cannot watch anything); refused a change, it is a refusal of that change,
+/// which the engine records as what it would have done.
+fn classify(argv: &[String], stderr: &str) -> BackendError {
+    let command = display_argv(argv);
     let message: String = stderr.chars().take(500).collect();
-    let refused = [
-        "ermission denied",
-        "Access denied",
-        "Access/permission",
-        "Invalid user id",
-        "not authorized",
-    ];
-    if refused.iter().any(|needle| message.contains(needle)) {
+    if CREDENTIAL_REFUSED
+        .iter()
+        .any(|needle| message.contains(needle))
+    {
+        return BackendError::Credentials(format!("{command}: {message}"));
+    }
+    if NOT_PERMITTED.iter().any(|needle| message.contains(needle)) {
+        if only_reads(argv) {
+            return BackendError::Credentials(format!("{command}: {message}"));
+        }
         return BackendError::Refused { command, message };
     }
     if message.contains("Invalid job id") {
@@ -205,7 +246,6 @@ fn classify(command: String, stderr: &str) -> BackendError {
         "Unable to contact slurm controller",
         "Connection refused",
         "Socket timed out",
-        "Zero Bytes were transmitted",
     ];
     if unreachable.iter().any(|needle| message.contains(needle)) {
         return BackendError::Unavailable(format!("{command}: {message}"));
@@ -442,26 +482,97 @@ mod tests {
 
     #[test]
     fn slurm_messages_become_the_errors_they_stand_for() {
-        let command = || "scontrol update NodeName=n2 State=DRAIN".to_string();
+        let drain = argv(&["scontrol", "update", "NodeName=n2", "State=DRAIN"]);
         assert!(matches!(
-            classify(command(), "slurm_update error: Invalid user id"),
+            classify(&drain, "slurm_update error: Invalid user id"),
             BackendError::Refused { .. }
         ));
         assert!(matches!(
             classify(
-                command(),
+                &drain,
                 "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
             ),
             BackendError::Unavailable(_)
         ));
         assert!(matches!(
-            classify(command(), "scontrol: error: Invalid job id specified"),
+            classify(&drain, "scontrol: error: Invalid job id specified"),
             BackendError::NoSuchJob(_)
         ));
         assert!(matches!(
-            classify(command(), "squeue: unrecognized option '--json'"),
+            classify(&drain, "squeue: unrecognized option '--json'"),
             BackendError::Invalid(_)
         ));
+    }
+
+    #[test]
+    fn a_refused_credential_is_a_credential_error_whatever_the_command() {
+        let listing = argv(&["squeue", "--all", "--states=all", "--json"]);
+        let submit = argv(&["sbatch", "--parsable", "train.sbatch"]);
+        // Quoted from https://github.com/dun/munge/issues/118 (munged not running on the client).
+        let no_munged = "sbatch: error: Munge encode failed: Failed to access \"/run/munge/munge.socket.2\": No such file or directory\n\
+                         sbatch: error: slurm_send_node_msg: auth_g_create: REQUEST_SUBMIT_BATCH_JOB has authentication error\n\
+                         sbatch: error: Batch job submission failed: Protocol authentication error";
+        // Quoted from https://github.com/clustervision/trinity/issues/477 (a munge key that differs
+        // from the controller's; slurmctld logged "Munge decode failed: Invalid credential").
+        let other_key = "sinfo: error: slurm_receive_msg: Zero Bytes were transmitted or received\n\
+                         slurm_load_partitions: Zero Bytes were transmitted or received";
+        // Quoted from https://github.com/uabrc/uabrc.github.io/issues/1242.
+        let socket = "sbatch: error: authentication: Socket communication error\n\
+                      sbatch: error: Batch job submission failed: Protocol authentication error";
+        for (command, stderr) in [
+            (&submit, no_munged),
+            (&listing, other_key),
+            (&submit, socket),
+            (
+                &listing,
+                "slurm_load_jobs error: Invalid authentication credential",
+            ),
+            (
+                &listing,
+                "slurm_load_jobs error: Authentication credential expired",
+            ),
+        ] {
+            let err = classify(command, stderr);
+            let BackendError::Credentials(message) = &err else {
+                panic!("{stderr}: {err:?}")
+            };
+            assert!(message.starts_with(command[0].as_str()), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_user_refused_a_read_has_bad_credentials_refused_a_change_lacks_rights() {
+        let listing = argv(&["squeue", "--all", "--states=all", "--json"]);
+        let show = argv(&["scontrol", "show", "job", "-o", "--details"]);
+        let cancel = argv(&["scancel", "42"]);
+        let requeue = argv(&["scontrol", "requeuehold", "42"]);
+        for command in [&listing, &show] {
+            for stderr in [
+                "slurm_load_jobs error: Access/permission denied",
+                "slurm_load_jobs error: Invalid user id",
+            ] {
+                assert!(
+                    matches!(classify(command, stderr), BackendError::Credentials(_)),
+                    "{command:?} {stderr}"
+                );
+            }
+        }
+        let exclude = argv(&["scontrol", "update", "JobId=42", "ExcNodeList=n2"]);
+        // What scancel and scontrol print for root's job when nobody runs them (measured on 22.05.8).
+        for (command, stderr) in [
+            (
+                &cancel,
+                "scancel: error: Kill job error on job id 42: Access/permission denied",
+            ),
+            (&requeue, "Access/permission denied for job 42"),
+            (&exclude, "Invalid user id for job 42"),
+        ] {
+            let err = classify(command, stderr);
+            assert!(
+                matches!(&err, BackendError::Refused { command: shown, .. } if shown == &display_argv(command)),
+                "{err:?}"
+            );
+        }
     }
 
     #[test]

@@ -12,5 +12,6 @@ pub mod rest;
 pub mod sacct;
 pub mod scontrol;
 pub mod squeue;
+pub mod token;
 pub mod via_rest;
 pub mod words;

@@ -1,14 +1,18 @@
-//! Slurm over slurmrestd: jobs are read and changed through the REST API; the operations its v0.0.38
-//! API does not have are run with the command-line tools instead, and say so in their description:
-//! - requeue (`scontrol requeuehold`): v0.0.38 has no requeue;
+//! Slurm over slurmrestd: jobs are read and changed through the REST API; the operations it does not
+//! have (or, for drains, v0.0.38 does not have) are run with the command-line tools instead, and say
+//! so in their description:
+//! - requeue (`scontrol requeuehold`): no version has a requeue;
 //! - node drain (`scontrol update NodeName=...`): v0.0.38 nodes are read-only;
 //! - submission (`sbatch`): slurmrestd ignores a script's `#SBATCH` lines, which carry the job's size;
 //! - usable nodes (`sinfo`).
+//!
+//! The tools also settle one doubt: when a listing through slurmrestd fails the way both a refused
+//! token and a lost controller make it fail, `scontrol ping` says which.
 
 use async_trait::async_trait;
 
 use super::api::{Operation, SlurmApi};
-use super::cli::SlurmCli;
+use super::cli::{SlurmCli, argv};
 use super::jobcomp::JobCompRecord;
 use super::rest::{JobUpdate, RestRequest, SlurmRest};
 use super::squeue::{self, SlurmJob};
@@ -68,6 +72,33 @@ impl SlurmViaRest {
     }
 }
 
+impl SlurmViaRest {
+    /// A listing failed as `message` while the token was in doubt: when slurmctld answers the
+    /// command-line tools, it was the token slurmctld refused, not the controller that went away.
+    async fn settle_doubt(&self, message: String) -> BackendError {
+        let ping = self.cli.run(&argv(&["scontrol", "ping"])).await;
+        match ping {
+            // "Slurmctld(primary) at head is UP"
+            Ok(out) if out.contains(" is UP") => BackendError::Credentials(format!(
+                "{message}; yet `scontrol ping` reaches slurmctld, so slurmctld refused {} \
+                 (signed with another key, or for a user it does not know; slurmctld's log says \
+                 why): write a fresh `scontrol token` there",
+                self.rest.token_source()
+            )),
+            _ => BackendError::Unavailable(message),
+        }
+    }
+
+    async fn checked<T>(&self, result: Result<T, BackendError>) -> Result<T, BackendError> {
+        match result {
+            Err(BackendError::Unavailable(message)) if self.rest.token_in_doubt() => {
+                Err(self.settle_doubt(message).await)
+            }
+            other => other,
+        }
+    }
+}
+
 fn listing(text: &str) -> Result<(Vec<SlurmJob>, Vec<String>), BackendError> {
     squeue::parse(text).map_err(|err| BackendError::Unavailable(format!("slurmrestd: {err}")))
 }
@@ -79,8 +110,8 @@ impl SlurmApi for SlurmViaRest {
         job_id: Option<&str>,
     ) -> Result<(Vec<SlurmJob>, Vec<String>), BackendError> {
         match job_id {
-            None => listing(&self.rest.jobs().await?),
-            Some(id) => match self.rest.job(id).await? {
+            None => listing(&self.checked(self.rest.jobs().await).await?),
+            Some(id) => match self.checked(self.rest.job(id).await).await? {
                 Some(text) => listing(&text),
                 None => Ok((Vec::new(), Vec::new())),
             },
@@ -131,21 +162,20 @@ mod tests {
 
     use super::*;
     use crate::backend::slurm::cli::Listing;
-    use crate::backend::slurm::rest::{RestEndpoint, RestOptions};
+    use crate::backend::slurm::rest::{ApiVersion, RestEndpoint, RestOptions};
 
-    fn api() -> SlurmViaRest {
+    fn api(version: &str) -> SlurmViaRest {
+        let mut options = RestOptions::new(RestEndpoint::Unix("/run/slurmrestd/rest.sock".into()));
+        options.api_version = ApiVersion::parse(version);
         SlurmViaRest::new(
-            SlurmRest::new(RestOptions::new(RestEndpoint::Unix(
-                "/run/slurmrestd/rest.sock".into(),
-            )))
-            .unwrap(),
+            SlurmRest::new(options).unwrap(),
             SlurmCli::new(Duration::from_secs(5), Listing::Auto),
         )
     }
 
     #[test]
     fn job_changes_go_through_the_api_and_the_rest_through_the_tools() {
-        let api = api();
+        let api = api("v0.0.38");
         let exclude = Operation::ExcludeNodes {
             job_id: "42".into(),
             nodes: vec!["n2".into()],
@@ -172,6 +202,25 @@ mod tests {
                 reason: "xid".into()
             })
             .starts_with("scontrol update NodeName=n2")
+        );
+    }
+
+    #[test]
+    fn job_changes_take_the_field_names_of_the_version_in_use() {
+        let api = api("v0.0.42");
+        let exclude = Operation::ExcludeNodes {
+            job_id: "42".into(),
+            nodes: vec!["n2".into(), "n3".into()],
+        };
+        assert_eq!(
+            api.describe(&exclude),
+            r#"POST /slurm/v0.0.42/job/42 {"excluded_nodes":["n2","n3"]}"#
+        );
+        assert_eq!(
+            api.describe(&Operation::Cancel {
+                job_id: "42".into()
+            }),
+            "DELETE /slurm/v0.0.42/job/42"
         );
     }
 }

@@ -1,42 +1,77 @@
 //! slurmrestd, Slurm's REST daemon, as a way to reach Slurm without its command-line tools: the job
-//! listing (`GET /jobs` answers the OpenAPI v0.0.38 shape that `squeue --json` prints, so
+//! listing (`GET /jobs` answers the shape `squeue --json` of the same release prints, so
 //! [`super::squeue::parse`] reads it), cancel, job updates and submission, on a unix socket or over TCP
 //! with a JWT.
+//!
+//! **Which API.** Every release serves a window of OpenAPI versions (22.05: v0.0.38 with
+//! `-s openapi/v0.0.38`; 24.11: v0.0.40..v0.0.42 with `-s openapi/slurmctld`; 25.05 adds v0.0.43). The
+//! client asks `GET /openapi/v3` which ones, takes the newest it speaks ([`version`]), probes
+//! `/slurm/vX/ping` newest first where the specification is not served, and negotiates again when
+//! the chosen version's paths answer 404 (slurmrestd was upgraded). `[slurm] rest_api_version` pins one.
+//!
+//! **Tokens.** With rest_auth/jwt the token is read from its source ([`super::token`]) when it runs
+//! out and again whenever Slurm turns it away, and the request is sent once more with a new one. A
+//! refusal that stays is [`BackendError::Credentials`]. Slurm does not always say 401: 22.05's
+//! slurmrestd passes the token to slurmctld and answers a refused one with HTTP 500 and "Unspecified
+//! error" from `slurm_load_jobs` (or "Zero Bytes were transmitted or received" from `slurm_kill_job`),
+//! the words a lost controller gives too; an expired or malformed token is told apart here, a token
+//! signed with another key by asking the controller itself (see [`super::via_rest`]).
 //!
 //! What v0.0.38 (Slurm 22.05) offers, as measured against slurmrestd 22.05.8:
 //! - `POST /job/{id}` takes sbatch's option names: `exclude_nodes` (the listing's `excluded_nodes` is
 //!   refused as a "Disabled key"), `hold` (`true` holds, `false` releases) and `begin_time` (a Slurm
 //!   time string such as `now`; an epoch number is refused with "Unable to parse time").
 //! - It cannot requeue a job: there is no such endpoint, and the job field `requeue` only marks a job
-//!   as eligible for requeueing. The backend runs `scontrol requeuehold` for that step.
+//!   as eligible for requeueing. The backend runs `scontrol requeuehold` for that step (on every version).
 //! - It cannot drain a node: `/node/{name}` answers GET only (POST gets HTTP 405). The backend runs
-//!   `scontrol update NodeName=... State=DRAIN` for that.
+//!   `scontrol update NodeName=... State=DRAIN` for that (on every version).
 //! - Every request acts as one Slurm user: the one slurmrestd runs as (rest_auth/local, which also
 //!   turns away clients of another uid than its own or root's with HTTP 401) or the token's user
 //!   (rest_auth/jwt). Slurm refuses changes to other users' jobs with error 2002.
+//!
+//! What v0.0.40..v0.0.42 (Slurm 24.11.5) do differently, as measured: updates take the job
+//! description's names (`excluded_nodes` as a list, `hold`, `begin_time: "now"`); a submission's
+//! environment is a list of `NAME=value` and its node count a string; a cancel answers HTTP 200 for an
+//! unknown job (v0.0.42: with the job's error in `status`); a refusal to act on another user's job is
+//! error 2010 "Invalid user id" or, for a cancel, 1 "Operation not permitted".
 
-use std::collections::BTreeMap;
+mod version;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use chrono::Utc;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde_json::{Map, Value, json};
 
+pub use self::version::ApiVersion;
+use super::token::{TokenCache, TokenSource};
 use crate::backend::BackendError;
-
-/// The OpenAPI plugin this client was written and tested against (`slurmrestd -s openapi/v0.0.38`).
-pub const DEFAULT_API_VERSION: &str = "v0.0.38";
+use crate::redact::Redactor;
+use crate::sync::lock;
 
 /// What a job submitted with no environment gets: v0.0.38 refuses a job without one ("environment
 /// must be set"), and a batch script without PATH finds none of its tools.
 const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Slurm's error numbers that say something to the caller (slurm_errno.h).
+const EPERM: i64 = 1;
+const SLURM_PROTOCOL_AUTHENTICATION_ERROR: i64 = 1007;
 const ESLURM_ACCESS_DENIED: i64 = 2002;
 const ESLURM_USER_ID_MISSING: i64 = 2010;
 const ESLURM_INVALID_JOB_ID: i64 = 2017;
+const ESLURM_ALREADY_DONE: i64 = 2021;
+const SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT: i64 = 5005;
+/// ESLURM_AUTH_CRED_INVALID (6000) .. ESLURM_AUTH_UNABLE_TO_GENERATE_TOKEN (6009).
+const ESLURM_AUTH: std::ops::RangeInclusive<i64> = 6000..=6009;
+
+/// HTTP 511, which slurmrestd 23.11 on answers for SLURM_PROTOCOL_AUTHENTICATION_ERROR.
+const NETWORK_AUTHENTICATION_REQUIRED: u16 = 511;
 
 /// Where slurmrestd listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,42 +92,71 @@ impl fmt::Display for RestEndpoint {
 }
 
 /// How to reach slurmrestd.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct RestOptions {
     pub endpoint: RestEndpoint,
     /// Sent as `X-SLURM-USER-NAME` (rest_auth/jwt).
     pub user_name: Option<String>,
-    /// Sent as `X-SLURM-USER-TOKEN`: a token from `scontrol token` (rest_auth/jwt).
-    pub token: Option<String>,
-    /// The OpenAPI plugin slurmrestd serves; only [`DEFAULT_API_VERSION`] is tested.
-    pub api_version: String,
+    /// Where the token sent as `X-SLURM-USER-TOKEN` comes from (rest_auth/jwt); its Debug output
+    /// never shows a token.
+    pub token: TokenSource,
+    /// Speak this OpenAPI version instead of negotiating one (`[slurm] rest_api_version`).
+    pub api_version: Option<ApiVersion>,
     /// Longest one request may take, connecting included.
     pub timeout: Duration,
 }
 
 impl RestOptions {
-    /// Options for `endpoint` with no credentials, v0.0.38 and a 30 s timeout.
+    /// Options for `endpoint` with no credentials, a negotiated version and a 30 s timeout.
     pub fn new(endpoint: RestEndpoint) -> Self {
         Self {
             endpoint,
             user_name: None,
-            token: None,
-            api_version: DEFAULT_API_VERSION.to_string(),
+            token: TokenSource::None,
+            api_version: None,
             timeout: Duration::from_secs(30),
         }
     }
 }
 
-// By hand, so that the token never reaches a log.
-impl fmt::Debug for RestOptions {
+/// How the version in use was settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Negotiated {
+    /// Pinned by the configuration; slurmrestd was not asked.
+    Pinned(ApiVersion),
+    /// The newest of what `GET /openapi/v3` listed.
+    FromSpecification {
+        chosen: ApiVersion,
+        offered: BTreeSet<ApiVersion>,
+    },
+    /// The newest version whose `/slurm/vX/ping` answered (no specification served).
+    Probed(ApiVersion),
+}
+
+impl Negotiated {
+    pub fn version(&self) -> ApiVersion {
+        match self {
+            Negotiated::Pinned(version) | Negotiated::Probed(version) => *version,
+            Negotiated::FromSpecification { chosen, .. } => *chosen,
+        }
+    }
+}
+
+impl fmt::Display for Negotiated {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RestOptions")
-            .field("endpoint", &self.endpoint)
-            .field("user_name", &self.user_name)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field("api_version", &self.api_version)
-            .field("timeout", &self.timeout)
-            .finish()
+        match self {
+            Negotiated::Pinned(version) => write!(f, "{version} (pinned by rest_api_version)"),
+            Negotiated::FromSpecification { chosen, offered } => write!(
+                f,
+                "{chosen} (slurmrestd offers {}; runguard speaks {} to {})",
+                version::list(offered),
+                ApiVersion::OLDEST,
+                ApiVersion::NEWEST
+            ),
+            Negotiated::Probed(version) => {
+                write!(f, "{version} (found by probing /slurm/VERSION/ping)")
+            }
+        }
     }
 }
 
@@ -115,16 +179,26 @@ impl JobUpdate {
         self.exclude_nodes.is_none() && self.hold.is_none() && !self.start_now
     }
 
-    fn body(&self) -> Value {
+    fn body(&self, version: ApiVersion) -> Value {
         let mut body = Map::new();
         if let Some(nodes) = &self.exclude_nodes {
-            body.insert("exclude_nodes".into(), nodes.join(",").into());
+            if version == ApiVersion::V38 {
+                body.insert("exclude_nodes".into(), nodes.join(",").into());
+            } else {
+                body.insert("excluded_nodes".into(), nodes.clone().into());
+            }
         }
         if let Some(hold) = self.hold {
             body.insert("hold".into(), hold.into());
         }
         if self.start_now {
-            body.insert("begin_time".into(), "now".into());
+            // v0.0.39 reads begin_time as a plain number: the client's clock is the best it can get.
+            let now = if version > ApiVersion::V38 && version < ApiVersion::V40 {
+                Value::from(Utc::now().timestamp())
+            } else {
+                Value::from("now")
+            };
+            body.insert("begin_time".into(), now);
         }
         Value::Object(body)
     }
@@ -153,7 +227,8 @@ pub struct SubmitOptions {
 }
 
 impl SubmitOptions {
-    fn job(&self) -> Value {
+    fn job(&self, version: ApiVersion) -> Value {
+        let legacy = version == ApiVersion::V38;
         let mut job = Map::new();
         if !self.name.is_empty() {
             job.insert("name".into(), self.name.clone().into());
@@ -161,15 +236,25 @@ impl SubmitOptions {
         if let Some(comment) = &self.comment {
             job.insert("comment".into(), comment.clone().into());
         }
-        // A number: the [min, max] array the v0.0.38 schema describes is read as one node.
         if let Some(nodes) = self.nodes {
-            job.insert("nodes".into(), nodes.into());
+            // v0.0.38: a number (the [min, max] array its schema describes is read as one node);
+            // later versions parse a count range such as "2" or "2-4".
+            let nodes = if legacy {
+                Value::from(nodes)
+            } else {
+                Value::from(nodes.to_string())
+            };
+            job.insert("nodes".into(), nodes);
         }
         if let Some(partition) = &self.partition {
             job.insert("partition".into(), partition.clone().into());
         }
         if !self.exclude.is_empty() {
-            job.insert("exclude_nodes".into(), self.exclude.join(",").into());
+            if legacy {
+                job.insert("exclude_nodes".into(), self.exclude.join(",").into());
+            } else {
+                job.insert("excluded_nodes".into(), self.exclude.clone().into());
+            }
         }
         job.insert(
             "current_working_directory".into(),
@@ -178,15 +263,28 @@ impl SubmitOptions {
         if let Some(output) = &self.output {
             job.insert("standard_output".into(), output.clone().into());
         }
-        let environment: Map<String, Value> = if self.environment.is_empty() {
-            Map::from_iter([("PATH".to_string(), Value::from(FALLBACK_PATH))])
+        let fallback = BTreeMap::from([("PATH".to_string(), FALLBACK_PATH.to_string())]);
+        let environment = if self.environment.is_empty() {
+            &fallback
         } else {
-            self.environment
-                .iter()
-                .map(|(key, value)| (key.clone(), Value::from(value.clone())))
-                .collect()
+            &self.environment
         };
-        job.insert("environment".into(), Value::Object(environment));
+        let environment = if legacy {
+            Value::Object(
+                environment
+                    .iter()
+                    .map(|(key, value)| (key.clone(), Value::from(value.clone())))
+                    .collect(),
+            )
+        } else {
+            Value::Array(
+                environment
+                    .iter()
+                    .map(|(key, value)| Value::from(format!("{key}={value}")))
+                    .collect(),
+            )
+        };
+        job.insert("environment".into(), environment);
         Value::Object(job)
     }
 }
@@ -221,7 +319,7 @@ impl RestRequest {
         }
     }
 
-    fn path(&self, api_version: &str) -> String {
+    fn path(&self, version: &str) -> String {
         let tail = match self {
             RestRequest::Ping => "ping".to_string(),
             RestRequest::Jobs => "jobs".to_string(),
@@ -230,14 +328,14 @@ impl RestRequest {
             | RestRequest::UpdateJob { job_id, .. } => format!("job/{job_id}"),
             RestRequest::Submit { .. } => "job/submit".to_string(),
         };
-        format!("/slurm/{api_version}/{tail}")
+        format!("/slurm/{version}/{tail}")
     }
 
-    fn body(&self) -> Option<Value> {
+    fn body(&self, version: ApiVersion) -> Option<Value> {
         match self {
-            RestRequest::UpdateJob { update, .. } => Some(update.body()),
+            RestRequest::UpdateJob { update, .. } => Some(update.body(version)),
             RestRequest::Submit { script, options } => {
-                Some(json!({ "script": script, "job": options.job() }))
+                Some(json!({ "script": script, "job": options.job(version) }))
             }
             _ => None,
         }
@@ -245,13 +343,15 @@ impl RestRequest {
 
     /// The body as shown to people: a submission's script and environment are summarised, since the
     /// one is long and the other may hold secrets.
-    fn shown_body(&self) -> Option<Value> {
-        let mut body = self.body()?;
+    fn shown_body(&self, version: ApiVersion) -> Option<Value> {
+        let mut body = self.body(version)?;
         if let RestRequest::Submit { script, .. } = self {
             body["script"] = format!("<script, {} lines>", script.lines().count()).into();
-            let variables = body["job"]["environment"]
-                .as_object()
-                .map_or(0, |environment| environment.len());
+            let variables = match &body["job"]["environment"] {
+                Value::Object(environment) => environment.len(),
+                Value::Array(environment) => environment.len(),
+                _ => 0,
+            };
             body["job"]["environment"] = format!("<{variables} variables>").into();
         }
         Some(body)
@@ -307,10 +407,27 @@ impl SlurmError {
     /// controller shows as "Unspecified error" (-1) from the load calls, even for `GET /job/{id}`.
     fn controller_unreachable(&self) -> bool {
         match self.number {
+            Some(SLURM_PROTOCOL_AUTHENTICATION_ERROR) => false,
             Some(number) if (1000..2000).contains(&number) => true,
-            Some(-1) => self.source.starts_with("slurm_load"),
+            // 24.11 names its handler: "Unable to query JobId=1" from `_handle_job_get`.
+            Some(-1) => {
+                self.source.starts_with("slurm_load") || self.source.starts_with("_handle_job_get")
+            }
             _ => false,
         }
+    }
+
+    /// Slurm says the credential itself was refused.
+    fn credential_refused(&self) -> bool {
+        self.number
+            .is_some_and(|n| n == SLURM_PROTOCOL_AUTHENTICATION_ERROR || ESLURM_AUTH.contains(&n))
+    }
+
+    /// What a refused token looks like through 22.05's slurmrestd, and what a controller that went
+    /// away looks like too: the connection closed without an answer, or a load call failing unspecified.
+    fn credential_or_controller(&self) -> bool {
+        self.number == Some(SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT)
+            || (self.number == Some(-1) && self.controller_unreachable())
     }
 }
 
@@ -368,47 +485,70 @@ fn checked_job_id(job_id: &str) -> Result<(), BackendError> {
 struct Answer {
     status: StatusCode,
     text: String,
+    /// The version whose path was asked.
+    version: ApiVersion,
 }
 
-/// A slurmrestd client: each method is one request, and every answer is checked for Slurm's errors.
+impl Answer {
+    /// A 404 that is not one of Slurm's answers: slurmrestd has no such path (a version it does not
+    /// serve), as opposed to a job it does not know, which comes with Slurm's JSON.
+    fn path_unknown(&self) -> bool {
+        self.status == StatusCode::NOT_FOUND
+            && !serde_json::from_str::<Value>(&self.text).is_ok_and(|value| value.is_object())
+    }
+
+    /// slurmrestd turned the request away before Slurm saw it, or Slurm refused its credential.
+    fn credentials_status(&self) -> bool {
+        matches!(
+            self.status,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+        ) || self.status.as_u16() == NETWORK_AUTHENTICATION_REQUIRED
+    }
+}
+
+/// What the client keeps between requests.
+struct RestState {
+    negotiated: Option<Negotiated>,
+    token: TokenCache,
+}
+
+/// A slurmrestd client: each method is one request (after the version is settled), and every answer
+/// is checked for Slurm's errors.
 pub struct SlurmRest {
     client: reqwest::Client,
     /// Scheme and authority the paths are appended to (a placeholder host on a unix socket).
     base_url: String,
     options: RestOptions,
+    state: Mutex<RestState>,
+    /// The last request failed in a way a refused token and a lost controller share.
+    token_in_doubt: AtomicBool,
 }
 
 impl SlurmRest {
-    /// slurmrestd v0.0.38 cannot requeue a job; the backend runs `scontrol requeuehold` instead.
+    /// slurmrestd cannot requeue a job; the backend runs `scontrol requeuehold` instead.
     pub const CAN_REQUEUE: bool = false;
-    /// slurmrestd v0.0.38 cannot drain a node; the backend runs `scontrol update NodeName=...` instead.
+    /// The backend drains nodes with `scontrol update NodeName=...` (v0.0.38 nodes are read-only).
     pub const CAN_DRAIN: bool = false;
 
     /// A client for `options`; nothing is sent until the first request.
     pub fn new(options: RestOptions) -> Result<Self, BackendError> {
-        let version = &options.api_version;
-        if version.is_empty()
-            || !version
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '.')
+        let mut headers = HeaderMap::new();
+        if let Some(user) = &options.user_name {
+            let value = HeaderValue::from_str(user).map_err(|_| {
+                BackendError::Invalid(
+                    "the slurmrestd user name holds characters an HTTP header cannot carry".into(),
+                )
+            })?;
+            headers.insert(HeaderName::from_static("x-slurm-user-name"), value);
+        }
+        if let Some(version) = options.api_version
+            && !version.known()
         {
             return Err(BackendError::Invalid(format!(
-                "{version:?} is not an OpenAPI plugin version such as {DEFAULT_API_VERSION}"
+                "rest_api_version {version}: runguard speaks {} to {}",
+                ApiVersion::OLDEST,
+                ApiVersion::NEWEST
             )));
-        }
-        let mut headers = HeaderMap::new();
-        for (name, value, secret) in [
-            ("x-slurm-user-name", &options.user_name, false),
-            ("x-slurm-user-token", &options.token, true),
-        ] {
-            let Some(value) = value else { continue };
-            let mut value = HeaderValue::from_str(value).map_err(|_| {
-                BackendError::Invalid(format!(
-                    "the slurmrestd {name} holds characters an HTTP header cannot carry"
-                ))
-            })?;
-            value.set_sensitive(secret);
-            headers.insert(HeaderName::from_static(name), value);
         }
         let builder = crate::http::client_builder()
             .timeout(options.timeout)
@@ -437,16 +577,39 @@ impl SlurmRest {
         let client = builder.build().map_err(|err| {
             BackendError::Invalid(format!("slurmrestd client for {}: {err}", options.endpoint))
         })?;
+        let state = Mutex::new(RestState {
+            negotiated: options.api_version.map(Negotiated::Pinned),
+            token: TokenCache::new(options.token.clone()),
+        });
         Ok(Self {
             client,
             base_url,
             options,
+            state,
+            token_in_doubt: AtomicBool::new(false),
         })
     }
 
     /// Where this client sends its requests.
     pub fn endpoint(&self) -> &RestEndpoint {
         &self.options.endpoint
+    }
+
+    /// The version in use and how it was settled; `None` before the first request.
+    pub fn negotiated(&self) -> Option<Negotiated> {
+        lock(&self.state).negotiated.clone()
+    }
+
+    /// Where the token comes from.
+    pub fn token_source(&self) -> &TokenSource {
+        &self.options.token
+    }
+
+    /// Whether the last request failed the way both a refused token and a lost controller make a
+    /// request fail (22.05 says "Unspecified error" for both): someone who can ask the controller
+    /// another way can tell them apart.
+    pub fn token_in_doubt(&self) -> bool {
+        self.token_in_doubt.load(Ordering::Relaxed)
     }
 
     /// Checks that slurmrestd answers and reaches slurmctld; returns Slurm's release (`22.05.8`).
@@ -459,19 +622,22 @@ impl SlurmRest {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        let up = pings
-            .iter()
-            .any(|ping| ping.get("ping").and_then(Value::as_str) == Some("UP"));
+        // v0.0.38 says `ping`, later versions `pinged`.
+        let up = pings.iter().any(|ping| {
+            ["ping", "pinged"]
+                .iter()
+                .any(|key| ping.get(*key).and_then(Value::as_str) == Some("UP"))
+        });
         if !up {
             return Err(BackendError::Unavailable(format!(
                 "{}: slurmctld is not up: {}",
-                self.describe(&request),
+                self.describe_at(&request, answer.version),
                 excerpt(&Value::Array(pings).to_string())
             )));
         }
-        Ok(value
-            .pointer("/meta/Slurm/release")
-            .and_then(Value::as_str)
+        Ok(["/meta/Slurm/release", "/meta/slurm/release"]
+            .iter()
+            .find_map(|pointer| value.pointer(pointer).and_then(Value::as_str))
             .unwrap_or("unknown")
             .to_string())
     }
@@ -484,7 +650,7 @@ impl SlurmRest {
         if !value.get("jobs").is_some_and(Value::is_array) {
             return Err(BackendError::Unavailable(format!(
                 "{}: the answer holds no job listing: {}",
-                self.describe(&request),
+                self.describe_at(&request, answer.version),
                 excerpt(&answer.text)
             )));
         }
@@ -519,7 +685,29 @@ impl SlurmRest {
             job_id: job_id.to_string(),
         };
         let answer = self.exchange(&request).await?;
-        self.judge(&request, &answer).map(drop)
+        let value = self.judge(&request, &answer)?;
+        // v0.0.42 on: HTTP 200 with each job's outcome.
+        let outcomes = value
+            .get("status")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for outcome in &outcomes {
+            let error = SlurmError {
+                number: outcome.pointer("/error/code").and_then(Value::as_i64),
+                error: text_at(outcome, "/error/string"),
+                description: text_at(outcome, "/error/message"),
+                source: "slurm_kill_jobs()".to_string(),
+            };
+            match error.number {
+                None | Some(0) | Some(ESLURM_ALREADY_DONE) => {}
+                Some(_) => {
+                    let what = self.describe_at(&request, answer.version);
+                    return Err(classify(&what, Some(job_id), &[error]));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Applies `update` to the job in one request.
@@ -535,7 +723,29 @@ impl SlurmRest {
             update: update.clone(),
         };
         let answer = self.exchange(&request).await?;
-        self.judge(&request, &answer).map(drop)
+        let value = self.judge(&request, &answer)?;
+        // v0.0.40 on: an array job's tasks each say how the update went.
+        let failed: Vec<SlurmError> = value
+            .get("results")
+            .and_then(Value::as_array)
+            .map(|results| {
+                results
+                    .iter()
+                    .map(|result| SlurmError {
+                        number: result.get("error_code").and_then(Value::as_i64),
+                        error: text_at(result, "/error"),
+                        description: text_at(result, "/why"),
+                        source: "slurm_update_job2()".to_string(),
+                    })
+                    .filter(|error| error.number.is_some_and(|number| number != 0))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !failed.is_empty() {
+            let what = self.describe_at(&request, answer.version);
+            return Err(classify(&what, Some(job_id), &failed));
+        }
+        Ok(())
     }
 
     /// Submits `script` (its full text) as a new batch job; returns the new job id.
@@ -569,68 +779,210 @@ impl SlurmRest {
         self.judge(&request, &answer)?;
         Err(BackendError::Unavailable(format!(
             "{}: the answer names no job id: {}",
-            self.describe(&request),
+            self.describe_at(&request, answer.version),
             excerpt(&answer.text)
         )))
     }
 
-    /// Always an error: v0.0.38 has no requeue (see [`Self::CAN_REQUEUE`]).
+    /// Always an error: slurmrestd has no requeue (see [`Self::CAN_REQUEUE`]).
     pub async fn requeue(&self, job_id: &str) -> Result<(), BackendError> {
         Err(BackendError::Invalid(format!(
-            "slurmrestd {} cannot requeue job {job_id}: it has no requeue operation (the job field \
-             `requeue` only makes a job eligible); run `scontrol requeuehold {job_id}`",
-            self.options.api_version
+            "slurmrestd cannot requeue job {job_id}: it has no requeue operation (the job field \
+             `requeue` only makes a job eligible); run `scontrol requeuehold {job_id}`"
         )))
     }
 
-    /// Always an error: v0.0.38 cannot change a node (see [`Self::CAN_DRAIN`]).
+    /// Always an error: runguard does not change nodes through slurmrestd (see [`Self::CAN_DRAIN`]).
     pub async fn drain_node(&self, node: &str, _reason: &str) -> Result<(), BackendError> {
         Err(BackendError::Invalid(format!(
-            "slurmrestd {} cannot drain {node}: /node/{{name}} is read-only; run \
-             `scontrol update NodeName={node} State=DRAIN Reason=...`",
-            self.options.api_version
+            "slurmrestd cannot drain {node} here (v0.0.38's /node/{{name}} is read-only); run \
+             `scontrol update NodeName={node} State=DRAIN Reason=...`"
         )))
     }
 
-    /// The HTTP request `request` sends, for approvals and the journal:
+    /// The HTTP request `request` sends with the version in use, for approvals and the journal:
     /// `POST /slurm/v0.0.38/job/42 {"exclude_nodes":"n2"}`. A submission's script and environment are
-    /// summarised.
+    /// summarised. Before the version is settled the path says `<negotiated>` and the body is the
+    /// newest version's.
     pub fn describe(&self, request: &RestRequest) -> String {
-        let line = format!(
-            "{} {}",
-            request.method(),
-            request.path(&self.options.api_version)
-        );
-        match request.shown_body() {
-            Some(body) => format!("{line} {body}"),
-            None => line,
+        match self.negotiated() {
+            Some(negotiated) => self.describe_at(request, negotiated.version()),
+            None => describe_with(request, "<negotiated>", ApiVersion::NEWEST),
         }
     }
 
-    async fn exchange(&self, request: &RestRequest) -> Result<Answer, BackendError> {
-        let url = format!(
-            "{}{}",
-            self.base_url,
-            request.path(&self.options.api_version)
+    fn describe_at(&self, request: &RestRequest, version: ApiVersion) -> String {
+        describe_with(request, &version.to_string(), version)
+    }
+
+    /// The version to speak: pinned, settled before, or negotiated now.
+    async fn version(&self) -> Result<ApiVersion, BackendError> {
+        if let Some(negotiated) = self.negotiated() {
+            return Ok(negotiated.version());
+        }
+        let negotiated = self.negotiate().await?;
+        tracing::info!(
+            endpoint = %self.options.endpoint,
+            version = %negotiated,
+            "slurmrestd API version chosen"
         );
-        let mut builder = self.client.request(request.method(), url);
-        if let Some(body) = request.body() {
+        let version = negotiated.version();
+        lock(&self.state).negotiated = Some(negotiated);
+        Ok(version)
+    }
+
+    /// Asks slurmrestd which versions it serves: its OpenAPI specification, else a ping per version.
+    async fn negotiate(&self) -> Result<Negotiated, BackendError> {
+        let what = "GET /openapi/v3";
+        let spec = self.send(Method::GET, "/openapi/v3", None, what).await?;
+        if spec.credentials_status() {
+            return Err(self.credentials_error(what, spec.status, &spec.text));
+        }
+        let offered = spec
+            .status
+            .is_success()
+            .then(|| serde_json::from_str::<Value>(&spec.text).ok())
+            .flatten()
+            .and_then(|value| version::offered_in_spec(&value))
+            .filter(|offered| !offered.is_empty());
+        if let Some(offered) = offered {
+            return match ApiVersion::choose(&offered) {
+                Some(chosen) => Ok(Negotiated::FromSpecification { chosen, offered }),
+                None => Err(BackendError::Unavailable(format!(
+                    "slurmrestd at {} offers {}, none of which runguard speaks ({} to {})",
+                    self.options.endpoint,
+                    version::list(&offered),
+                    ApiVersion::OLDEST,
+                    ApiVersion::NEWEST
+                ))),
+            };
+        }
+        for version in ApiVersion::known_newest_first() {
+            let path = RestRequest::Ping.path(&version.to_string());
+            let what = format!("GET {path}");
+            let answer = self.send(Method::GET, &path, None, &what).await?;
+            if answer.credentials_status() {
+                return Err(self.credentials_error(&what, answer.status, &answer.text));
+            }
+            if !answer.path_unknown() {
+                return Ok(Negotiated::Probed(version));
+            }
+        }
+        Err(BackendError::Unavailable(format!(
+            "slurmrestd at {} serves no API runguard speaks: {what} answered HTTP {}, and \
+             /slurm/VERSION/ping is unknown for every version from {} to {} (is it started with \
+             -s openapi/slurmctld, or openapi/v0.0.38 on 22.05?)",
+            self.options.endpoint,
+            spec.status,
+            ApiVersion::OLDEST,
+            ApiVersion::NEWEST
+        )))
+    }
+
+    /// Sends `request` with the version in use; on a path slurmrestd no longer has, negotiates again,
+    /// and on a refusal of the token, reads the token again and resends once when it changed.
+    async fn exchange(&self, request: &RestRequest) -> Result<Answer, BackendError> {
+        self.token_in_doubt.store(false, Ordering::Relaxed);
+        let version = self.version().await?;
+        let mut answer = self.send_request(request, version).await?;
+        if answer.path_unknown() && self.options.api_version.is_none() {
+            // slurmrestd was upgraded, or restarted with other plugins.
+            lock(&self.state).negotiated = None;
+            let renewed = self.version().await?;
+            if renewed != version {
+                tracing::info!(
+                    endpoint = %self.options.endpoint,
+                    before = %version,
+                    after = %renewed,
+                    "slurmrestd no longer serves the API version in use; negotiated again"
+                );
+                answer = self.send_request(request, renewed).await?;
+            }
+        }
+        if self.options.token.renewable() && self.maybe_token_refused(&answer) {
+            let changed = lock(&self.state).token.reread();
+            if changed {
+                tracing::info!(source = %self.options.token, "slurmrestd refused the token; sending again with the one read now");
+                answer = self.send_request(request, answer.version).await?;
+            }
+        }
+        Ok(answer)
+    }
+
+    /// Whether the answer may be Slurm turning the token away.
+    fn maybe_token_refused(&self, answer: &Answer) -> bool {
+        if answer.credentials_status() {
+            return true;
+        }
+        if answer.status.is_success() {
+            return false;
+        }
+        let Ok(value) = serde_json::from_str::<Value>(&answer.text) else {
+            return false;
+        };
+        slurm_errors(&value)
+            .iter()
+            .any(|error| error.credential_refused() || error.credential_or_controller())
+    }
+
+    async fn send_request(
+        &self,
+        request: &RestRequest,
+        version: ApiVersion,
+    ) -> Result<Answer, BackendError> {
+        let path = request.path(&version.to_string());
+        let what = self.describe_at(request, version);
+        let mut answer = self
+            .send(request.method(), &path, request.body(version), &what)
+            .await?;
+        answer.version = version;
+        Ok(answer)
+    }
+
+    /// One HTTP exchange, with the token when there is one.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        what: &str,
+    ) -> Result<Answer, BackendError> {
+        let url = format!("{}{path}", self.base_url);
+        let mut builder = self.client.request(method, url);
+        let token = lock(&self.state).token.token_at(Utc::now());
+        if let Some(token) = token {
+            let mut value = HeaderValue::from_str(&token).map_err(|_| {
+                BackendError::Credentials(format!(
+                    "{} holds characters an HTTP header cannot carry",
+                    self.options.token
+                ))
+            })?;
+            value.set_sensitive(true);
+            builder = builder.header(HeaderName::from_static("x-slurm-user-token"), value);
+        }
+        if let Some(body) = body {
             builder = builder.json(&body);
         }
         let response = builder
             .send()
             .await
-            .map_err(|err| self.transport_error(request, &err))?;
+            .map_err(|err| self.transport_error(what, &err))?;
         let status = response.status();
         let text = response
             .text()
             .await
-            .map_err(|err| self.transport_error(request, &err))?;
-        Ok(Answer { status, text })
+            .map_err(|err| self.transport_error(what, &err))?;
+        let version = self
+            .negotiated()
+            .map_or(ApiVersion::NEWEST, |negotiated| negotiated.version());
+        Ok(Answer {
+            status,
+            text,
+            version,
+        })
     }
 
-    fn transport_error(&self, request: &RestRequest, err: &reqwest::Error) -> BackendError {
-        let what = self.describe(request);
+    fn transport_error(&self, what: &str, err: &reqwest::Error) -> BackendError {
         let endpoint = &self.options.endpoint;
         if err.is_timeout() {
             return BackendError::Unavailable(format!(
@@ -656,53 +1008,158 @@ impl SlurmRest {
         ))
     }
 
+    /// `text` without the token, should an answer ever quote it.
+    fn redacted(&self, text: &str) -> String {
+        let state = lock(&self.state);
+        Redactor::new(state.token.secret().map(str::to_string)).redact(text)
+    }
+
+    /// The credential error for a request slurmrestd or Slurm turned away, saying what runguard
+    /// knows about its token.
+    fn credentials_error(&self, what: &str, status: StatusCode, text: &str) -> BackendError {
+        // Slurm's own words when the answer is one of its documents (24.11's HTTP 511), else its start.
+        let errors = serde_json::from_str::<Value>(text)
+            .map(|value| slurm_errors(&value))
+            .unwrap_or_default();
+        let text = if errors.is_empty() {
+            excerpt(&self.redacted(text))
+        } else {
+            self.redacted(
+                &errors
+                    .iter()
+                    .map(SlurmError::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )
+        };
+        let why = self.token_situation();
+        BackendError::Credentials(format!(
+            "{what}: slurmrestd answered HTTP {status}: {text}; {why}"
+        ))
+    }
+
+    /// What runguard can tell about its token now.
+    fn token_situation(&self) -> String {
+        let now = Utc::now();
+        let state = lock(&self.state);
+        if let Some(fault) = state.token.fault_at(now) {
+            return format!("{fault}: write a fresh `scontrol token` there");
+        }
+        match (&self.options.token, &self.options.endpoint) {
+            (TokenSource::None, RestEndpoint::Unix(_)) => "slurmrestd's rest_auth/local accepts \
+                 only its own uid and root on its socket; run runguard as one of them, or use \
+                 rest_auth/jwt with a token"
+                .to_string(),
+            (TokenSource::None, RestEndpoint::Http(_)) => "no token is configured: set \
+                 [slurm] rest_token_file or the variable rest_token_env names"
+                .to_string(),
+            (source, _) => format!(
+                "{source} was refused although it has not expired (signed with another key, or \
+                 for a user Slurm does not know): write a fresh `scontrol token` there"
+            ),
+        }
+    }
+
     /// The answer as JSON, or the error it stands for.
     fn judge(&self, request: &RestRequest, answer: &Answer) -> Result<Value, BackendError> {
-        let what = self.describe(request);
-        let status = answer.status;
-        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-            return Err(BackendError::Refused {
-                command: what,
-                message: format!(
-                    "slurmrestd answered HTTP {status}: {}",
-                    excerpt(&answer.text)
-                ),
-            });
+        let what = self.describe_at(request, answer.version);
+        if answer.credentials_status() {
+            return Err(self.credentials_error(&what, answer.status, &answer.text));
         }
         let value = match serde_json::from_str::<Value>(&answer.text) {
             Ok(value) if value.is_object() => value,
-            _ => return Err(self.not_json(request, answer)),
+            _ => return Err(self.not_json(&what, answer)),
         };
         let errors = slurm_errors(&value);
         if !errors.is_empty() {
-            return Err(classify(&what, request.job_id(), &errors));
+            return Err(self.classify_errors(&what, request.job_id(), &errors));
         }
-        if !status.is_success() {
+        if !answer.status.is_success() {
             return Err(BackendError::Unavailable(format!(
-                "{what}: slurmrestd answered HTTP {status} without saying why: {}",
-                excerpt(&answer.text)
+                "{what}: slurmrestd answered HTTP {} without saying why: {}",
+                answer.status,
+                excerpt(&self.redacted(&answer.text))
             )));
         }
         Ok(value)
     }
 
-    fn not_json(&self, request: &RestRequest, answer: &Answer) -> BackendError {
-        let what = self.describe(request);
-        let text = excerpt(&answer.text);
+    /// Slurm's errors, with what runguard knows of its token where they may be about it.
+    fn classify_errors(
+        &self,
+        what: &str,
+        job_id: Option<&str>,
+        errors: &[SlurmError],
+    ) -> BackendError {
+        let message = || {
+            self.redacted(
+                &errors
+                    .iter()
+                    .map(SlurmError::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )
+        };
+        if errors.iter().any(SlurmError::credential_refused) {
+            return BackendError::Credentials(format!(
+                "{what}: Slurm refused the credential: {}; {}",
+                message(),
+                self.token_situation()
+            ));
+        }
+        if !matches!(self.options.token, TokenSource::None)
+            && errors.iter().any(SlurmError::credential_or_controller)
+        {
+            let fault = lock(&self.state).token.fault_at(Utc::now());
+            if let Some(fault) = fault {
+                return BackendError::Credentials(format!(
+                    "{what}: {}; {fault}: write a fresh `scontrol token` there",
+                    message()
+                ));
+            }
+            self.token_in_doubt.store(true, Ordering::Relaxed);
+        }
+        classify(what, job_id, errors)
+    }
+
+    fn not_json(&self, what: &str, answer: &Answer) -> BackendError {
+        let text = excerpt(&self.redacted(&answer.text));
         match answer.status {
-            StatusCode::NOT_FOUND => BackendError::Unavailable(format!(
-                "{what}: slurmrestd does not serve this path (does it load openapi/{}?): {text}",
-                self.options.api_version
-            )),
+            StatusCode::NOT_FOUND => match self.options.api_version {
+                Some(pinned) => BackendError::Unavailable(format!(
+                    "{what}: slurmrestd does not serve {pinned}, which rest_api_version pins: {text}"
+                )),
+                None => BackendError::Unavailable(format!(
+                    "{what}: slurmrestd does not serve this path: {text}"
+                )),
+            },
             StatusCode::METHOD_NOT_ALLOWED => BackendError::Invalid(format!(
                 "{what}: slurmrestd {} has no such operation: {text}",
-                self.options.api_version
+                answer.version
             )),
             status => BackendError::Unavailable(format!(
                 "{what}: slurmrestd answered HTTP {status} with something that is not JSON: {text}"
             )),
         }
     }
+}
+
+/// `request` as the HTTP line and body it sends at `version`, shown as `path_version`.
+fn describe_with(request: &RestRequest, path_version: &str, version: ApiVersion) -> String {
+    let line = format!("{} {}", request.method(), request.path(path_version));
+    match request.shown_body(version) {
+        Some(body) => format!("{line} {body}"),
+        None => line,
+    }
+}
+
+/// The string at `pointer`, or "".
+fn text_at(value: &Value, pointer: &str) -> String {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
 }
 
 /// The error Slurm's `errors` entries stand for; all their messages are kept.
@@ -713,6 +1170,10 @@ fn classify(what: &str, job_id: Option<&str>, errors: &[SlurmError]) -> BackendE
         .collect::<Vec<_>>()
         .join("; ");
     let has = |number: i64| errors.iter().any(|error| error.number == Some(number));
+    // 24.11 refuses to signal another user's job with EPERM; elsewhere EPERM is a key it does not take.
+    let kill_not_permitted = errors
+        .iter()
+        .any(|error| error.number == Some(EPERM) && error.source.starts_with("slurm_kill_job"));
     // A lost controller first: it also makes "Unable to find JobId" answers for jobs that exist.
     if errors.iter().any(SlurmError::controller_unreachable) {
         BackendError::Unavailable(format!(
@@ -720,11 +1181,15 @@ fn classify(what: &str, job_id: Option<&str>, errors: &[SlurmError]) -> BackendE
         ))
     } else if has(ESLURM_INVALID_JOB_ID) {
         BackendError::NoSuchJob(job_id.map_or(message, str::to_string))
-    } else if has(ESLURM_ACCESS_DENIED) || has(ESLURM_USER_ID_MISSING) {
+    } else if has(ESLURM_ACCESS_DENIED) || has(ESLURM_USER_ID_MISSING) || kill_not_permitted {
         BackendError::Refused {
             command: what.to_string(),
             message,
         }
+    } else if has(SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT) {
+        BackendError::Unavailable(format!(
+            "{what}: slurmctld closed the connection without answering: {message}"
+        ))
     } else {
         BackendError::Invalid(format!("{what}: {message}"))
     }

@@ -4,10 +4,13 @@ use std::io::{Read, Write};
 use std::sync::mpsc;
 
 use super::*;
+use crate::backend::slurm::token::TokenSource;
 
+/// A client of 22.05's API (pinned, so that it sends no negotiation first).
 fn unix_client(path: PathBuf) -> SlurmRest {
     let mut options = RestOptions::new(RestEndpoint::Unix(path));
     options.timeout = Duration::from_millis(500);
+    options.api_version = Some(ApiVersion::V38);
     SlurmRest::new(options).unwrap()
 }
 
@@ -127,7 +130,7 @@ fn a_submission_without_environment_gets_a_path_because_slurm_requires_one() {
         work_dir: "/w".into(),
         ..SubmitOptions::default()
     }
-    .job();
+    .job(ApiVersion::V38);
     assert_eq!(job["environment"], json!({ "PATH": FALLBACK_PATH }));
     assert_eq!(job["current_working_directory"], "/w");
     assert!(job.get("nodes").is_none());
@@ -141,7 +144,7 @@ fn a_node_count_is_sent_as_a_number_since_slurm_misreads_the_schemas_array() {
         work_dir: "/w".into(),
         ..SubmitOptions::default()
     }
-    .job();
+    .job(ApiVersion::V38);
     assert_eq!(job["nodes"], json!(2));
     assert_eq!(job["partition"], "gpu");
 }
@@ -221,7 +224,7 @@ fn https_and_odd_versions_are_refused_when_configured() {
     )));
     assert!(matches!(https, Err(BackendError::Invalid(_))));
     let mut options = RestOptions::new(RestEndpoint::Unix("/s".into()));
-    options.api_version = "v0.0.38/../x".into();
+    options.api_version = ApiVersion::parse("v0.0.37");
     assert!(matches!(
         SlurmRest::new(options),
         Err(BackendError::Invalid(_))
@@ -231,8 +234,10 @@ fn https_and_odd_versions_are_refused_when_configured() {
 #[test]
 fn the_token_stays_out_of_debug_output() {
     let mut options = RestOptions::new(RestEndpoint::Http("http://head:6820".into()));
-    options.token = Some("eyJsecret".into());
+    options.token = TokenSource::Fixed("eyJsecret".into());
     assert!(!format!("{options:?}").contains("eyJsecret"));
+    let rest = SlurmRest::new(options).unwrap();
+    assert!(!format!("{:?}", rest.token_source()).contains("eyJsecret"));
 }
 
 #[tokio::test]
@@ -262,14 +267,18 @@ async fn an_answer_of_the_wrong_shape_is_unavailable_not_a_panic() {
 }
 
 #[tokio::test]
-async fn http_401_is_refused_with_the_request() {
+async fn http_401_on_the_socket_is_a_credential_error_naming_rest_auth_local() {
     let (_dir, path, _) = serve_once("401 Unauthorized", "Authentication failure");
     let err = unix_client(path).cancel("42").await.unwrap_err();
-    let BackendError::Refused { command, message } = err else {
+    let BackendError::Credentials(message) = err else {
         panic!("{err:?}")
     };
-    assert_eq!(command, "DELETE /slurm/v0.0.38/job/42");
+    assert!(
+        message.starts_with("DELETE /slurm/v0.0.38/job/42: slurmrestd answered HTTP 401"),
+        "{message}"
+    );
     assert!(message.contains("Authentication failure"), "{message}");
+    assert!(message.contains("rest_auth/local"), "{message}");
 }
 
 #[tokio::test]
@@ -346,7 +355,8 @@ async fn over_tcp_the_user_name_and_token_go_in_slurms_headers() {
     });
     let mut options = RestOptions::new(RestEndpoint::Http(format!("http://{address}/")));
     options.user_name = Some("alice".into());
-    options.token = Some("eyJtoken".into());
+    options.token = TokenSource::Fixed("eyJtoken".into());
+    options.api_version = Some(ApiVersion::V38);
     let rest = SlurmRest::new(options).unwrap();
     assert_eq!(rest.jobs().await.unwrap(), r#"{"errors": [], "jobs": []}"#);
     let request = receiver.recv().unwrap().to_ascii_lowercase();
@@ -369,4 +379,372 @@ async fn requeue_and_drain_say_which_scontrol_command_to_run_instead() {
         .unwrap_err()
         .to_string();
     assert!(drain.contains("scontrol update NodeName=n3"), "{drain}");
+}
+
+/// A slurmrestd on a unix socket that answers each connection with the next `(status, body)` and
+/// hands over the requests; `before` runs before answering the connection of that index.
+fn serve_script(
+    answers: Vec<(&'static str, String)>,
+    before: impl Fn(usize) + Send + 'static,
+) -> (tempfile::TempDir, PathBuf, mpsc::Receiver<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rest.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for (index, (status, body)) in answers.into_iter().enumerate() {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let request = read_request(&mut stream);
+            before(index);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sender.send(request);
+        }
+    });
+    (dir, path, receiver)
+}
+
+fn client_with(path: PathBuf, token: TokenSource, version: Option<ApiVersion>) -> SlurmRest {
+    let mut options = RestOptions::new(RestEndpoint::Unix(path));
+    options.timeout = Duration::from_secs(2);
+    options.token = token;
+    options.api_version = version;
+    SlurmRest::new(options).unwrap()
+}
+
+/// The first line of each request.
+fn request_lines(requests: &mpsc::Receiver<String>) -> Vec<String> {
+    requests
+        .try_iter()
+        .map(|request| request.lines().next().unwrap_or("").to_string())
+        .collect()
+}
+
+const NO_JOBS: &str = r#"{"meta": {}, "errors": [], "warnings": [], "jobs": []}"#;
+/// What slurmrestd answers for a path it does not have (24.11.5, measured).
+const NO_SUCH_PATH: &str = "Unable find requested URL. Please view /openapi/v3 for API reference.";
+
+fn spec(versions: &[&str]) -> String {
+    let paths: Map<String, Value> = versions
+        .iter()
+        .flat_map(|version| {
+            [
+                (format!("/slurm/{version}/jobs/"), json!({})),
+                (format!("/slurmdb/{version}/jobs/"), json!({})),
+            ]
+        })
+        .collect();
+    json!({"openapi": "3.0.2", "paths": paths}).to_string()
+}
+
+/// A JWT-shaped token (unsigned: only Slurm checks signatures) for `user`, expiring at `exp`.
+fn jwt(exp: i64, user: &str) -> String {
+    use base64::Engine as _;
+    let encode = |part: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(part);
+    format!(
+        "{}.{}.c2lnbmF0dXJl",
+        encode(r#"{"alg":"HS256","typ":"JWT"}"#),
+        encode(&format!(r#"{{"exp":{exp},"iat":0,"sun":"{user}"}}"#))
+    )
+}
+
+#[tokio::test]
+async fn the_newest_version_the_specification_offers_is_spoken_and_remembered() {
+    let (_dir, path, requests) = serve_script(
+        vec![
+            ("200 OK", spec(&["v0.0.40", "v0.0.41", "v0.0.42"])),
+            ("200 OK", NO_JOBS.into()),
+            ("200 OK", NO_JOBS.into()),
+        ],
+        |_| {},
+    );
+    let rest = client_with(path, TokenSource::None, None);
+    assert_eq!(rest.negotiated(), None);
+    assert!(rest.describe(&RestRequest::Jobs).contains("<negotiated>"));
+    rest.jobs().await.unwrap();
+    rest.jobs().await.unwrap();
+    assert_eq!(
+        request_lines(&requests),
+        [
+            "GET /openapi/v3 HTTP/1.1",
+            "GET /slurm/v0.0.42/jobs HTTP/1.1",
+            "GET /slurm/v0.0.42/jobs HTTP/1.1"
+        ]
+    );
+    let negotiated = rest.negotiated().unwrap();
+    assert_eq!(negotiated.version(), ApiVersion::V42);
+    assert_eq!(
+        negotiated.to_string(),
+        "v0.0.42 (slurmrestd offers v0.0.40, v0.0.41, v0.0.42; runguard speaks v0.0.38 to v0.0.43)"
+    );
+}
+
+#[tokio::test]
+async fn without_a_specification_the_versions_are_probed_newest_first() {
+    let mut answers = vec![("404 Not Found", NO_SUCH_PATH.to_string())];
+    // v0.0.43 .. v0.0.39 unknown, v0.0.38 answers.
+    answers.extend((0..5).map(|_| ("404 Not Found", NO_SUCH_PATH.to_string())));
+    answers.push((
+        "200 OK",
+        r#"{"pings": [{"ping": "UP"}], "errors": []}"#.into(),
+    ));
+    answers.push(("200 OK", NO_JOBS.into()));
+    let (_dir, path, requests) = serve_script(answers, |_| {});
+    let rest = client_with(path, TokenSource::None, None);
+    rest.jobs().await.unwrap();
+    let lines = request_lines(&requests);
+    assert_eq!(lines[1], "GET /slurm/v0.0.43/ping HTTP/1.1");
+    assert_eq!(lines[6], "GET /slurm/v0.0.38/ping HTTP/1.1");
+    assert_eq!(lines[7], "GET /slurm/v0.0.38/jobs HTTP/1.1");
+    assert_eq!(rest.negotiated(), Some(Negotiated::Probed(ApiVersion::V38)));
+}
+
+#[tokio::test]
+async fn an_upgraded_slurmrestd_is_asked_again_and_the_request_resent() {
+    let (_dir, path, requests) = serve_script(
+        vec![
+            ("200 OK", spec(&["v0.0.38"])),
+            ("200 OK", NO_JOBS.into()),
+            // Upgraded from 22.05 to 24.11 meanwhile.
+            ("404 Not Found", NO_SUCH_PATH.into()),
+            ("200 OK", spec(&["v0.0.40", "v0.0.41", "v0.0.42"])),
+            ("200 OK", NO_JOBS.into()),
+        ],
+        |_| {},
+    );
+    let rest = client_with(path, TokenSource::None, None);
+    rest.jobs().await.unwrap();
+    rest.jobs().await.unwrap();
+    assert_eq!(
+        request_lines(&requests)[2..],
+        [
+            "GET /slurm/v0.0.38/jobs HTTP/1.1",
+            "GET /openapi/v3 HTTP/1.1",
+            "GET /slurm/v0.0.42/jobs HTTP/1.1"
+        ]
+    );
+    assert_eq!(rest.negotiated().unwrap().version(), ApiVersion::V42);
+}
+
+#[tokio::test]
+async fn a_job_slurm_does_not_know_is_not_a_path_slurmrestd_lacks() {
+    // 24.11.5's answer for GET /slurm/v0.0.42/job/99999: HTTP 404 with Slurm's JSON.
+    let unknown = r#"{"jobs": [], "errors": [{"description": "Unable to query JobId=99999",
+        "error_number": 2017, "error": "Invalid job id specified", "source": "_handle_job_get"}], "warnings": []}"#;
+    let (_dir, path, requests) = serve_script(vec![("404 Not Found", unknown.into())], |_| {});
+    let rest = client_with(path, TokenSource::None, Some(ApiVersion::V42));
+    assert_eq!(rest.job("99999").await.unwrap(), None);
+    assert_eq!(request_lines(&requests).len(), 1);
+}
+
+#[tokio::test]
+async fn a_pinned_version_slurmrestd_lacks_says_so() {
+    let (_dir, path, _) = serve_script(vec![("404 Not Found", NO_SUCH_PATH.into())], |_| {});
+    let rest = client_with(path, TokenSource::None, Some(ApiVersion::V38));
+    let err = rest.jobs().await.unwrap_err();
+    let BackendError::Unavailable(message) = err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        message.contains("does not serve v0.0.38, which rest_api_version pins"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_slurmrestd_offering_only_versions_runguard_does_not_speak_is_unavailable() {
+    let (_dir, path, _) = serve_script(vec![("200 OK", spec(&["v0.0.36", "v0.0.37"]))], |_| {});
+    let err = client_with(path, TokenSource::None, None)
+        .jobs()
+        .await
+        .unwrap_err();
+    let BackendError::Unavailable(message) = err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        message.contains("offers v0.0.36, v0.0.37, none of which"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_token_is_read_again_and_the_request_sent_once_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("jwt");
+    let far = Utc::now().timestamp() + 3600;
+    let (old, fresh) = (jwt(far, "nobody"), jwt(far + 60, "nobody"));
+    std::fs::write(&file, &old).unwrap();
+    let rewrite = file.clone();
+    let renewed = fresh.clone();
+    let (_sock_dir, path, requests) = serve_script(
+        vec![
+            (
+                "200 OK",
+                r#"{"pings": [{"pinged": "UP"}], "errors": []}"#.into(),
+            ),
+            ("401 Unauthorized", "Authentication failure".into()),
+            ("200 OK", NO_JOBS.into()),
+        ],
+        // Slurm's key was rotated and the file renewed while runguard held the old token.
+        move |index| {
+            if index == 1 {
+                std::fs::write(&rewrite, &renewed).unwrap();
+            }
+        },
+    );
+    let rest = client_with(path, TokenSource::File(file), Some(ApiVersion::V42));
+    rest.ping().await.unwrap();
+    rest.jobs().await.unwrap();
+    let tokens: Vec<String> = requests
+        .try_iter()
+        .map(|request| {
+            request
+                .lines()
+                .find_map(|line| line.strip_prefix("x-slurm-user-token: "))
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(tokens, [old.clone(), old, fresh]);
+}
+
+#[tokio::test]
+async fn a_refusal_that_stays_is_a_credential_error_without_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("jwt");
+    let token = jwt(Utc::now().timestamp() + 3600, "nobody");
+    std::fs::write(&file, &token).unwrap();
+    let (_sock_dir, path, requests) = serve_script(
+        vec![(
+            "401 Unauthorized",
+            format!("Authentication failure for {token}"),
+        )],
+        |_| {},
+    );
+    let rest = client_with(path, TokenSource::File(file.clone()), Some(ApiVersion::V42));
+    let err = rest.jobs().await.unwrap_err();
+    let BackendError::Credentials(message) = err else {
+        panic!("{err:?}")
+    };
+    assert!(!message.contains(&token), "{message}");
+    assert!(
+        message.contains(&format!("the token in {}", file.display())),
+        "{message}"
+    );
+    assert!(message.contains("has not expired"), "{message}");
+    // The file held the same token: nothing to send again.
+    assert_eq!(request_lines(&requests).len(), 1);
+}
+
+/// What slurmrestd 22.05.8 answered for `GET /slurm/v0.0.38/jobs` when slurmctld (AuthAltTypes=auth/jwt)
+/// refused the token: slurmctld logged "auth_p_verify: initial jwt_decode failure".
+const REFUSED_BY_SLURMCTLD_22_05: &str = r#"{"meta": {"plugin": {"type": "openapi\/v0.0.38"}},
+    "errors": [{"description": "Failed while looking for jobs", "error_number": -1,
+    "error": "Unspecified error", "source": "slurm_load_jobs"}], "jobs": []}"#;
+
+#[tokio::test]
+async fn a_token_slurmctld_refuses_is_told_from_a_lost_controller_by_its_expiry_or_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("jwt");
+    for (token, fault) in [
+        (jwt(Utc::now().timestamp() - 60, "nobody"), "expired at"),
+        ("garbage".to_string(), "is not a JSON web token"),
+    ] {
+        std::fs::write(&file, &token).unwrap();
+        let (_sock_dir, path, _) = serve_script(
+            vec![(
+                "500 Internal Server Error",
+                REFUSED_BY_SLURMCTLD_22_05.into(),
+            )],
+            |_| {},
+        );
+        let rest = client_with(path, TokenSource::File(file.clone()), Some(ApiVersion::V38));
+        let err = rest.jobs().await.unwrap_err();
+        let BackendError::Credentials(message) = err else {
+            panic!("{err:?}")
+        };
+        assert!(message.contains(fault), "{message}");
+        assert!(message.contains("Unspecified error"), "{message}");
+    }
+
+    // A token that looks right: the same answer may be a controller that went away.
+    std::fs::write(&file, jwt(Utc::now().timestamp() + 3600, "nobody")).unwrap();
+    let (_sock_dir, path, _) = serve_script(
+        vec![(
+            "500 Internal Server Error",
+            REFUSED_BY_SLURMCTLD_22_05.into(),
+        )],
+        |_| {},
+    );
+    let rest = client_with(path, TokenSource::File(file.clone()), Some(ApiVersion::V38));
+    let err = rest.jobs().await.unwrap_err();
+    assert!(matches!(err, BackendError::Unavailable(_)), "{err:?}");
+    assert!(rest.token_in_doubt());
+}
+
+#[tokio::test]
+async fn a_cancel_answers_each_jobs_outcome_from_v0_0_42_on() {
+    // 24.11.5's answers to DELETE /slurm/v0.0.42/job/N (HTTP 200 both).
+    let unknown = r#"{"status": [{"error": {"string": "Invalid job id specified", "code": 2017,
+        "message": "Invalid job id specified"}, "step_id": "99999", "job_id": {"set": false,
+        "infinite": false, "number": 0}, "federation": {"sibling": ""}}], "errors": [], "warnings": []}"#;
+    let ended = r#"{"status": [{"error": {"string": "Job/step already completing or completed",
+        "code": 2021, "message": "Job/step already completing or completed"}, "step_id": "1",
+        "job_id": {"set": true, "infinite": false, "number": 1}, "federation": {"sibling": ""}}],
+        "errors": [], "warnings": []}"#;
+    // Another user's job, as nobody (24.11.5, HTTP 500).
+    let not_permitted = r#"{"status": [], "errors": [{"description": "Signal request failed",
+        "error_number": 1, "error": "Operation not permitted", "source": "slurm_kill_jobs()"}], "warnings": []}"#;
+    let (_dir, path, _) = serve_script(
+        vec![
+            ("200 OK", unknown.into()),
+            ("200 OK", ended.into()),
+            ("500 Internal Server Error", not_permitted.into()),
+        ],
+        |_| {},
+    );
+    let rest = client_with(path, TokenSource::None, Some(ApiVersion::V42));
+    let err = rest.cancel("99999").await.unwrap_err();
+    assert!(
+        matches!(err, BackendError::NoSuchJob(ref id) if id == "99999"),
+        "{err:?}"
+    );
+    rest.cancel("1").await.unwrap();
+    let err = rest.cancel("2").await.unwrap_err();
+    assert!(matches!(err, BackendError::Refused { .. }), "{err:?}");
+}
+
+#[test]
+fn requests_take_the_shapes_of_the_version_they_are_sent_at() {
+    let options = SubmitOptions {
+        name: "llama".into(),
+        nodes: Some(2),
+        exclude: vec!["n1".into()],
+        work_dir: "/w".into(),
+        ..SubmitOptions::default()
+    };
+    let job = options.job(ApiVersion::V42);
+    assert_eq!(job["nodes"], "2");
+    assert_eq!(job["excluded_nodes"], json!(["n1"]));
+    assert_eq!(job["environment"], json!([format!("PATH={FALLBACK_PATH}")]));
+    let update = JobUpdate {
+        exclude_nodes: Some(vec!["n2".into()]),
+        hold: Some(false),
+        start_now: true,
+    };
+    assert_eq!(
+        update.body(ApiVersion::V42),
+        json!({"excluded_nodes": ["n2"], "hold": false, "begin_time": "now"})
+    );
+    assert_eq!(
+        update.body(ApiVersion::V38),
+        json!({"exclude_nodes": "n2", "hold": false, "begin_time": "now"})
+    );
+    // v0.0.39 reads begin_time as a number only.
+    assert!(update.body(ApiVersion::parse("v0.0.39").unwrap())["begin_time"].is_i64());
 }
