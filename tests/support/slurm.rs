@@ -240,9 +240,8 @@ impl Drop for HeadlessEngine {
     }
 }
 
-/// The processes whose environment holds `entry` (`KEY=VALUE`).
+/// The processes whose environment holds `entry` (`KEY=VALUE`), this one aside.
 pub fn processes_with_env(entry: &str) -> Vec<u32> {
-    let marker = format!("{entry}\0");
     let own = std::process::id();
     std::fs::read_dir("/proc")
         .into_iter()
@@ -251,8 +250,11 @@ pub fn processes_with_env(entry: &str) -> Vec<u32> {
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| *pid != own)
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|environ| String::from_utf8_lossy(&environ).contains(&marker))
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|byte| *byte == 0)
+                    .any(|variable| variable == entry.as_bytes())
+            })
         })
         .collect()
 }
