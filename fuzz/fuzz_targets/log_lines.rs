@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
 use runguard_engine::telemetry::line::{frame, frame_with_year};
 use runguard_engine::telemetry::pipeline::{Digester, blamed_host};
-use runguard_engine::telemetry::record::{named_host, recognise, recognise_hinted};
+use runguard_engine::telemetry::record::{named_host, recognise};
 use runguard_engine::telemetry::traceback::{TracebackAssembler, TracebackLimits};
 use runguard_engine::telemetry::{straggler_report, structured};
 
@@ -23,11 +23,10 @@ fuzz_target!(|data: &[u8]| {
     for line in text.lines() {
         lines += 1;
         let framed = frame(line);
-        assert!(framed.message.len() <= line.len());
+        // Framing only splits off a prefix (rank label, timestamp) and the line ending.
+        assert!(line.contains(framed.message));
         let _ = frame_with_year(line, 1999);
-        let record = recognise(framed.message);
-        // The hint only skips work: it never changes what a line with markers says.
-        assert_eq!(record, recognise_hinted(framed.message, true));
+        let _ = recognise(framed.message);
         let _ = structured::parse(framed.message);
         let _ = straggler_report::parse(framed.message);
         let _ = named_host(framed.message);
