@@ -51,6 +51,22 @@ const KEYS: &[&str] = &[
 /// Values that are the user's words or paths: only a known key ends them.
 const FREE_TEXT: &[&str] = &["Name", "WorkDir"];
 
+/// The keys a record is read from, each written once a line.
+const READ_KEYS: &[&str] = &[
+    "JobId",
+    "UserId",
+    "Name",
+    "JobState",
+    "Partition",
+    "NodeList",
+    "NodeCnt",
+    "SubmitTime",
+    "StartTime",
+    "EndTime",
+    "ExitCode",
+    "WorkDir",
+];
+
 /// One ended attempt of a job (or, from sacct, one row of its history).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobCompRecord {
@@ -138,6 +154,12 @@ fn record_from_line<Tz: TimeZone>(
             return Err(format!("jobcomp: not a job record: {excerpt:?}"));
         }
     };
+    // A key twice comes from a job name or a work dir holding ` Key=`: not read rather than misread.
+    if let Some(key) = fields.repeated(READ_KEYS) {
+        return Err(format!(
+            "jobcomp: job {job_id}: {key} appears twice (a value holds \" {key}=\"); not read"
+        ));
+    }
     let mut warn = |what: String| warnings.push(format!("jobcomp: job {job_id}: {what}"));
     let state_raw = fields.value("JobState").unwrap_or("UNKNOWN");
     // The file only gets a line when an attempt ends, so PENDING there means "put back in the queue".
@@ -317,6 +339,19 @@ mod tests {
         assert_eq!(
             (kept.start_time, kept.end_time, kept.exit_code),
             (None, None, None)
+        );
+    }
+
+    #[test]
+    fn a_node_list_inside_a_job_name_makes_the_record_unreadable_not_misread() {
+        let line = "JobId=9 UserId=a(1) GroupId=a(1) Name=x NodeList=evil1 JobState=NODE_FAIL \
+                    Partition=gpu TimeLimit=10 StartTime=2026-11-23T12:00:00 \
+                    EndTime=2026-11-23T12:05:00 NodeList=n1 NodeCnt=1 ProcCnt=8 WorkDir=/w\n";
+        let (records, warnings) = parse_in(line, &Utc);
+        assert!(records.is_empty(), "{records:?}");
+        assert!(
+            warnings[0].contains("job 9: NodeList appears twice"),
+            "{warnings:?}"
         );
     }
 

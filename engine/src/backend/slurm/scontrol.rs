@@ -137,6 +137,35 @@ const KEYS: &[&str] = &[
 
 /// Keys whose values are free text (the user's or an admin's words, paths): only a known key ends them,
 /// so a comment such as `step Foo=1` stays whole.
+/// The keys a job is read from, each printed once a line.
+const READ_KEYS: &[&str] = &[
+    "JobId",
+    "JobName",
+    "JobState",
+    "Reason",
+    "NodeList",
+    "ExcNodeList",
+    "ReqNodeList",
+    "Comment",
+    "Partition",
+    "Command",
+    "WorkDir",
+    "Dependency",
+    "Reservation",
+    "UserId",
+    "StdOut",
+    "TRES",
+    "AllocTRES",
+    "ReqTRES",
+    "NumNodes",
+    "Restarts",
+    "NumCPUs",
+    "SubmitTime",
+    "StartTime",
+    "EndTime",
+    "ExitCode",
+];
+
 const FREE_TEXT: &[&str] = &[
     "JobName",
     "Reason",
@@ -191,6 +220,13 @@ fn job_from_line<Tz: TimeZone>(
             .map_err(|_| format!("scontrol: job id {id:?} is not a number"))?,
         _ => return Err(format!("scontrol: not a job line: {:?}", excerpt(line))),
     };
+    // `sbatch -J "x NodeList=n9"` must not move the job onto n9: an ambiguous job is not read.
+    if let Some(key) = fields.repeated(READ_KEYS) {
+        return Err(format!(
+            "scontrol: job {job_id}: {key} appears twice (a value holds \" {key}=\"), so which \
+             one scontrol wrote cannot be told; the job is not read"
+        ));
+    }
     let mut json = Map::new();
     json.insert("job_id".into(), job_id.into());
     let mut put_text = |key: &str, field: &str| {
@@ -332,6 +368,19 @@ impl<'l> Fields<'l> {
     /// The value of the first `key`, unless Slurm wrote it as empty or `(null)`.
     pub(crate) fn value(&self, key: &str) -> Option<&'l str> {
         self.raw(key).filter(|value| !is_null(value))
+    }
+
+    /// The first of `keys` that the line holds more than once. Slurm prints each of them once, so a
+    /// second one comes from a value holding ` Key=` (a job name, a comment, a path the user chose),
+    /// and which of the two Slurm wrote cannot be told.
+    pub(crate) fn repeated(&self, keys: &[&'l str]) -> Option<&'l str> {
+        keys.iter().copied().find(|key| {
+            self.pairs
+                .iter()
+                .filter(|(name, _)| name == key)
+                .nth(1)
+                .is_some()
+        })
     }
 }
 
@@ -595,6 +644,23 @@ mod tests {
         assert_eq!(job.exit_code, None);
         assert_eq!(job.submit_time, None);
         assert_eq!(job.end_time, Some(utc("2026-11-23T12:00:00")));
+    }
+
+    #[test]
+    fn a_key_written_inside_a_job_name_or_comment_makes_the_job_unreadable_not_misread() {
+        let line = "JobId=7 JobName=x NodeList=evil[1-2] UserId=a(1) JobState=RUNNING \
+                    NodeList=n[1-2] Comment=hi StdOut=/etc/shadow WorkDir=/w StdOut=/w/real.log";
+        let (jobs, warnings) = parse_in(line, &Utc);
+        assert!(jobs.is_empty(), "{jobs:?}");
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].contains("job 7: NodeList appears twice"),
+            "{warnings:?}"
+        );
+        let comment_only = "JobId=8 JobName=x NodeList=n[1-2] Comment=see StdOut=/etc/shadow \
+                            StdOut=/w/real.log";
+        let (jobs, warnings) = parse_in(comment_only, &Utc);
+        assert!(jobs.is_empty() && warnings[0].contains("StdOut appears twice"));
     }
 
     #[test]
