@@ -7,14 +7,16 @@
 //! `RUNGUARD_SLURM_RELEASE=24.11 cargo bench --bench slurm_load` (the Debian trixie root of
 //! tests/slurm/trixie-root.sh). `RUNGUARD_LOAD_JOBS` changes the number of jobs (default 100).
 
+#[path = "lab.rs"]
+mod lab;
+
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use lab::Cluster;
+
 const BIN: &str = env!("CARGO_BIN_EXE_runguard");
-const CLUSTER_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
 const WINDOW: Duration = Duration::from_secs(60);
 
 /// A job that writes a line a second for an hour, enrolled by its comment.
@@ -25,57 +27,11 @@ const JOB: &str = r#"#!/bin/bash
 for i in $(seq 1 3600); do echo "iteration $i/3600 | elapsed time per iteration (ms): 1000.0"; sleep 1; done
 "#;
 
-struct Cluster {
-    dir: PathBuf,
-    env: Vec<(String, String)>,
+trait Rpcs {
+    fn rpcs(&self) -> BTreeMap<String, u64>;
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.command("scancel").args(["--user", "root"]).status();
-        let _ = Command::new("bash")
-            .args([CLUSTER_SH, "stop"])
-            .arg(&self.dir)
-            .status();
-    }
-}
-
-impl Cluster {
-    fn start(dir: &Path, release: &str, binds: &Path) -> Result<Self, String> {
-        let output = Command::new("bash")
-            .args([CLUSTER_SH, "start"])
-            .arg(dir)
-            .arg(release)
-            .env("RUNGUARD_SLURM_CPUS", "32")
-            .env("RUNGUARD_SLURM_BINDS", binds)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !output.status.success() {
-            return Err(String::from_utf8_lossy(&output.stderr).into_owned());
-        }
-        // The exports start prints (SLURM_CONF, and PATH for a release in its own root).
-        let env = String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| line.strip_prefix("export "))
-            .filter_map(|pair| pair.split_once('='))
-            .map(|(key, value)| {
-                let value = value.trim_matches('"');
-                let path = std::env::var("PATH").unwrap_or_default();
-                (key.to_string(), value.replace("$PATH", &path))
-            })
-            .collect();
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            env,
-        })
-    }
-
-    fn command(&self, program: impl Into<OsString>) -> Command {
-        let mut command = Command::new(program.into());
-        command.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        command
-    }
-
+impl Rpcs for Cluster {
     /// RPCs by message type since the last reset, `sdiag`'s own left out.
     fn rpcs(&self) -> BTreeMap<String, u64> {
         let Ok(output) = self.command("sdiag").output() else {
@@ -144,7 +100,7 @@ fn running_jobs(cluster: &Cluster) -> usize {
 }
 
 fn main() {
-    let release = std::env::var("RUNGUARD_SLURM_RELEASE").unwrap_or_else(|_| "22.05".to_string());
+    let release = lab::release();
     let jobs: usize = std::env::var("RUNGUARD_LOAD_JOBS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -164,7 +120,12 @@ fn main() {
         eprintln!("slurm_load: no temporary directory");
         return;
     };
-    let cluster = match Cluster::start(&work.path().join("slurm"), &release, work.path()) {
+    let cluster = match Cluster::start(
+        &work.path().join("slurm"),
+        &release,
+        work.path(),
+        &[("RUNGUARD_SLURM_CPUS", "32")],
+    ) {
         Ok(cluster) => cluster,
         Err(err) => {
             eprintln!("slurm_load: the local Slurm {release} did not start: {err}");

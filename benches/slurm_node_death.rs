@@ -8,13 +8,15 @@
 //! `cargo bench --bench slurm_node_death`; `RUNGUARD_SLURM_RELEASE=24.11 cargo bench --bench
 //! slurm_node_death` on the Debian trixie root. `RUNGUARD_DEATH_ROUNDS` rounds (default 3).
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+#[path = "lab.rs"]
+mod lab;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use lab::Cluster;
+
 const BIN: &str = env!("CARGO_BIN_EXE_runguard");
-const CLUSTER_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/slurm/cluster.sh");
 /// Longest a round waits for the run to go on.
 const GIVE_UP: Duration = Duration::from_secs(240);
 
@@ -25,78 +27,11 @@ const JOB: &str = r#"#!/bin/bash
 srun -l bash -c 'for i in $(seq 1 3600); do echo "step $i loss 1.0"; sleep 1; done'
 "#;
 
-struct Cluster {
-    dir: PathBuf,
-    env: Vec<(String, String)>,
+trait Jobs {
+    fn jobs(&self) -> Vec<(String, String, String)>;
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .args([CLUSTER_SH, "stop"])
-            .arg(&self.dir)
-            .status();
-    }
-}
-
-impl Cluster {
-    fn start(dir: &Path, release: &str, binds: &Path) -> Result<Self, String> {
-        let output = Command::new("bash")
-            .args([CLUSTER_SH, "start"])
-            .arg(dir)
-            .arg(release)
-            .env("RUNGUARD_SLURM_BINDS", binds)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !output.status.success() {
-            return Err(String::from_utf8_lossy(&output.stderr).into_owned());
-        }
-        let path = std::env::var("PATH").unwrap_or_default();
-        let env = String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| line.strip_prefix("export "))
-            .filter_map(|pair| pair.split_once('='))
-            .map(|(key, value)| {
-                (
-                    key.to_string(),
-                    value.trim_matches('"').replace("$PATH", &path),
-                )
-            })
-            .collect();
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            env,
-        })
-    }
-
-    fn command(&self, program: impl Into<OsString>) -> Command {
-        let mut command = Command::new(program.into());
-        command.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        command
-    }
-
-    fn conf(&self) -> String {
-        self.env
-            .iter()
-            .find(|(key, _)| key == "SLURM_CONF")
-            .map(|(_, value)| value.clone())
-            .unwrap_or_default()
-    }
-
-    /// The host names of a Slurm host list (`n[1,3-4]`).
-    fn hosts(&self, list: &str) -> Vec<String> {
-        self.command("scontrol")
-            .args(["show", "hostnames", list])
-            .output()
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
+impl Jobs for Cluster {
     /// (job id, state, nodes) of every job the controller lists.
     fn jobs(&self) -> Vec<(String, String, String)> {
         let Ok(output) = self
@@ -154,7 +89,7 @@ fn signal(pids: &[u32], name: &str) {
 /// [`GIVE_UP`].
 fn round(release: &str, with_runguard: bool, index: usize) -> Result<Option<f64>, String> {
     let work = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let cluster = Cluster::start(&work.path().join("slurm"), release, work.path())?;
+    let cluster = Cluster::start(&work.path().join("slurm"), release, work.path(), &[])?;
     let logs = work.path().join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
     let script = work.path().join("ranks.sbatch");
@@ -280,7 +215,7 @@ fn summary(values: &[f64]) -> String {
 }
 
 fn main() {
-    let release = std::env::var("RUNGUARD_SLURM_RELEASE").unwrap_or_else(|_| "22.05".to_string());
+    let release = lab::release();
     let rounds: usize = std::env::var("RUNGUARD_DEATH_ROUNDS")
         .ok()
         .and_then(|n| n.parse().ok())

@@ -1,21 +1,11 @@
 //! One log per attempt: a job requeued under its id writes every run to one output file, and each
 //! line belongs to exactly one attempt (appended, truncated, or a file of each attempt's own).
 
-use std::io::Write;
 use std::path::Path;
 
 use runguard_engine::model::JobState;
 
-use crate::support::{EngineRig, job};
-
-fn append(path: &Path, text: &str) {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    file.write_all(text.as_bytes()).unwrap();
-}
+use crate::support::{EngineRig, append, job};
 
 fn iterations(from: u64, to: u64) -> String {
     (from..=to)

@@ -1,20 +1,9 @@
 //! Dead nodes, early: a node the scheduler says no longer answers, or whose ranks went quiet while the
 //! others go on, is a node failure of its running job at once.
 
-use std::io::Write;
-
 use runguard_engine::model::ActionKind;
 
-use crate::support::{EngineRig, job};
-
-fn append(path: &std::path::Path, text: &str) {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    file.write_all(text.as_bytes()).unwrap();
-}
+use crate::support::{EngineRig, append, job};
 
 #[tokio::test]
 async fn a_node_the_scheduler_says_is_not_responding_is_excluded_from_the_running_job_at_once() {

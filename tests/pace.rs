@@ -1,17 +1,6 @@
 //! The scheduler is asked at most once per poll interval, whatever the logs do.
 
-use std::io::Write;
-
-use crate::support::{EngineRig, job};
-
-fn append(path: &std::path::Path, text: &str) {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    file.write_all(text.as_bytes()).unwrap();
-}
+use crate::support::{EngineRig, append, job};
 
 #[tokio::test]
 async fn log_wake_ups_between_two_polls_read_the_log_but_do_not_list_the_jobs() {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A Debian trixie root holding Slurm 24.11 (slurm-wlm, slurmrestd) and PyTorch (python3-torch), for
+# A Debian trixie root holding Slurm 24.11 (slurm-wlm, slurmrestd, the auth/jwt plugin) and PyTorch
+# (python3-torch), for
 # `tests/slurm/cluster.sh start DIR 24.11`.
 #
 #   tests/slurm/trixie-root.sh [ROOT]    ROOT defaults to ${RUNGUARD_SLURM_ROOT:-/var/cache/runguard/trixie-root}
@@ -24,7 +25,7 @@ if [ -z "$root" ] || [ "$root" = / ]; then
     exit 2
 fi
 
-if [ -f "$root/$marker" ] && [ -x "$root/usr/sbin/slurmctld" ]; then
+if [ -f "$root/$marker" ] && [ -x "$root/usr/sbin/slurmctld" ] && [ -e "$root/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so" ]; then
     echo "$root: $(cat "$root/$marker") (already built)"
     exit 0
 fi
@@ -54,7 +55,8 @@ mirror() {
 mirror=${RUNGUARD_DEBIAN_MIRROR:-$(mirror)}
 mirror=${mirror:-http://deb.debian.org/debian}
 
-packages=slurm-wlm,slurmrestd
+# The JWT plugin lets the controller verify the tokens of the slurmrestd tests.
+packages=slurm-wlm,slurmrestd,slurm-wlm-jwt-plugin
 if [ "${RUNGUARD_TRIXIE_TORCH:-1}" != 0 ]; then
     packages="$packages,python3-torch"
 fi

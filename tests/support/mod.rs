@@ -30,6 +30,17 @@ pub const FIXTURE_NODE_STATUSES: [(&str, &str); 6] = [
     ("gpu-spot-1", "Ready"),
 ];
 
+/// Appends `text` to the file at `path`, creating it: a job writing its log.
+pub fn append(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+}
+
 /// When every test's manual clock starts, and when its scripted jobs were submitted.
 pub fn start_time() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-01-05T08:00:00Z")
