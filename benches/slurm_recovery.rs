@@ -81,10 +81,17 @@ fn job_state(conf: &Path, job_id: &str) -> Option<(String, i64)> {
         .as_array()?
         .iter()
         .find(|job| job["job_id"].as_i64().map(|id| id.to_string()).as_deref() == Some(job_id))?;
-    Some((
-        job["job_state"].as_str()?.to_string(),
-        job["restart_cnt"].as_i64().unwrap_or(0),
-    ))
+    // A word up to 23.11, a list of flags (`["RUNNING"]`) from data_parser v0.0.40 on.
+    let state = match &job["job_state"] {
+        Value::String(word) => word.clone(),
+        Value::Array(words) => words.first()?.as_str()?.to_string(),
+        _ => return None,
+    };
+    let restarts = match &job["restart_cnt"] {
+        Value::Object(wrapped) => wrapped.get("number").and_then(Value::as_i64),
+        plain => plain.as_i64(),
+    };
+    Some((state, restarts.unwrap_or(0)))
 }
 
 fn round(cluster: &Cluster, work: &Path, poll_secs: f64, index: usize) -> Result<Round, String> {
