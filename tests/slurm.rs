@@ -248,7 +248,7 @@ fn the_same_recovery_reading_scontrol_show_job_instead_of_squeue_json() {
 }
 
 #[test]
-fn a_node_that_stops_answering_is_excluded_from_the_job_slurm_requeued_by_itself() {
+fn a_node_that_stops_answering_is_excluded_and_the_run_goes_on_without_it() {
     if !slurm_available() {
         return;
     }
@@ -261,7 +261,14 @@ fn a_node_that_stops_answering_is_excluded_from_the_job_slurm_requeued_by_itself
     assert_eq!(workflow["succeeded"], true, "{workflow:#}");
     let attempts = workflow["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 2, "{workflow:#}");
-    assert_eq!(attempts[0]["state"], "requeued");
+    // Requeued under its id (by runguard, or by Slurm once it declared n2 down), or, when the ended
+    // job was still kept on the frozen n2, left completing there while the run went on as a new job.
+    let first = attempts[0]["state"].as_str().unwrap_or_default();
+    let moved = attempts[0]["job_id"] != attempts[1]["job_id"];
+    assert!(
+        first == "requeued" || (moved && ["completing", "cancelled", "node_fail"].contains(&first)),
+        "{workflow:#}"
+    );
     assert_eq!(workflow["attributions"][0]["category"], "node_failure");
     assert_eq!(
         workflow["attributions"][0]["culprit"]["node"], "n2",
