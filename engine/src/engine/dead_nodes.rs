@@ -18,19 +18,16 @@ impl Engine {
         let backend = self.backend.kind();
         let mut nodes: Vec<String> = Vec::new();
         let mut running = Vec::new();
-        for workflow in self.store.db().workflows()? {
-            if !workflow.status.is_active() || workflow.backend != backend {
-                continue;
-            }
-            if let Some(attempt) = self.store.db().attempts(workflow.id)?.pop()
-                && attempt.state == JobState::Running
-            {
-                running.push((attempt.workflow_id, attempt.index));
-                for node in attempt.nodes {
-                    if !nodes.contains(&node) {
-                        nodes.push(node);
-                    }
+        for (node, attempts) in self.attempts_by_node()? {
+            let mut under_a_running_job = false;
+            for (workflow, attempt) in attempts {
+                if workflow.backend == backend && attempt.state == JobState::Running {
+                    under_a_running_job = true;
+                    running.push((attempt.workflow_id, attempt.index));
                 }
+            }
+            if under_a_running_job {
+                nodes.push(node);
             }
         }
         // What was heard of attempts that no longer run is of no use.

@@ -102,12 +102,9 @@ pub struct Engine {
     dead_nodes: HashMap<String, String>,
     /// When each node of a running attempt was last heard from in its log, per (workflow, attempt).
     silence: HashMap<(WorkflowId, u32), detect::node_silence::NodeSilence>,
-    /// Listings made so far, and when the last one was made.
-    listings: u64,
-    listed_at: Option<DateTime<Utc>>,
-    /// Logs found truncated or replaced under an attempt, with the listing count then: read again only
-    /// after a later listing showed no new run of the job took the file.
-    log_restarts: HashMap<(WorkflowId, u32), u64>,
+    /// Logs found truncated or replaced under an attempt, with when: read again only after a later
+    /// listing showed no new run of the job took the file.
+    log_restarts: HashMap<(WorkflowId, u32), DateTime<Utc>>,
 }
 
 impl Engine {
@@ -151,8 +148,6 @@ impl Engine {
             pace,
             dead_nodes: HashMap::new(),
             silence: HashMap::new(),
-            listings: 0,
-            listed_at: None,
             log_restarts: HashMap::new(),
         }
     }

@@ -32,10 +32,10 @@ pub(super) struct NodeProbes {
 }
 
 /// The latest attempt of each active workflow, by node, for the nodes they hold.
-type AttemptsByNode = BTreeMap<String, Vec<(Workflow, Attempt)>>;
+pub(super) type AttemptsByNode = BTreeMap<String, Vec<(Workflow, Attempt)>>;
 
 impl Engine {
-    fn attempts_by_node(&self) -> Result<AttemptsByNode, EngineError> {
+    pub(super) fn attempts_by_node(&self) -> Result<AttemptsByNode, EngineError> {
         let mut by_node: AttemptsByNode = BTreeMap::new();
         for workflow in self.store.db().workflows()? {
             if !workflow.status.is_active() {

@@ -171,8 +171,6 @@ impl Engine {
         // `runguard watch` adds jobs from another process at any time.
         let watched = self.store.db().watched_jobs(self.backend.name())?;
         self.backend.set_watched(&watched);
-        self.listings += 1;
-        self.listed_at = Some(now);
         let asked = std::time::Instant::now();
         let listing = with_timeout(self.backend.list_jobs()).await;
         let load = self.pace.listed(now, asked.elapsed());
@@ -519,17 +517,19 @@ impl Engine {
         }
         // This tick's listing came after the run could have been requeued: a requeued job waits in the
         // queue for seconds before its new run truncates the file, and the listing shows it requeued.
-        if self.listed_at == Some(self.clock.now()) && !self.log_restarts.contains_key(&key) {
+        let now = self.clock.now();
+        let listed_at = self.pace.listed_at();
+        if listed_at == Some(now) && !self.log_restarts.contains_key(&key) {
             return true;
         }
         match self.log_restarts.get(&key) {
-            Some(&seen_at) if self.listings > seen_at => {
+            Some(&seen_at) if listed_at.is_some_and(|listed| listed > seen_at) => {
                 self.log_restarts.remove(&key);
                 true
             }
             Some(_) => false,
             None => {
-                self.log_restarts.insert(key, self.listings);
+                self.log_restarts.insert(key, now);
                 false
             }
         }

@@ -29,6 +29,8 @@ pub(super) struct Pace {
     last_nodes: Option<DateTime<Utc>>,
     /// When a failure in a log last brought a listing forward.
     last_expedited: Option<DateTime<Utc>>,
+    /// A listing was brought forward and has not been made yet.
+    expedited: bool,
     /// When every log was last read and every workflow looked at.
     last_full_pass: Option<DateTime<Utc>>,
 }
@@ -59,14 +61,22 @@ impl Pace {
             last_listing: None,
             last_nodes: None,
             last_expedited: None,
+            expedited: false,
             last_full_pass: None,
         }
     }
 
     /// A listing is due: the first one, or one gap after the last.
     pub(super) fn listing_due(&self, now: DateTime<Utc>) -> bool {
+        self.expedited
+            || self
+                .last_listing
+                .is_none_or(|last| now - last >= self.gap || now < last)
+    }
+
+    /// When the jobs were last listed.
+    pub(super) fn listed_at(&self) -> Option<DateTime<Utc>> {
         self.last_listing
-            .is_none_or(|last| now - last >= self.gap || now < last)
     }
 
     /// A node-state query is due (asked only together with a listing).
@@ -86,7 +96,7 @@ impl Pace {
             .is_none_or(|last| now - last >= self.gap || now < last);
         if allowed && !self.listing_due(now) {
             self.last_expedited = Some(now);
-            self.last_listing = None;
+            self.expedited = true;
         }
     }
 
@@ -107,6 +117,7 @@ impl Pace {
     /// Records a listing that took `took` of real time, and says whether the controller is slow.
     pub(super) fn listed(&mut self, now: DateTime<Utc>, took: Duration) -> Load {
         self.last_listing = Some(now);
+        self.expedited = false;
         let threshold = SLOW_ANSWER.max(self.poll.to_std().unwrap_or_default() / 4);
         let was_slow = self.gap > self.poll;
         if took >= threshold {
