@@ -15,6 +15,27 @@ pub fn release() -> String {
     std::env::var("RUNGUARD_SLURM_RELEASE").unwrap_or_else(|_| "22.05".to_string())
 }
 
+/// A count from the environment variable `name`, else `default`.
+pub fn count_from_env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Whether the host has the commands of `release`: 24.11 brings its own in the trixie root, 22.05
+/// needs Debian's packages (each of `programs`) on the host.
+pub fn installed(release: &str, programs: &[&str]) -> bool {
+    release != "22.05"
+        || programs.iter().all(|program| {
+            // The program's name is an argument of the shell, never part of its script.
+            Command::new("sh")
+                .args(["-c", "command -v \"$0\"", program])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
 pub struct Cluster {
     pub dir: PathBuf,
     env: Vec<(String, String)>,

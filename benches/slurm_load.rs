@@ -11,7 +11,7 @@
 mod lab;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use lab::Cluster;
@@ -101,16 +101,8 @@ fn running_jobs(cluster: &Cluster) -> usize {
 
 fn main() {
     let release = lab::release();
-    let jobs: usize = std::env::var("RUNGUARD_LOAD_JOBS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(100);
-    if release == "22.05"
-        && !Command::new("sh")
-            .args(["-c", "command -v slurmctld && command -v sdiag"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    {
+    let jobs = lab::count_from_env("RUNGUARD_LOAD_JOBS", 100);
+    if !lab::installed(&release, &["slurmctld", "sdiag"]) {
         println!(
             "slurm_load: skipped, Slurm is not installed (apt-get install slurmctld slurmd slurm-client)"
         );

@@ -216,16 +216,8 @@ fn summary(values: &[f64]) -> String {
 
 fn main() {
     let release = lab::release();
-    let rounds: usize = std::env::var("RUNGUARD_DEATH_ROUNDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(3);
-    if release == "22.05"
-        && !Command::new("sh")
-            .args(["-c", "command -v slurmctld"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    {
+    let rounds = lab::count_from_env("RUNGUARD_DEATH_ROUNDS", 3);
+    if !lab::installed(&release, &["slurmctld"]) {
         println!("slurm_node_death: skipped, Slurm is not installed");
         return;
     }

@@ -37,16 +37,22 @@ async fn a_node_the_scheduler_says_is_not_responding_is_excluded_from_the_runnin
     );
 }
 
-#[tokio::test]
-async fn a_node_whose_ranks_go_quiet_while_the_others_write_is_excluded() {
+/// Job 4201 on n1 and n2, two ranks a node (srun -l labels 0-3), with its log.
+fn two_ranks_a_node() -> (EngineRig, std::path::PathBuf) {
     let rig = EngineRig::default();
     let log = rig.path().join("train.log");
     append(&log, "");
-    // Two ranks a node (srun -l labels 0-3), every rank writing every 5 s.
     let mut spec = job("4201").running_on(["n1", "n2"]).log(&log).build();
     spec.spec.gpus_per_node = 2;
     rig.backend.add([spec]);
+    (rig, log)
+}
+
+#[tokio::test]
+async fn a_node_whose_ranks_go_quiet_while_the_others_write_is_excluded() {
+    let (rig, log) = two_ranks_a_node();
     let mut engine = rig.engine();
+    // Every rank writing every 5 s.
     for step in 0..12 {
         for rank in 0..4 {
             append(&log, &format!("{rank}: step {step} loss 1.0\n"));
@@ -84,12 +90,7 @@ async fn a_node_whose_ranks_go_quiet_while_the_others_write_is_excluded() {
 
 #[tokio::test]
 async fn a_job_that_logs_from_one_rank_only_is_not_a_quiet_node() {
-    let rig = EngineRig::default();
-    let log = rig.path().join("train.log");
-    append(&log, "");
-    let mut spec = job("4201").running_on(["n1", "n2"]).log(&log).build();
-    spec.spec.gpus_per_node = 2;
-    rig.backend.add([spec]);
+    let (rig, log) = two_ranks_a_node();
     let mut engine = rig.engine();
     // Every rank says hello, then only the last rank (on n2) reports progress, as Megatron does.
     for rank in 0..4 {
