@@ -200,5 +200,10 @@ pub fn describe(event: &EngineEvent) -> String {
                 .unwrap_or_default()
         ),
         EngineEvent::Warning { kind, message } => format!("! {kind}: {message}"),
+        EngineEvent::NodeStateChanged {
+            node,
+            state,
+            reason,
+        } => format!("◆ node {node} is {}: {reason}", state.as_str()),
     }
 }

@@ -15,6 +15,7 @@ pub mod detect;
 pub mod engine;
 pub mod explain;
 pub mod http;
+pub mod ledger;
 pub mod metrics;
 pub mod model;
 pub mod paths;

@@ -113,6 +113,8 @@ pub struct Capabilities {
     pub signal: bool,
     /// Tell which nodes of a partition can run jobs now.
     pub usable_nodes: bool,
+    /// Change which nodes a pending job must avoid.
+    pub update_exclusions: bool,
 }
 
 /// One thing a backend can do, to build [`Capabilities`] from a list.
@@ -125,6 +127,7 @@ pub enum Can {
     Drain,
     Signal,
     UsableNodes,
+    UpdateExclusions,
 }
 
 impl Capabilities {
@@ -139,6 +142,7 @@ impl Capabilities {
             drain: can(Can::Drain),
             signal: can(Can::Signal),
             usable_nodes: can(Can::UsableNodes),
+            update_exclusions: can(Can::UpdateExclusions),
         }
     }
 }
@@ -255,6 +259,23 @@ pub trait Backend: Send + Sync {
 
     /// Takes a node out of scheduling with a reason.
     async fn drain_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError>;
+
+    /// Sets the nodes a pending job must not run on to `nodes` (the whole list).
+    async fn set_exclusions(
+        &self,
+        job_id: &str,
+        _nodes: &[String],
+    ) -> Result<ActionOutcome, BackendError> {
+        let _ = job_id;
+        Err(self.unsupported("change a pending job's node exclusions"))
+    }
+
+    /// Returns `node` to service if it is drained with exactly `reason` (runguard's own drain);
+    /// a drain with any other reason is left as it is, and the outcome says so.
+    async fn resume_node(&self, node: &str, _reason: &str) -> Result<ActionOutcome, BackendError> {
+        let _ = node;
+        Err(self.unsupported("return a node to service"))
+    }
 
     /// The exact command an action runs on this backend, for approvals and the journal.
     fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String;

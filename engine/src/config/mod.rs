@@ -35,6 +35,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub backend: BackendConfig,
     pub recovery: RecoveryConfig,
+    pub ledger: LedgerConfig,
     pub telemetry: TelemetryConfig,
     pub sim: SimConfig,
     pub slurm: SlurmConfig,
@@ -280,10 +281,53 @@ impl Default for RecoveryConfig {
                 ActionKind::Requeue,
                 ActionKind::Resubmit,
                 ActionKind::Cancel,
+                ActionKind::UpdateExclusions,
             ],
             drain_culprit_nodes: true,
             min_nodes: 0,
             watchdog_secs: 1800,
+        }
+    }
+}
+
+/// The node ledger: how quarantined nodes are checked and let back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LedgerConfig {
+    /// The health check of a quarantined node, as argv with `{node}` (`["dcgmi", "diag", "-r", "2"]`
+    /// through the site's remote shell, a short all-reduce job pinned to the node, a site script); exit
+    /// status 0 lets the node back. Empty: a quarantined node stays out until `runguard nodes
+    /// --release NODE`.
+    pub health_check: Vec<String>,
+    /// Longest a health check may run.
+    pub health_check_timeout_secs: u64,
+    /// First check after a node is quarantined; the wait doubles after each failed check.
+    pub first_check_secs: u64,
+    /// Longest wait between two checks.
+    pub max_check_interval_secs: u64,
+    /// Probation after a node's first return to service, doubled with each later quarantine.
+    pub probation_secs: u64,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        Self {
+            health_check: Vec::new(),
+            health_check_timeout_secs: 900,
+            first_check_secs: 300,
+            max_check_interval_secs: 6 * 3600,
+            probation_secs: 24 * 3600,
+        }
+    }
+}
+
+impl LedgerConfig {
+    pub fn schedule(&self) -> crate::ledger::Schedule {
+        let secs = |secs: u64| chrono::TimeDelta::seconds(secs.min(i64::MAX as u64 / 1000) as i64);
+        crate::ledger::Schedule {
+            first_check: secs(self.first_check_secs.max(1)),
+            max_check_interval: secs(self.max_check_interval_secs.max(1)),
+            probation: secs(self.probation_secs),
         }
     }
 }

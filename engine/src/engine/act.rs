@@ -297,6 +297,57 @@ impl Engine {
                     Err(err) => retry_or_fail(err),
                 }
             }
+            ActionKind::ResumeNode => {
+                let node = params.node.clone().unwrap_or_default();
+                let reason = params.reason.clone().unwrap_or_default();
+                match with_timeout(self.backend.resume_node(&node, &reason)).await {
+                    Ok(outcome) => Execution::Ran(outcome.detail),
+                    Err(err) => retry_or_fail(err),
+                }
+            }
+            ActionKind::UpdateExclusions => self.update_exclusions(action).await,
+        }
+    }
+
+    /// Adds `params.node` to a pending job's exclusions (or takes it away, when the planned list
+    /// leaves it out), over the job's exclusions as they are now: what the user set meanwhile stays.
+    async fn update_exclusions(&mut self, action: &Action) -> Execution {
+        let params = &action.params;
+        let job_id = params.job_id.clone().unwrap_or_default();
+        let Some(node) = params.node.clone() else {
+            return Execution::Failed("no node to add or take away".to_string());
+        };
+        let adding = params.exclude_nodes.contains(&node);
+        let job = match with_timeout(self.backend.job(&job_id)).await {
+            Ok(Some(job)) if job.state == JobState::Unknown => return not_understood(&job),
+            Ok(Some(job)) if job.state != JobState::Pending => {
+                return Execution::Superseded(format!(
+                    "job {job_id} is {} now, not pending",
+                    job.state_raw
+                ));
+            }
+            Ok(Some(job)) => job,
+            Ok(None) => return Execution::Superseded(format!("job {job_id} is gone")),
+            Err(err) => return retry_or_fail(err),
+        };
+        if job.excluded_nodes.contains(&node) == adding {
+            return Execution::AlreadyDone(format!(
+                "job {job_id} {} {node}",
+                if adding { "already excludes" } else { "no longer excludes" }
+            ));
+        }
+        let mut exclude: Vec<String> = job
+            .excluded_nodes
+            .iter()
+            .filter(|n| **n != node)
+            .cloned()
+            .collect();
+        if adding {
+            exclude.push(node);
+        }
+        match with_timeout(self.backend.set_exclusions(&job_id, &exclude)).await {
+            Ok(outcome) => Execution::Ran(outcome.detail),
+            Err(err) => retry_or_fail(err),
         }
     }
 
@@ -346,6 +397,9 @@ impl Engine {
         }];
         self.store.write(|db| {
             db.update_action(&action)?;
+            if state == ActionState::Done {
+                Engine::ledger_after_action(db, &action, now)?;
+            }
             db.journal(
                 Some(action.workflow_id),
                 now,

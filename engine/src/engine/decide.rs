@@ -219,6 +219,7 @@ impl Engine {
             }
             _ => attribution.evidence.clone(),
         };
+        let incident = Self::attribution_incident(&attempt, &attribution);
         self.journal_failure(
             workflow,
             &attempt,
@@ -230,7 +231,8 @@ impl Engine {
             attribution,
             decision,
             now,
-        )
+        )?;
+        self.note_incidents(incident.into_iter().collect(), now)
     }
 
     /// The nodes of the workflow's partition that can run jobs now, when the backend can tell; a

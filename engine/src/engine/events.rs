@@ -84,6 +84,12 @@ pub enum EngineEvent {
     SchedulerReachable { down_secs: i64 },
     /// Input that was skipped or a backend call that failed; the engine carries on.
     Warning { kind: String, message: String },
+    /// The node ledger moved a node to another state.
+    NodeStateChanged {
+        node: String,
+        state: crate::model::NodeState,
+        reason: String,
+    },
 }
 
 impl EngineEvent {
@@ -102,6 +108,7 @@ impl EngineEvent {
             Self::SchedulerUnreachable { .. } => "scheduler_unreachable",
             Self::SchedulerReachable { .. } => "scheduler_reachable",
             Self::Warning { .. } => "warning",
+            Self::NodeStateChanged { .. } => "node_state_changed",
         }
     }
 }

@@ -75,69 +75,16 @@ impl Engine {
                 })?;
             }
             for intent in &decision.intents {
-                let command = backend.command_for(intent.kind, &intent.params);
-                let state = if intent.auto_approved {
-                    ActionState::Approved
-                } else {
-                    ActionState::Proposed
-                };
-                let mut action = Action {
-                    id: 0,
-                    workflow_id: workflow.id,
-                    attempt_index: attempt.index,
-                    kind: intent.kind,
-                    params: intent.params.clone(),
-                    state,
-                    permitted: intent.permitted,
-                    why: intent.why.clone(),
-                    command: Some(command.clone()),
-                    result: None,
-                    created_at: now,
-                    updated_at: now,
-                };
-                action.id = db.insert_action(&action)?;
-                let verdict = match (intent.permitted, intent.auto_approved) {
-                    (_, true) => "approved by the whitelist",
-                    (true, false) => "proposed: the engine runs without --auto",
-                    (false, _) => "proposed: not in the whitelist; waiting for approval",
-                };
-                db.journal(
-                    Some(workflow.id),
-                    now,
-                    &format!(
-                        "action {} {}: {} ({verdict}); command: {command}",
-                        action.id,
-                        intent.kind.as_str(),
-                        intent.why
-                    ),
+                store_intent(
+                    db,
+                    backend.as_ref(),
+                    &workflow,
+                    attempt.index,
+                    intent,
                     &evidence_quote,
+                    now,
+                    &mut events,
                 )?;
-                if state == ActionState::Proposed {
-                    db.insert_notification(&Notification {
-                        id: 0,
-                        workflow_id: Some(workflow.id),
-                        time: now,
-                        event: AlertEvent::ApprovalNeeded,
-                        severity: Severity::Warning,
-                        title: format!(
-                            "{}: action {} waits for approval",
-                            workflow.name, action.id
-                        ),
-                        body: format!(
-                            "{}\nwould run: {command}\napprove with `runguard approve {}`",
-                            intent.why, action.id
-                        ),
-                    })?;
-                }
-                events.push(EngineEvent::ActionPlanned {
-                    action_id: action.id,
-                    workflow_id: workflow.id,
-                    kind: intent.kind,
-                    state,
-                    permitted: intent.permitted,
-                    why: intent.why.clone(),
-                    command,
-                });
             }
             workflow.failures_since_checkpoint = decision.failures_since_checkpoint;
             set_status(
@@ -439,6 +386,85 @@ pub(crate) fn complete_workflow(
         workflow_id: workflow.id,
         status: WorkflowStatus::Completed,
         reason: Some(reason),
+    });
+    Ok(())
+}
+
+/// Stores one intent as an action (approved when the whitelist and `--auto` let it run, else proposed
+/// with a notification asking for approval), with its journal line and event.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn store_intent(
+    db: &crate::store::Db<'_>,
+    backend: &dyn crate::backend::Backend,
+    workflow: &Workflow,
+    attempt_index: u32,
+    intent: &crate::recover::Intent,
+    evidence_quote: &[String],
+    now: DateTime<Utc>,
+    events: &mut Vec<EngineEvent>,
+) -> Result<(), StoreError> {
+    let command = backend.command_for(intent.kind, &intent.params);
+    let state = if intent.auto_approved {
+        ActionState::Approved
+    } else {
+        ActionState::Proposed
+    };
+    let mut action = Action {
+        id: 0,
+        workflow_id: workflow.id,
+        attempt_index,
+        kind: intent.kind,
+        params: intent.params.clone(),
+        state,
+        permitted: intent.permitted,
+        why: intent.why.clone(),
+        command: Some(command.clone()),
+        result: None,
+        created_at: now,
+        updated_at: now,
+    };
+    action.id = db.insert_action(&action)?;
+    let verdict = match (intent.permitted, intent.auto_approved) {
+        (_, true) => "approved by the whitelist",
+        (true, false) => "proposed: the engine runs without --auto",
+        (false, _) => "proposed: not in the whitelist; waiting for approval",
+    };
+    db.journal(
+        Some(workflow.id),
+        now,
+        &format!(
+            "action {} {}: {} ({verdict}); command: {command}",
+            action.id,
+            intent.kind.as_str(),
+            intent.why
+        ),
+        evidence_quote,
+    )?;
+    if state == ActionState::Proposed {
+        db.insert_notification(&Notification {
+            id: 0,
+            workflow_id: Some(workflow.id),
+            time: now,
+            event: AlertEvent::ApprovalNeeded,
+            severity: Severity::Warning,
+            title: format!(
+                "{}: action {} waits for approval",
+                workflow.name, action.id
+            ),
+            body: format!(
+                "{}\nwould run: {command}\napprove with `runguard approve {}`",
+                intent.why, action.id
+            ),
+        })?;
+    }
+    events.push(EngineEvent::ActionPlanned {
+        action_id: action.id,
+        workflow_id: workflow.id,
+        kind: intent.kind,
+        state,
+        permitted: intent.permitted,
+        why: intent.why.clone(),
+        command,
     });
     Ok(())
 }

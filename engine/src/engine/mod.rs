@@ -9,6 +9,7 @@ mod dead_nodes;
 mod decide;
 mod events;
 mod journal;
+mod ledger;
 mod nodes;
 mod observe;
 mod outage;
@@ -271,6 +272,7 @@ impl Engine {
                 self.read_node_logs(now)?;
                 self.probe_nodes(now).await?;
                 self.detect_and_decide(now, None).await?;
+                self.tend_ledger(now).await?;
             }
             Some(paths) => {
                 let touched = self.read_logs(now, Some(paths))?;

@@ -196,6 +196,7 @@ impl Engine {
                 inventory.resolve(signal);
             }
         }
+        self.note_incidents(Self::signal_incidents(node, attempts, &signals, now), now)?;
         self.store.write(|db| {
             for signal in &signals {
                 let time = signal.time.unwrap_or(now);
@@ -269,7 +270,7 @@ fn describe(kind: &SignalKind) -> String {
 }
 
 /// Runs a node command as argv (never through a shell), `{node}` replaced, with a timeout.
-async fn run_node_command(
+pub(super) async fn run_node_command(
     argv: &[String],
     node: &str,
     timeout: Duration,

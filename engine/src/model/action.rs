@@ -23,10 +23,17 @@ pub enum ActionKind {
     /// workers, an env var...), excluding nodes: a change to the user's run, so never whitelisted by
     /// default.
     Recreate,
+    /// Change a pending job's node exclusions: add a node the ledger quarantined, or take away one
+    /// runguard itself added once the node is back in service. Only a job's own exclusions change, so
+    /// a user without operator rights can do it.
+    UpdateExclusions,
+    /// Return a node runguard drained to service, once its health check passed; a drain runguard
+    /// did not set is never touched.
+    ResumeNode,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 7] = [
+    pub const ALL: [ActionKind; 9] = [
         Self::Requeue,
         Self::Resubmit,
         Self::Cancel,
@@ -34,6 +41,8 @@ impl ActionKind {
         Self::Hold,
         Self::Release,
         Self::Recreate,
+        Self::UpdateExclusions,
+        Self::ResumeNode,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -45,6 +54,8 @@ impl ActionKind {
             Self::Hold => "hold",
             Self::Release => "release",
             Self::Recreate => "recreate",
+            Self::UpdateExclusions => "update_exclusions",
+            Self::ResumeNode => "resume_node",
         }
     }
 

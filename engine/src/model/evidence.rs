@@ -235,12 +235,16 @@ pub enum AlertEvent {
     Straggler,
     /// A job has waited in the queue far longer than expected.
     StuckPending,
+    /// The node ledger quarantined a node.
+    NodeQuarantined,
+    /// A quarantined node passed its health check and is back in service.
+    NodeReturned,
     /// Anything else worth a line in the history (enrolment, watching again).
     Notice,
 }
 
 impl AlertEvent {
-    pub const ALL: [AlertEvent; 14] = [
+    pub const ALL: [AlertEvent; 16] = [
         Self::Failure,
         Self::Recovering,
         Self::Recovered,
@@ -254,6 +258,8 @@ impl AlertEvent {
         Self::ThroughputDrop,
         Self::Straggler,
         Self::StuckPending,
+        Self::NodeQuarantined,
+        Self::NodeReturned,
         Self::Notice,
     ];
 
@@ -272,6 +278,8 @@ impl AlertEvent {
             Self::ThroughputDrop => "throughput_drop",
             Self::Straggler => "straggler",
             Self::StuckPending => "stuck_pending",
+            Self::NodeQuarantined => "node_quarantined",
+            Self::NodeReturned => "node_returned",
             Self::Notice => "notice",
         }
     }

@@ -6,6 +6,7 @@ mod action;
 mod attempt;
 mod evidence;
 mod narrative;
+mod node;
 mod remedy;
 mod workflow;
 
@@ -16,6 +17,7 @@ pub use evidence::{
     JournalEntry, Notification, Severity, ThroughputSample,
 };
 pub use narrative::Narrative;
+pub use node::{AddedExclusion, IncidentSource, NodeIncident, NodeRecord, NodeState};
 pub use remedy::{MicroBatch, Remedy, RemedyKind, RemedyParams, Toleration};
 pub use workflow::{BackendKind, JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
 

@@ -90,6 +90,11 @@ impl Db<'_> {
         )
     }
 
+    /// Every action of `kind`, oldest first.
+    pub fn actions_of_kind(&self, kind: ActionKind) -> Result<Vec<Action>, StoreError> {
+        self.select("FROM actions WHERE kind = ?1 ORDER BY id", [kind.as_str()])
+    }
+
     /// Every action, oldest first.
     pub fn all_actions(&self) -> Result<Vec<Action>, StoreError> {
         self.select("FROM actions ORDER BY id", [])

@@ -15,6 +15,7 @@ mod db;
 mod evidence;
 pub mod lock;
 mod narratives;
+mod nodes;
 mod notifications;
 mod offsets;
 mod schema;

@@ -228,4 +228,42 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE attempts ADD COLUMN log_end INTEGER;
     ALTER TABLE attempts ADD COLUMN log_tail BLOB;
     "#,
+    // 10: the node ledger. Every incident seen on a node, from every workflow and from node signals;
+    // each node's state; the exclusions runguard added to pending jobs, so that it removes only those.
+    r#"
+    CREATE TABLE node_incidents (
+        id INTEGER PRIMARY KEY,
+        node TEXT NOT NULL,
+        time TEXT NOT NULL,
+        source TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        weight REAL NOT NULL,
+        fatal INTEGER NOT NULL,
+        workflow_id INTEGER,
+        attempt_index INTEGER,
+        job_id TEXT,
+        evidence TEXT NOT NULL
+    );
+    CREATE INDEX node_incidents_by_node ON node_incidents(node, time);
+    CREATE TABLE nodes (
+        node TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        since TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        counted_from TEXT,
+        quarantines INTEGER NOT NULL,
+        next_check_at TEXT,
+        failed_checks INTEGER NOT NULL,
+        probation_until TEXT,
+        drain_reason TEXT,
+        updated_at TEXT NOT NULL
+    );
+    CREATE TABLE node_exclusions (
+        node TEXT NOT NULL,
+        workflow_id INTEGER NOT NULL,
+        job_id TEXT NOT NULL,
+        added_at TEXT NOT NULL,
+        PRIMARY KEY (node, job_id)
+    );
+    "#,
 ];

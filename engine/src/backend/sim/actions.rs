@@ -257,6 +257,61 @@ impl World {
         })
     }
 
+    /// `scontrol update State=RESUME`, only over a drain with exactly `reason`.
+    pub fn resume(
+        &mut self,
+        node: &str,
+        reason: &str,
+        at_ms: i64,
+        out: &mut Output,
+    ) -> Result<ActionOutcome, BackendError> {
+        let Some(state) = self.state.nodes.iter_mut().find(|n| n.name == node) else {
+            return Err(BackendError::Invalid(format!(
+                "no node named `{node}` in the simulated cluster"
+            )));
+        };
+        let detail = match state.drain_reason.as_deref() {
+            None => format!("{node} is not drained: nothing to undo"),
+            Some(current) if current != reason => {
+                format!("{node} left drained: its reason is {current:?}, not runguard's ({reason:?})")
+            }
+            Some(_) => {
+                state.drain_reason = None;
+                out.changed = true;
+                self.schedule(at_ms, out);
+                format!("returned {node} to service")
+            }
+        };
+        Ok(ActionOutcome {
+            detail,
+            new_job_id: None,
+        })
+    }
+
+    /// `scontrol update JobId=… ExcNodeList=…` on a pending job.
+    pub fn set_exclusions(
+        &mut self,
+        job_id: &str,
+        nodes: &[String],
+        out: &mut Output,
+    ) -> Result<ActionOutcome, BackendError> {
+        let (index, job) = self.job_of(job_id)?;
+        if !matches!(job.phase, Phase::Pending(_)) {
+            return Err(BackendError::Invalid(format!(
+                "job {job_id} is not pending: its exclusions cannot change"
+            )));
+        }
+        self.check_exclusion(nodes, job.spec.nodes)?;
+        if let Some(job) = self.state.jobs.get_mut(index) {
+            job.excluded = nodes.to_vec();
+        }
+        out.changed = true;
+        Ok(ActionOutcome {
+            detail: format!("job {job_id} excludes {}", nodes.join(",")),
+            new_job_id: None,
+        })
+    }
+
     /// Every job, as the scheduler would show it at `now_ms`.
     pub fn snapshots(&self, now_ms: i64) -> Vec<JobSnapshot> {
         let reasons = self.pending_reasons(now_ms);
@@ -394,6 +449,13 @@ impl World {
             ActionKind::Recreate => {
                 format!("(a simulated job's spec cannot be changed) re-create {job_id}")
             }
+            ActionKind::UpdateExclusions => {
+                format!("scontrol update JobId={job_id} ExcNodeList={exclude}")
+            }
+            ActionKind::ResumeNode => format!(
+                "scontrol update NodeName={} State=RESUME",
+                params.node.as_deref().unwrap_or("<node>")
+            ),
         }
     }
 }

@@ -216,7 +216,12 @@ impl Backend for SimCluster {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::of(&[Can::Requeue, Can::Resubmit, Can::Drain])
+        Capabilities::of(&[
+            Can::Requeue,
+            Can::Resubmit,
+            Can::Drain,
+            Can::UpdateExclusions,
+        ])
     }
 
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
@@ -250,6 +255,18 @@ impl Backend for SimCluster {
 
     async fn drain_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
         self.at_now(|world, _, out| world.drain(node, reason, out))
+    }
+
+    async fn set_exclusions(
+        &self,
+        job_id: &str,
+        nodes: &[String],
+    ) -> Result<ActionOutcome, BackendError> {
+        self.at_now(|world, _, out| world.set_exclusions(job_id, nodes, out))
+    }
+
+    async fn resume_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
+        self.at_now(|world, now_ms, out| world.resume(node, reason, now_ms, out))
     }
 
     fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String {

@@ -43,6 +43,10 @@ pub enum Operation {
         node: String,
         reason: String,
     },
+    /// Return a drained node to service.
+    Resume {
+        node: String,
+    },
     /// Submit a batch script as a new job.
     Submit(Submission),
 }
@@ -77,6 +81,13 @@ pub trait SlurmApi: Send + Sync {
 
     /// Each of `nodes` with the controller's compact word for its state (`alloc`, `mix*`, `down*`...).
     async fn node_states(&self, nodes: &[String]) -> Result<Vec<(String, String)>, BackendError>;
+
+    /// Each of `nodes` with its compact state and the reason an administrator or runguard set on it
+    /// (empty when none).
+    async fn node_reasons(
+        &self,
+        nodes: &[String],
+    ) -> Result<Vec<(String, String, String)>, BackendError>;
 
     /// The ended attempts of a job the controller no longer lists, oldest first, from accounting
     /// (`sacct`) or the jobcomp file; `None` when the cluster keeps neither.

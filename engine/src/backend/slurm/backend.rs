@@ -278,6 +278,7 @@ impl Backend for SlurmBackend {
             Can::Hold,
             Can::Drain,
             Can::UsableNodes,
+            Can::UpdateExclusions,
         ])
     }
 
@@ -468,6 +469,21 @@ impl Backend for SlurmBackend {
     }
 
     async fn drain_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
+        // A drain already set (by an administrator, or by runguard before a restart) keeps its reason:
+        // overwriting it would make someone else's drain look like runguard's.
+        let nodes = self.api.node_reasons(&[node.to_string()]).await?;
+        if let Some((_, state, current)) = nodes.iter().find(|(name, _, _)| name == node)
+            && words::drained(state)
+        {
+            return Ok(ActionOutcome {
+                detail: if current == reason {
+                    format!("{node} was already drained by runguard: {reason}")
+                } else {
+                    format!("{node} was already drained ({current:?}): left as it is")
+                },
+                new_job_id: None,
+            });
+        }
         self.perform(Operation::Drain {
             node: node.to_string(),
             reason: reason.to_string(),
@@ -479,9 +495,69 @@ impl Backend for SlurmBackend {
         })
     }
 
+    async fn set_exclusions(
+        &self,
+        job_id: &str,
+        nodes: &[String],
+    ) -> Result<ActionOutcome, BackendError> {
+        self.perform(Operation::ExcludeNodes {
+            job_id: job_id.to_string(),
+            nodes: nodes.to_vec(),
+        })
+        .await?;
+        Ok(ActionOutcome {
+            detail: if nodes.is_empty() {
+                format!("job {job_id} excludes no node")
+            } else {
+                format!("job {job_id} excludes {}", nodes.join(","))
+            },
+            new_job_id: None,
+        })
+    }
+
+    async fn resume_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
+        let nodes = self.api.node_reasons(&[node.to_string()]).await?;
+        let Some((_, state, current)) = nodes.into_iter().find(|(name, _, _)| name == node) else {
+            return Err(BackendError::Unavailable(format!(
+                "the controller did not list node {node}"
+            )));
+        };
+        if !words::drained(&state) {
+            return Ok(ActionOutcome {
+                detail: format!("{node} is not drained ({state}): nothing to undo"),
+                new_job_id: None,
+            });
+        }
+        // Only runguard's own drain is undone: an administrator who drained the node (or set another
+        // reason over runguard's) keeps it out.
+        if current != reason {
+            return Ok(ActionOutcome {
+                detail: format!(
+                    "{node} left drained: its reason is {current:?}, not the one runguard set ({reason:?})"
+                ),
+                new_job_id: None,
+            });
+        }
+        self.perform(Operation::Resume {
+            node: node.to_string(),
+        })
+        .await?;
+        Ok(ActionOutcome {
+            detail: format!("returned {node} to service (its drain was runguard's: {reason})"),
+            new_job_id: None,
+        })
+    }
+
     fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String {
         let job_id = params.job_id.clone().unwrap_or_default();
         let operations = match kind {
+            ActionKind::UpdateExclusions => vec![Operation::ExcludeNodes {
+                job_id: job_id.clone(),
+                nodes: params.exclude_nodes.clone(),
+            }],
+            ActionKind::ResumeNode => vec![Operation::Resume {
+                node: params.node.clone().unwrap_or_default(),
+            }],
             ActionKind::Recreate => {
                 return format!(
                     "(Slurm cannot change a batch job's spec; resubmit it yourself with: {})",
@@ -610,6 +686,22 @@ mod tests {
             nodes: &[String],
         ) -> Result<Vec<(String, String)>, BackendError> {
             Ok(nodes.iter().map(|n| (n.clone(), "alloc".into())).collect())
+        }
+        /// n1 drained by runguard, n2 by an administrator, n3 idle.
+        async fn node_reasons(
+            &self,
+            nodes: &[String],
+        ) -> Result<Vec<(String, String, String)>, BackendError> {
+            let all = [
+                ("n1", "drain", "runguard: quarantined (xid_79)"),
+                ("n2", "drain", "bad fan, ticket 4411"),
+                ("n3", "idle", ""),
+            ];
+            Ok(all
+                .iter()
+                .filter(|(node, _, _)| nodes.iter().any(|n| n == node))
+                .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+                .collect())
         }
         async fn history(&self, _: &str) -> Result<Option<Vec<JobCompRecord>>, BackendError> {
             Ok(None)

@@ -283,6 +283,12 @@ pub fn operation_argv(operation: &Operation) -> Vec<String> {
             "State=DRAIN".into(),
             format!("Reason={reason}"),
         ],
+        Operation::Resume { node } => vec![
+            "scontrol".into(),
+            "update".into(),
+            format!("NodeName={node}"),
+            "State=RESUME".into(),
+        ],
         Operation::Submit(submission) => {
             let mut command = vec![
                 "sbatch".to_string(),
@@ -318,6 +324,29 @@ pub fn display_argv(argv: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `sinfo --Node --format=%N|%t|%E` lines as (node, state, reason), a node in several partitions once;
+/// `none` (Slurm's word for no reason) reads as empty.
+fn node_reason_lines(text: &str) -> Vec<(String, String, String)> {
+    let mut nodes: Vec<(String, String, String)> = Vec::new();
+    for line in text.lines() {
+        let mut fields = line.splitn(3, '|');
+        let (Some(name), Some(state)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let reason = fields.next().unwrap_or("").trim();
+        let reason = if reason == "none" { "" } else { reason };
+        if name.trim().is_empty() || nodes.iter().any(|(known, _, _)| known == name.trim()) {
+            continue;
+        }
+        nodes.push((
+            name.trim().to_string(),
+            state.trim().to_string(),
+            reason.to_string(),
+        ));
+    }
+    nodes
 }
 
 /// `sinfo --Node --format=%N %t` lines as (node, state), a node in several partitions once.
@@ -423,6 +452,19 @@ impl SlurmApi for SlurmCli {
         command.push(format!("--nodes={}", nodes.join(",")));
         let text = self.run(&command).await?;
         Ok(node_state_lines(&text))
+    }
+
+    async fn node_reasons(
+        &self,
+        nodes: &[String],
+    ) -> Result<Vec<(String, String, String)>, BackendError> {
+        if nodes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut command = argv(&["sinfo", "--noheader", "--Node", "--format=%N|%t|%E"]);
+        command.push(format!("--nodes={}", nodes.join(",")));
+        let text = self.run(&command).await?;
+        Ok(node_reason_lines(&text))
     }
 
     async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError> {

@@ -67,7 +67,10 @@ impl SlurmViaRest {
             Operation::Cancel { job_id } => Some(RestRequest::Cancel {
                 job_id: job_id.clone(),
             }),
-            Operation::RequeueHold { .. } | Operation::Drain { .. } | Operation::Submit(_) => None,
+            Operation::RequeueHold { .. }
+            | Operation::Drain { .. }
+            | Operation::Resume { .. }
+            | Operation::Submit(_) => None,
         }
     }
 }
@@ -145,6 +148,13 @@ impl SlurmApi for SlurmViaRest {
 
     async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError> {
         self.cli.usable_nodes(partition).await
+    }
+
+    async fn node_reasons(
+        &self,
+        nodes: &[String],
+    ) -> Result<Vec<(String, String, String)>, BackendError> {
+        self.cli.node_reasons(nodes).await
     }
 
     async fn node_states(&self, nodes: &[String]) -> Result<Vec<(String, String)>, BackendError> {

@@ -65,6 +65,14 @@ pub fn node_death(state: &str) -> Option<&'static str> {
     }
 }
 
+/// Whether a node in `sinfo`'s compact state is drained or draining (`drain`, `drng`, `drain*`...).
+pub fn drained(state: &str) -> bool {
+    matches!(
+        state.trim_end_matches(|c: char| !c.is_ascii_alphabetic()),
+        "drain" | "drained" | "drng" | "draining"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,6 +28,8 @@ pub struct Policy {
     /// What the backend can do: one that re-creates workloads with a changed spec (Kubernetes) turns
     /// the catalog's fixes into a proposed re-creation instead of a stop.
     pub capabilities: Capabilities,
+    /// Nodes the node ledger keeps out of every restart of every workflow.
+    pub quarantined: Vec<String>,
 }
 
 impl Policy {
@@ -41,12 +43,37 @@ impl Policy {
             min_nodes: config.min_nodes,
             propose_only,
             capabilities: Capabilities::default(),
+            quarantined: Vec::new(),
         }
     }
 
     /// Whether the whitelist lets `kind` run without approval.
     pub fn permits(&self, kind: ActionKind) -> bool {
         self.whitelist.contains(&kind)
+    }
+
+    /// An intent of `kind` for `workflow`: permitted when the whitelist and the job's own list (which
+    /// can only narrow it) allow it, run without a human when also the engine runs with `--auto`.
+    pub fn intent(
+        &self,
+        workflow: &Workflow,
+        kind: ActionKind,
+        params: ActionParams,
+        why: String,
+    ) -> Intent {
+        let permitted = self.permits(kind)
+            && workflow
+                .limits
+                .allowed_actions
+                .as_ref()
+                .is_none_or(|allowed| allowed.contains(&kind));
+        Intent {
+            kind,
+            params,
+            permitted,
+            auto_approved: permitted && !self.propose_only,
+            why,
+        }
     }
 
     /// The effective requeue limit of a workflow: the smaller of the system's and the job's.
@@ -109,6 +136,12 @@ pub fn decide(
     {
         exclude.push(node.clone());
     }
+    // Nodes the ledger quarantined, whichever job they failed under.
+    for node in &policy.quarantined {
+        if !exclude.contains(node) {
+            exclude.push(node.clone());
+        }
+    }
     let needed = if policy.min_nodes > 0 {
         policy.min_nodes
     } else {
@@ -167,20 +200,7 @@ pub fn decide(
     };
 
     let intent = |kind: ActionKind, params: ActionParams, why: String| {
-        // The job's own list can only narrow the configured whitelist.
-        let permitted = policy.permits(kind)
-            && workflow
-                .limits
-                .allowed_actions
-                .as_ref()
-                .is_none_or(|allowed| allowed.contains(&kind));
-        Intent {
-            kind,
-            params,
-            permitted,
-            auto_approved: permitted && !policy.propose_only,
-            why,
-        }
+        policy.intent(workflow, kind, params, why)
     };
 
     let mut intents = Vec::new();

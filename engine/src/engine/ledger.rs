@@ -1,0 +1,650 @@
+//! The node ledger in the loop: incidents recorded as the engine learns them (attributed failures,
+//! node signals), each node moved between its states, and what a move calls for — a quarantined node
+//! kept out of enrolled pending jobs, drained where the whitelist allows, checked until it passes and
+//! then let back with exactly runguard's own marks undone.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::journal::store_intent;
+use super::nodes::run_node_command;
+use super::{Engine, EngineError, EngineEvent};
+use crate::ledger::{self, Rules};
+use crate::model::{
+    ActionKind, ActionParams, ActionState, AlertEvent, Attempt, Attribution, IncidentSource,
+    JobState, NodeIncident, NodeRecord, NodeState, Notification, Severity, Workflow,
+    WorkflowStatus,
+};
+use crate::telemetry::node_signals::NodeSignal;
+
+/// Evidence lines kept with an incident.
+const INCIDENT_EVIDENCE_LINES: usize = 5;
+
+impl Engine {
+    /// The incident an attributed failure is against its culprit node, when the category is evidence
+    /// about the node itself and the node is inside the attempt's allocation.
+    pub(super) fn attribution_incident(
+        attempt: &Attempt,
+        attribution: &Attribution,
+    ) -> Option<NodeIncident> {
+        let node = attribution.culprit.node.as_ref()?;
+        if !attempt.nodes.contains(node) {
+            return None;
+        }
+        let weight = Rules::standard().attribution_weight(&attribution.category)?;
+        Some(NodeIncident {
+            id: 0,
+            node: node.clone(),
+            time: attribution.time,
+            source: IncidentSource::Attribution,
+            kind: attribution.category.clone(),
+            weight,
+            fatal: weight >= Rules::standard().quarantine_score,
+            workflow_id: Some(attempt.workflow_id),
+            attempt_index: Some(attempt.index),
+            job_id: Some(attempt.job_id.clone()),
+            evidence: attribution
+                .evidence
+                .iter()
+                .take(INCIDENT_EVIDENCE_LINES)
+                .cloned()
+                .collect(),
+        })
+    }
+
+    /// The incidents a node's signals are, attached to the first attempt running on it.
+    pub(super) fn signal_incidents(
+        node: &str,
+        attempts: &[(Workflow, Attempt)],
+        signals: &[NodeSignal],
+        now: DateTime<Utc>,
+    ) -> Vec<NodeIncident> {
+        let attempt = attempts.first().map(|(_, attempt)| attempt);
+        signals
+            .iter()
+            .filter_map(|signal| {
+                let (kind, weight) = Rules::standard().signal_weight(signal);
+                (weight > 0.0).then(|| NodeIncident {
+                    id: 0,
+                    node: node.to_string(),
+                    time: signal.time.unwrap_or(now),
+                    source: IncidentSource::NodeSignal,
+                    kind,
+                    weight,
+                    fatal: signal.fatal,
+                    workflow_id: attempt.map(|a| a.workflow_id),
+                    attempt_index: attempt.map(|a| a.index),
+                    job_id: attempt.map(|a| a.job_id.clone()),
+                    evidence: vec![signal.text.chars().take(1024).collect()],
+                })
+            })
+            .collect()
+    }
+
+    /// Records incidents and moves their nodes; a node quarantined now gets a drain planned (under the
+    /// workflow whose job showed the fault) where the backend can drain.
+    pub(super) fn note_incidents(
+        &mut self,
+        incidents: Vec<NodeIncident>,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        if incidents.is_empty() {
+            return Ok(());
+        }
+        let schedule = self.config.ledger.schedule();
+        let backend = std::sync::Arc::clone(&self.backend);
+        let drain = self.config.recovery.drain_culprit_nodes && backend.capabilities().drain;
+        let policy = self.policy.clone();
+        let mut events = Vec::new();
+        self.store.write(|db| {
+            let mut touched: Vec<(String, Option<i64>, Option<u32>)> = Vec::new();
+            for incident in &incidents {
+                // A GPU status command reports a lasting condition again at every probe: it is one
+                // incident until it changes or an hour has passed.
+                if incident.source == IncidentSource::NodeSignal
+                    && db
+                        .last_node_incident(&incident.node, &incident.kind)?
+                        .is_some_and(|last| {
+                            last.evidence == incident.evidence
+                                && incident.time - last.time < chrono::TimeDelta::hours(1)
+                        })
+                {
+                    continue;
+                }
+                if db.insert_node_incident(incident)?
+                    && !touched.iter().any(|(node, _, _)| *node == incident.node)
+                {
+                    touched.push((
+                        incident.node.clone(),
+                        incident.workflow_id,
+                        incident.attempt_index,
+                    ));
+                }
+            }
+            for (node, workflow_id, attempt_index) in touched {
+                let mut record = db
+                    .node_record(&node)?
+                    .unwrap_or_else(|| NodeRecord::new(&node, now));
+                let history = db.node_incidents(&node)?;
+                let left = ledger::reassess(&mut record, &history, now, Rules::standard(), &schedule);
+                db.upsert_node_record(&record)?;
+                let Some(left) = left else {
+                    continue;
+                };
+                db.journal(
+                    workflow_id,
+                    now,
+                    &format!(
+                        "node {node}: {} → {} ({})",
+                        left.as_str(),
+                        record.state.as_str(),
+                        record.reason
+                    ),
+                    &[],
+                )?;
+                events.push(EngineEvent::NodeStateChanged {
+                    node: node.clone(),
+                    state: record.state,
+                    reason: record.reason.clone(),
+                });
+                if record.state != NodeState::Quarantined {
+                    continue;
+                }
+                db.insert_notification(&Notification {
+                    id: 0,
+                    workflow_id,
+                    time: now,
+                    event: AlertEvent::NodeQuarantined,
+                    severity: Severity::Warning,
+                    title: format!("node {node} quarantined"),
+                    body: format!(
+                        "{}\nIt is kept out of every requeue and resubmission, and of enrolled \
+                         pending jobs, until a health check passes.",
+                        record.reason
+                    ),
+                })?;
+                let Some(workflow) = workflow_id.map(|id| db.workflow(id)).transpose()?.flatten()
+                else {
+                    continue;
+                };
+                let drained_already = db.actions(workflow.id)?.iter().any(|action| {
+                    action.kind == ActionKind::DrainNode
+                        && action.params.node.as_deref() == Some(node.as_str())
+                        && !matches!(
+                            action.state,
+                            ActionState::Rejected | ActionState::Failed | ActionState::Superseded
+                        )
+                });
+                if drain && !drained_already {
+                    let reason = format!("runguard: quarantined ({})", first_words(&record.reason));
+                    let intent = policy.intent(
+                        &workflow,
+                        ActionKind::DrainNode,
+                        ActionParams {
+                            node: Some(node.clone()),
+                            reason: Some(reason),
+                            ..ActionParams::default()
+                        },
+                        format!(
+                            "node {node} is quarantined ({}): take it out of scheduling until its \
+                             health check passes",
+                            record.reason
+                        ),
+                    );
+                    store_intent(
+                        db,
+                        backend.as_ref(),
+                        &workflow,
+                        attempt_index.unwrap_or(0),
+                        &intent,
+                        &[],
+                        now,
+                        &mut events,
+                    )?;
+                }
+            }
+            Ok(())
+        })?;
+        self.pending_events.extend(events);
+        self.flush_events();
+        self.policy.quarantined = self.store.db().quarantined_nodes()?;
+        Ok(())
+    }
+
+    /// Once per full pass: nodes move with time (incidents fade, probations end), due health checks
+    /// run, quarantined nodes are kept out of enrolled pending jobs and off runs that started on them.
+    pub(super) async fn tend_ledger(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        let records = self.store.db().node_records()?;
+        self.policy.quarantined = self.store.db().quarantined_nodes()?;
+        if records.is_empty() {
+            return Ok(());
+        }
+        let schedule = self.config.ledger.schedule();
+        let mut events = Vec::new();
+        self.store.write(|db| {
+            for mut record in records {
+                let history = db.node_incidents(&record.node)?;
+                if let Some(left) =
+                    ledger::reassess(&mut record, &history, now, Rules::standard(), &schedule)
+                {
+                    db.upsert_node_record(&record)?;
+                    db.journal(
+                        None,
+                        now,
+                        &format!(
+                            "node {}: {} → {} ({})",
+                            record.node,
+                            left.as_str(),
+                            record.state.as_str(),
+                            record.reason
+                        ),
+                        &[],
+                    )?;
+                    events.push(EngineEvent::NodeStateChanged {
+                        node: record.node.clone(),
+                        state: record.state,
+                        reason: record.reason.clone(),
+                    });
+                }
+            }
+            Ok(())
+        })?;
+        self.pending_events.extend(events);
+        self.flush_events();
+        self.policy.quarantined = self.store.db().quarantined_nodes()?;
+        self.check_quarantined(now).await?;
+        self.keep_out_of_jobs(now)?;
+        Ok(())
+    }
+
+    /// Runs the health check of every quarantined node whose check is due; a pass returns it to
+    /// service on probation and undoes runguard's own marks on it.
+    async fn check_quarantined(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        let command = self.config.ledger.health_check.clone();
+        if command.is_empty() || self.outage.is_some() {
+            return Ok(());
+        }
+        let timeout = Duration::from_secs(self.config.ledger.health_check_timeout_secs.max(1));
+        let schedule = self.config.ledger.schedule();
+        let due: Vec<NodeRecord> = self
+            .store
+            .db()
+            .node_records()?
+            .into_iter()
+            .filter(|record| {
+                record.state == NodeState::Quarantined
+                    && record.next_check_at.is_none_or(|at| at <= now)
+            })
+            .collect();
+        for mut record in due {
+            let result = run_node_command(&command, &record.node, timeout).await;
+            let now = self.clock.now();
+            let passed = result.is_ok();
+            let outcome = match &result {
+                Ok(_) => "passed".to_string(),
+                Err(message) => format!("failed: {message}"),
+            };
+            ledger::after_check(&mut record, passed, now, &schedule);
+            let mut events = Vec::new();
+            self.store.write(|db| {
+                db.upsert_node_record(&record)?;
+                db.journal(
+                    None,
+                    now,
+                    &format!(
+                        "node {}: health check {outcome}; {}",
+                        record.node,
+                        match record.next_check_at {
+                            Some(at) if !passed => format!("next check at {}", at.format("%H:%M:%S")),
+                            _ => record.reason.clone(),
+                        }
+                    ),
+                    &[],
+                )?;
+                if passed {
+                    events.push(EngineEvent::NodeStateChanged {
+                        node: record.node.clone(),
+                        state: record.state,
+                        reason: record.reason.clone(),
+                    });
+                    db.insert_notification(&Notification {
+                        id: 0,
+                        workflow_id: None,
+                        time: now,
+                        event: AlertEvent::NodeReturned,
+                        severity: Severity::Info,
+                        title: format!("node {} back in service", record.node),
+                        body: record.reason.clone(),
+                    })?;
+                }
+                Ok(())
+            })?;
+            self.pending_events.extend(events);
+            self.flush_events();
+            if passed {
+                self.undo_marks(&record, now)?;
+            }
+        }
+        self.policy.quarantined = self.store.db().quarantined_nodes()?;
+        Ok(())
+    }
+
+    /// Plans the undoing of what runguard did to a node it let back: its own drain, and the
+    /// exclusions it added to pending jobs. Nothing anyone else set is touched.
+    fn undo_marks(&mut self, record: &NodeRecord, now: DateTime<Utc>) -> Result<(), EngineError> {
+        let backend = std::sync::Arc::clone(&self.backend);
+        let policy = self.policy.clone();
+        let node = record.node.clone();
+        let mut events = Vec::new();
+        self.store.write(|db| {
+            if let Some(reason) = &record.drain_reason {
+                // Under the workflow that drained it.
+                let drained_by = db
+                    .actions_of_kind(ActionKind::DrainNode)?
+                    .into_iter()
+                    .rev()
+                    .find(|action| {
+                        action.state == ActionState::Done
+                            && action.params.node.as_deref() == Some(node.as_str())
+                    });
+                if let Some(action) = drained_by
+                    && let Some(workflow) = db.workflow(action.workflow_id)?
+                {
+                    let intent = policy.intent(
+                        &workflow,
+                        ActionKind::ResumeNode,
+                        ActionParams {
+                            node: Some(node.clone()),
+                            reason: Some(reason.clone()),
+                            ..ActionParams::default()
+                        },
+                        format!(
+                            "node {node} passed its health check: return it to service (only the \
+                             drain runguard set, reason {reason:?})"
+                        ),
+                    );
+                    store_intent(
+                        db,
+                        backend.as_ref(),
+                        &workflow,
+                        action.attempt_index,
+                        &intent,
+                        &[],
+                        now,
+                        &mut events,
+                    )?;
+                }
+            }
+            for added in db.exclusions_of_node(&node)? {
+                let Some(workflow) = db.workflow(added.workflow_id)? else {
+                    db.remove_exclusion(&node, &added.job_id)?;
+                    continue;
+                };
+                let latest = db.attempts(workflow.id)?.pop();
+                let Some(attempt) = latest.filter(|a| {
+                    a.job_id == added.job_id && a.state == JobState::Pending
+                }) else {
+                    // The job started or ended: the exclusion is history.
+                    db.remove_exclusion(&node, &added.job_id)?;
+                    continue;
+                };
+                let intent = policy.intent(
+                    &workflow,
+                    ActionKind::UpdateExclusions,
+                    ActionParams {
+                        job_id: Some(attempt.job_id.clone()),
+                        node: Some(node.clone()),
+                        exclude_nodes: attempt
+                            .excluded_nodes
+                            .iter()
+                            .filter(|n| **n != node)
+                            .cloned()
+                            .collect(),
+                        reason: Some(format!("{node} is back in service")),
+                        ..ActionParams::default()
+                    },
+                    format!(
+                        "node {node} is back in service: take away the exclusion runguard added to \
+                         pending job {}",
+                        attempt.job_id
+                    ),
+                );
+                store_intent(
+                    db,
+                    backend.as_ref(),
+                    &workflow,
+                    attempt.index,
+                    &intent,
+                    &[],
+                    now,
+                    &mut events,
+                )?;
+            }
+            Ok(())
+        })?;
+        self.pending_events.extend(events);
+        self.flush_events();
+        Ok(())
+    }
+
+    /// Every enrolled job still pending gets the quarantined nodes added to its exclusions; a run
+    /// that started on a quarantined node before that could happen is requeued off it at once.
+    fn keep_out_of_jobs(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
+        let quarantined = self.policy.quarantined.clone();
+        if quarantined.is_empty() {
+            return Ok(());
+        }
+        let backend = std::sync::Arc::clone(&self.backend);
+        let can_exclude = backend.capabilities().update_exclusions;
+        let policy = self.policy.clone();
+        let mut events = Vec::new();
+        self.store.write(|db| {
+            for mut workflow in db.workflows()? {
+                if !workflow.status.is_active() || workflow.status == WorkflowStatus::CredentialError
+                {
+                    continue;
+                }
+                let Some(attempt) = db.attempts(workflow.id)?.pop() else {
+                    continue;
+                };
+                let actions = db.actions(workflow.id)?;
+                let open = |kind: ActionKind, node: Option<&str>| {
+                    actions.iter().any(|action| {
+                        action.kind == kind
+                            && action.attempt_index == attempt.index
+                            && (node.is_none() || action.params.node.as_deref() == node)
+                            && matches!(
+                                action.state,
+                                ActionState::Proposed
+                                    | ActionState::Approved
+                                    | ActionState::Executing
+                            )
+                    })
+                };
+                match attempt.state {
+                    JobState::Pending if can_exclude => {
+                        let added = db.exclusions_of_workflow(workflow.id)?;
+                        for node in &quarantined {
+                            if attempt.excluded_nodes.contains(node)
+                                || open(ActionKind::UpdateExclusions, Some(node))
+                                || added
+                                    .iter()
+                                    .any(|a| a.node == *node && a.job_id == attempt.job_id)
+                            {
+                                continue;
+                            }
+                            let mut exclude = attempt.excluded_nodes.clone();
+                            exclude.push(node.clone());
+                            let intent = policy.intent(
+                                &workflow,
+                                ActionKind::UpdateExclusions,
+                                ActionParams {
+                                    job_id: Some(attempt.job_id.clone()),
+                                    node: Some(node.clone()),
+                                    exclude_nodes: exclude,
+                                    reason: Some(format!("{node} is quarantined")),
+                                    ..ActionParams::default()
+                                },
+                                format!(
+                                    "node {node} is quarantined: keep pending job {} off it",
+                                    attempt.job_id
+                                ),
+                            );
+                            store_intent(
+                                db,
+                                backend.as_ref(),
+                                &workflow,
+                                attempt.index,
+                                &intent,
+                                &[],
+                                now,
+                                &mut events,
+                            )?;
+                        }
+                    }
+                    JobState::Running => {
+                        let on: Vec<&String> = attempt
+                            .nodes
+                            .iter()
+                            .filter(|node| quarantined.contains(node))
+                            .collect();
+                        if on.is_empty()
+                            || db.attempt_handled(workflow.id, attempt.index)?
+                            || open(ActionKind::Requeue, None)
+                            || open(ActionKind::Resubmit, None)
+                        {
+                            continue;
+                        }
+                        // Only a run that started after the quarantine: one already running there when
+                        // the node was quarantined is the failure's own, decided as such.
+                        let mut started_after = false;
+                        for node in &on {
+                            if let Some(record) = db.node_record(node)?
+                                && attempt.start_time.is_some_and(|start| start >= record.since)
+                            {
+                                started_after = true;
+                            }
+                        }
+                        if !started_after {
+                            continue;
+                        }
+                        let mut exclude = attempt.excluded_nodes.clone();
+                        for node in &quarantined {
+                            if !exclude.contains(node) {
+                                exclude.push(node.clone());
+                            }
+                        }
+                        let names = on.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(",");
+                        let kind = if backend.capabilities().requeue {
+                            ActionKind::Requeue
+                        } else {
+                            ActionKind::Resubmit
+                        };
+                        let intent = policy.intent(
+                            &workflow,
+                            kind,
+                            ActionParams {
+                                job_id: Some(attempt.job_id.clone()),
+                                exclude_nodes: exclude.clone(),
+                                restart_count: Some(attempt.restart_count),
+                                reason: Some(format!("started on quarantined {names}")),
+                                ..ActionParams::default()
+                            },
+                            format!(
+                                "job {} started on quarantined {names} before runguard could keep it \
+                                 off: {} it excluding {}",
+                                attempt.job_id,
+                                kind.as_str(),
+                                exclude.join(",")
+                            ),
+                        );
+                        store_intent(
+                            db,
+                            backend.as_ref(),
+                            &workflow,
+                            attempt.index,
+                            &intent,
+                            &[],
+                            now,
+                            &mut events,
+                        )?;
+                        // The run is ended on purpose: its end needs no decision of its own.
+                        db.mark_attempt_handled(workflow.id, attempt.index)?;
+                        super::set_status(
+                            db,
+                            &mut workflow,
+                            WorkflowStatus::Recovering,
+                            Some(format!("moving off quarantined {names}")),
+                            now,
+                        )?;
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        })?;
+        self.pending_events.extend(events);
+        self.flush_events();
+        Ok(())
+    }
+
+    /// The ledger's side of an action that finished: a drain stands with runguard's reason, an
+    /// exclusion was added or taken away, a node runguard drained is back.
+    pub(super) fn ledger_after_action(
+        db: &crate::store::Db<'_>,
+        action: &crate::model::Action,
+        now: DateTime<Utc>,
+    ) -> Result<(), crate::store::StoreError> {
+        let Some(node) = action.params.node.clone() else {
+            return Ok(());
+        };
+        match action.kind {
+            ActionKind::DrainNode => {
+                let mut record = db
+                    .node_record(&node)?
+                    .unwrap_or_else(|| NodeRecord::new(&node, now));
+                record.drain_reason = action.params.reason.clone();
+                record.updated_at = now;
+                db.upsert_node_record(&record)
+            }
+            ActionKind::ResumeNode => {
+                if let Some(mut record) = db.node_record(&node)? {
+                    record.drain_reason = None;
+                    record.updated_at = now;
+                    db.upsert_node_record(&record)?;
+                }
+                Ok(())
+            }
+            ActionKind::UpdateExclusions => {
+                let job_id = action.params.job_id.clone().unwrap_or_default();
+                if action.params.exclude_nodes.contains(&node) {
+                    db.add_exclusion(&crate::model::AddedExclusion {
+                        node,
+                        workflow_id: action.workflow_id,
+                        job_id,
+                        added_at: now,
+                    })
+                } else {
+                    db.remove_exclusion(&node, &job_id)
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The first words of a reason, for a drain reason the scheduler shows in its narrow columns.
+fn first_words(reason: &str) -> String {
+    let mut words = String::new();
+    for word in reason.split_whitespace() {
+        if words.len() + word.len() > 48 {
+            break;
+        }
+        if !words.is_empty() {
+            words.push(' ');
+        }
+        words.push_str(word);
+    }
+    words.trim_end_matches([':', ',', ';']).to_string()
+}
