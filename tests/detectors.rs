@@ -436,7 +436,10 @@ async fn an_xid_in_a_configured_node_log_names_the_node_and_gpu_of_a_crash() {
     // The status report (the same file for both nodes) shows an uncorrectable ECC error with a row
     // remap pending on GPU 2: the node ledger keeps both nodes out.
     assert_eq!(rig.backend.requeues()[0], vec!["node-01", "node-02"]);
-    assert_eq!(rig.store().db().quarantined_nodes().unwrap(), ["node-01", "node-02"]);
+    assert_eq!(
+        rig.store().db().quarantined_nodes().unwrap(),
+        ["node-01", "node-02"]
+    );
 }
 
 #[tokio::test]

@@ -33,6 +33,7 @@ mod kubectl;
 mod kubernetes;
 #[cfg(feature = "sim")]
 mod metrics;
+mod node_ledger;
 mod pace;
 mod report;
 mod signatures;

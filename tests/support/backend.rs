@@ -109,6 +109,14 @@ pub enum Call {
     Release(String),
     UsableNodes(Option<String>),
     DeadNodes(Vec<String>),
+    SetExclusions {
+        job_id: String,
+        nodes: Vec<String>,
+    },
+    ResumeNode {
+        node: String,
+        reason: String,
+    },
 }
 
 /// A call and when it was made, by the test's clock.
@@ -133,6 +141,8 @@ pub struct ScriptedBackend {
     calls: Mutex<Vec<Recorded>>,
     /// Nodes the scheduler says are dead, with its words for them.
     dead: Mutex<Vec<(String, String)>>,
+    /// Drained nodes with their reason, as the scheduler keeps them.
+    drained: Mutex<Vec<(String, String)>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -150,7 +160,18 @@ impl ScriptedBackend {
             clock,
             calls: Mutex::new(Vec::new()),
             dead: Mutex::new(Vec::new()),
+            drained: Mutex::new(Vec::new()),
         }
+    }
+
+    /// An administrator drains `node` with `reason`.
+    pub fn drain_by_admin(&self, node: &str, reason: &str) {
+        lock(&self.drained).push((node.to_string(), reason.to_string()));
+    }
+
+    /// The drained nodes with their reasons.
+    pub fn drained(&self) -> Vec<(String, String)> {
+        lock(&self.drained).clone()
     }
 
     /// The scheduler says `node` is dead (`how`: its words) from now on.
@@ -264,6 +285,7 @@ impl Backend for ScriptedBackend {
                 Can::Hold,
                 Can::Drain,
                 Can::UsableNodes,
+                Can::UpdateExclusions,
             ]),
         }
     }
@@ -356,8 +378,52 @@ impl Backend for ScriptedBackend {
         })?;
         match self.inner() {
             Some(inner) => inner.drain_node(node, reason).await,
-            None => self.script.drain_node(node, reason),
+            None => {
+                let outcome = self.script.drain_node(node, reason)?;
+                let mut drained = lock(&self.drained);
+                if !drained.iter().any(|(name, _)| name == node) {
+                    drained.push((node.to_string(), reason.to_string()));
+                }
+                Ok(outcome)
+            }
         }
+    }
+
+    async fn set_exclusions(
+        &self,
+        job_id: &str,
+        nodes: &[String],
+    ) -> Result<ActionOutcome, BackendError> {
+        self.answer(Call::SetExclusions {
+            job_id: job_id.into(),
+            nodes: nodes.to_vec(),
+        })?;
+        if let Some(inner) = self.inner() {
+            return inner.set_exclusions(job_id, nodes).await;
+        }
+        let mut jobs = self.scripted();
+        match jobs.iter_mut().find(|job| job.job_id == job_id) {
+            Some(job) if job.state == JobState::Pending => {
+                job.excluded_nodes = nodes.to_vec();
+                Ok(ActionOutcome::default())
+            }
+            _ => Err(BackendError::Invalid(format!(
+                "job {job_id} is not pending"
+            ))),
+        }
+    }
+
+    async fn resume_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
+        self.answer(Call::ResumeNode {
+            node: node.into(),
+            reason: reason.into(),
+        })?;
+        if let Some(inner) = self.inner() {
+            return inner.resume_node(node, reason).await;
+        }
+        let mut drained = lock(&self.drained);
+        drained.retain(|(name, current)| name != node || current != reason);
+        Ok(ActionOutcome::default())
     }
 
     fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String {

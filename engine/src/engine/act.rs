@@ -333,7 +333,11 @@ impl Engine {
         if job.excluded_nodes.contains(&node) == adding {
             return Execution::AlreadyDone(format!(
                 "job {job_id} {} {node}",
-                if adding { "already excludes" } else { "no longer excludes" }
+                if adding {
+                    "already excludes"
+                } else {
+                    "no longer excludes"
+                }
             ));
         }
         let mut exclude: Vec<String> = job

@@ -447,10 +447,7 @@ pub(super) fn store_intent(
             time: now,
             event: AlertEvent::ApprovalNeeded,
             severity: Severity::Warning,
-            title: format!(
-                "{}: action {} waits for approval",
-                workflow.name, action.id
-            ),
+            title: format!("{}: action {} waits for approval", workflow.name, action.id),
             body: format!(
                 "{}\nwould run: {command}\napprove with `runguard approve {}`",
                 intent.why, action.id

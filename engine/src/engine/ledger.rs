@@ -127,7 +127,8 @@ impl Engine {
                     .node_record(&node)?
                     .unwrap_or_else(|| NodeRecord::new(&node, now));
                 let history = db.node_incidents(&node)?;
-                let left = ledger::reassess(&mut record, &history, now, Rules::standard(), &schedule);
+                let left =
+                    ledger::reassess(&mut record, &history, now, Rules::standard(), &schedule);
                 db.upsert_node_record(&record)?;
                 let Some(left) = left else {
                     continue;
@@ -296,7 +297,8 @@ impl Engine {
                         "node {}: health check {outcome}; {}",
                         record.node,
                         match record.next_check_at {
-                            Some(at) if !passed => format!("next check at {}", at.format("%H:%M:%S")),
+                            Some(at) if !passed =>
+                                format!("next check at {}", at.format("%H:%M:%S")),
                             _ => record.reason.clone(),
                         }
                     ),
@@ -382,9 +384,9 @@ impl Engine {
                     continue;
                 };
                 let latest = db.attempts(workflow.id)?.pop();
-                let Some(attempt) = latest.filter(|a| {
-                    a.job_id == added.job_id && a.state == JobState::Pending
-                }) else {
+                let Some(attempt) =
+                    latest.filter(|a| a.job_id == added.job_id && a.state == JobState::Pending)
+                else {
                     // The job started or ended: the exclusion is history.
                     db.remove_exclusion(&node, &added.job_id)?;
                     continue;
@@ -604,8 +606,11 @@ impl Engine {
                 let mut record = db
                     .node_record(&node)?
                     .unwrap_or_else(|| NodeRecord::new(&node, now));
-                record.drain_reason = action.params.reason.clone();
-                record.updated_at = now;
+                // A drain already standing keeps its reason (the scheduler keeps the first one too).
+                if record.drain_reason.is_none() {
+                    record.drain_reason = action.params.reason.clone();
+                    record.updated_at = now;
+                }
                 db.upsert_node_record(&record)
             }
             ActionKind::ResumeNode => {

@@ -64,7 +64,9 @@ pub fn reassess(
         NodeState::Probation => {
             let relapse = counted(record, incidents)
                 .filter(|incident| incident.time >= record.since)
-                .find(|incident| incident.fatal || incident.weight >= rules.probation_relapse_weight);
+                .find(|incident| {
+                    incident.fatal || incident.weight >= rules.probation_relapse_weight
+                });
             if let Some(incident) = relapse {
                 let reason = format!(
                     "{} again during probation ({})",

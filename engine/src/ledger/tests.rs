@@ -35,7 +35,13 @@ fn incident(kind: &str, weight: f64, fatal: bool, at: DateTime<Utc>) -> NodeInci
 fn one_fatal_gpu_fault_quarantines_the_node_at_once() {
     let mut record = NodeRecord::new("n2", t0());
     let incidents = [incident("xid_79", 6.0, true, t0())];
-    let left = reassess(&mut record, &incidents, t0(), Rules::standard(), &schedule());
+    let left = reassess(
+        &mut record,
+        &incidents,
+        t0(),
+        Rules::standard(),
+        &schedule(),
+    );
     assert_eq!(left, Some(NodeState::Healthy));
     assert_eq!(record.state, NodeState::Quarantined);
     assert_eq!(record.quarantines, 1);
@@ -57,7 +63,11 @@ fn a_node_only_named_in_a_timeout_is_suspect_and_repeated_suspicion_quarantines_
         reassess(&mut record, &incidents, at, rules, &schedule());
     }
     assert_eq!(record.state, NodeState::Quarantined, "{}", record.reason);
-    assert!(record.reason.contains("nccl_timeout ×7"), "{}", record.reason);
+    assert!(
+        record.reason.contains("nccl_timeout ×7"),
+        "{}",
+        record.reason
+    );
 }
 
 #[test]
@@ -133,7 +143,11 @@ fn a_node_that_fails_again_during_probation_goes_back_for_a_longer_probation() {
     assert_eq!(left, Some(NodeState::Probation));
     assert_eq!(record.state, NodeState::Quarantined);
     assert_eq!(record.quarantines, 2);
-    assert!(record.reason.contains("during probation"), "{}", record.reason);
+    assert!(
+        record.reason.contains("during probation"),
+        "{}",
+        record.reason
+    );
 
     let again = relapse + TimeDelta::hours(1);
     after_check(&mut record, true, again, &schedule());
@@ -149,7 +163,12 @@ fn a_small_precursor_during_probation_does_not_send_the_node_back() {
     let back = t0() + TimeDelta::hours(1);
     release(&mut record, back, &schedule());
     assert_eq!(record.state, NodeState::Probation);
-    incidents.push(incident("ecc_correctable", 0.5, false, back + TimeDelta::hours(1)));
+    incidents.push(incident(
+        "ecc_correctable",
+        0.5,
+        false,
+        back + TimeDelta::hours(1),
+    ));
     reassess(
         &mut record,
         &incidents,

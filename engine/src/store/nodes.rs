@@ -105,7 +105,10 @@ impl Db<'_> {
 
     /// A node's incidents, oldest first.
     pub fn node_incidents(&self, node: &str) -> Result<Vec<NodeIncident>, StoreError> {
-        self.select("FROM node_incidents WHERE node = ?1 ORDER BY time, id", [node])
+        self.select(
+            "FROM node_incidents WHERE node = ?1 ORDER BY time, id",
+            [node],
+        )
     }
 
     /// The latest incident of `kind` on `node`.

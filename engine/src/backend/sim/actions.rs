@@ -244,12 +244,13 @@ impl World {
                 "no node named `{node}` in the simulated cluster"
             )));
         };
+        // A standing drain keeps its reason, as Slurm's does when runguard finds a node drained.
         let detail = if state.drain_reason.is_some() {
             format!("node {node} was already drained")
         } else {
+            state.drain_reason = Some(reason.to_string());
             format!("drained node {node}: {reason}")
         };
-        state.drain_reason = Some(reason.to_string());
         out.changed = true;
         Ok(ActionOutcome {
             detail,
@@ -273,7 +274,9 @@ impl World {
         let detail = match state.drain_reason.as_deref() {
             None => format!("{node} is not drained: nothing to undo"),
             Some(current) if current != reason => {
-                format!("{node} left drained: its reason is {current:?}, not runguard's ({reason:?})")
+                format!(
+                    "{node} left drained: its reason is {current:?}, not runguard's ({reason:?})"
+                )
             }
             Some(_) => {
                 state.drain_reason = None;

@@ -270,9 +270,11 @@ pub fn decide(
             ),
         ));
     }
+    // A quarantined node's drain is the node ledger's to plan.
     if policy.drain_culprit_nodes
         && attribution.recoverable
         && let Some(node) = &culprit
+        && !policy.quarantined.contains(node)
         && matches!(
             attribution.component,
             Component::Gpu | Component::Network | Component::Infrastructure
