@@ -4,6 +4,7 @@
 
 pub mod compose;
 pub mod headless;
+pub mod nodes;
 pub mod render;
 pub mod status;
 pub mod tui;

@@ -134,6 +134,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The node ledger: each node's state (healthy, suspect, quarantined, probation), score and why,
+    /// with its latest incidents.
+    Nodes {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Let a quarantined node back (on probation), as a passed health check would.
+        #[arg(long, value_name = "NODE")]
+        release: Option<String>,
+    },
     /// Explain every case of a labelled manifest and score the attributions.
     Eval {
         /// The manifest (`[[case]]` entries with file, category, component, culprit, recoverable_by_requeue).
@@ -269,6 +279,10 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Alerts { limit, json } => print_alerts(&store_path, limit, json),
+        Command::Nodes { json, release } => match release {
+            Some(node) => release_node(&config, &store_path, &node),
+            None => print_nodes(&config, &store_path, json),
+        },
         Command::Eval { manifest, json } => {
             let catalog = catalog()?;
             let evaluation = runguard_engine::explain::evaluate(&catalog, &config, &manifest)?;
@@ -361,6 +375,74 @@ fn open_existing(store_path: &Path) -> Result<Store> {
         );
     }
     Ok(Store::open(store_path)?)
+}
+
+fn print_nodes(config: &Config, store_path: &Path, json: bool) -> Result<()> {
+    let store = open_existing(store_path)?;
+    // The simulated cluster keeps its own clock: scores are aged to its last moment, not today.
+    let now = match config.backend.kind {
+        BackendKind::Sim => store
+            .db()
+            .node_records()?
+            .iter()
+            .map(|record| record.updated_at)
+            .max()
+            .unwrap_or_else(chrono::Utc::now),
+        _ => chrono::Utc::now(),
+    };
+    let views = runguard::nodes::report(&store.db(), now)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&views)?);
+    } else {
+        print!("{}", runguard::nodes::render(&views, now));
+    }
+    Ok(())
+}
+
+/// Releases a quarantined node: directly when no engine runs (the next one undoes runguard's marks on
+/// it), else through the running engine.
+fn release_node(config: &Config, store_path: &Path, node: &str) -> Result<()> {
+    let mut store = open_existing(store_path)?;
+    if store.db().node_record(node)?.is_none() {
+        bail!(
+            "node {node} is not in the ledger of {}",
+            store_path.display()
+        );
+    }
+    match EngineLock::acquire(store_path) {
+        Ok(_lock) => {
+            let schedule = config.ledger.schedule();
+            let outcome = store.write(|db| {
+                runguard_engine::engine::release_in(
+                    db,
+                    node,
+                    chrono::Utc::now(),
+                    &schedule,
+                    &mut Vec::new(),
+                )
+            })?;
+            println!(
+                "{outcome} (no engine is running; the next one undoes runguard's marks on it)"
+            );
+            Ok(())
+        }
+        Err(LockError::Held { .. }) => {
+            let command =
+                store
+                    .db()
+                    .push_node_command(CommandKind::ReleaseNode, node, chrono::Utc::now())?;
+            for _ in 0..100 {
+                std::thread::sleep(Duration::from_millis(100));
+                if let Some(outcome) = store.db().command_outcome(command)? {
+                    println!("{outcome}");
+                    return Ok(());
+                }
+            }
+            println!("release of {node} queued; the running engine applies it on its next tick");
+            Ok(())
+        }
+        Err(err) => Err(err.into()),
+    }
 }
 
 fn print_alerts(store_path: &Path, limit: u32, json: bool) -> Result<()> {

@@ -248,3 +248,52 @@ fn an_unknown_scenario_lists_the_known_ones() {
     assert!(message.contains("meteor-strike"), "{message}");
     assert!(message.contains("nccl-timeout"), "{message}");
 }
+
+#[test]
+fn the_node_ledger_lists_the_node_an_xid_took_out_and_the_user_can_release_it() {
+    let sandbox = CliSandbox::default();
+    let demo = sandbox.run(&["demo", "--scenario", "xid79", "--speed", "2000"]);
+    assert!(demo.status.success(), "{}", stderr(&demo));
+    let status = sandbox.status().expect("status --json");
+    let culprit = workflow(&status)["attributions"][0]["culprit"]["node"]
+        .as_str()
+        .expect("a culprit")
+        .to_string();
+    let listed = sandbox.run(&["nodes", "--json"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let nodes: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    let first = &nodes[0];
+    assert_eq!(first["node"], culprit.as_str(), "{nodes:#}");
+    assert_eq!(first["state"], "quarantined", "{nodes:#}");
+    assert!(first["score"].as_f64().unwrap() >= 6.0, "{nodes:#}");
+    assert!(
+        first["incidents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|incident| incident["kind"] == "xid_79"),
+        "{nodes:#}"
+    );
+    let table = stdout(&sandbox.run(&["nodes"]));
+    assert!(
+        table.contains(&culprit) && table.contains("quarantined"),
+        "{table}"
+    );
+
+    let released = sandbox.run(&["nodes", "--release", &culprit]);
+    assert!(released.status.success(), "{}", stderr(&released));
+    assert!(
+        stdout(&released).contains("released"),
+        "{}",
+        stdout(&released)
+    );
+    let nodes: Value = serde_json::from_str(&stdout(&sandbox.run(&["nodes", "--json"]))).unwrap();
+    assert_eq!(nodes[0]["state"], "probation", "{nodes:#}");
+    let unknown = sandbox.run(&["nodes", "--release", "node-99"]);
+    assert!(!unknown.status.success());
+    assert!(
+        stderr(&unknown).contains("not in the ledger"),
+        "{}",
+        stderr(&unknown)
+    );
+}

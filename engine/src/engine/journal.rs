@@ -267,6 +267,7 @@ pub fn apply_command(
     action.state = match kind {
         CommandKind::Approve => ActionState::Approved,
         CommandKind::Reject => ActionState::Rejected,
+        CommandKind::ReleaseNode => return Ok("not a command about an action".to_string()),
     };
     action.updated_at = now;
     db.update_action(&action)?;

@@ -255,6 +255,7 @@ impl Engine {
         self.flush_events();
         self.policy.quarantined = self.store.db().quarantined_nodes()?;
         self.check_quarantined(now).await?;
+        self.undo_marks(now)?;
         self.keep_out_of_jobs(now)?;
         Ok(())
     }
@@ -324,53 +325,120 @@ impl Engine {
             })?;
             self.pending_events.extend(events);
             self.flush_events();
-            if passed {
-                self.undo_marks(&record, now)?;
-            }
         }
         self.policy.quarantined = self.store.db().quarantined_nodes()?;
         Ok(())
     }
 
-    /// Plans the undoing of what runguard did to a node it let back: its own drain, and the
-    /// exclusions it added to pending jobs. Nothing anyone else set is touched.
-    fn undo_marks(&mut self, record: &NodeRecord, now: DateTime<Utc>) -> Result<(), EngineError> {
+    /// Plans the undoing of what runguard did to the nodes it let back (a passed check, the user's
+    /// release): its own drain, and the exclusions it added to pending jobs. Nothing anyone else set
+    /// is touched, and each undoing is planned once per return.
+    fn undo_marks(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
         let backend = std::sync::Arc::clone(&self.backend);
         let policy = self.policy.clone();
-        let node = record.node.clone();
         let mut events = Vec::new();
         self.store.write(|db| {
-            if let Some(reason) = &record.drain_reason {
-                // Under the workflow that drained it.
-                let drained_by = db
-                    .actions_of_kind(ActionKind::DrainNode)?
-                    .into_iter()
-                    .rev()
-                    .find(|action| {
+            let returned = db
+                .node_records()?
+                .into_iter()
+                .filter(|record| record.state != NodeState::Quarantined);
+            for record in returned {
+                let node = record.node.clone();
+                let planned_since_return =
+                    |actions: &[crate::model::Action], kind: ActionKind, job: Option<&str>| {
+                        actions.iter().any(|action| {
+                            action.kind == kind
+                                && action.params.node.as_deref() == Some(node.as_str())
+                                && (job.is_none() || action.params.job_id.as_deref() == job)
+                                && !action.params.exclude_nodes.contains(&node)
+                                && action.created_at >= record.since
+                        })
+                    };
+                if let Some(reason) = &record.drain_reason {
+                    // Under the workflow that drained it.
+                    let drains = db.actions_of_kind(ActionKind::DrainNode)?;
+                    let drained_by = drains.iter().rev().find(|action| {
                         action.state == ActionState::Done
                             && action.params.node.as_deref() == Some(node.as_str())
                     });
-                if let Some(action) = drained_by
-                    && let Some(workflow) = db.workflow(action.workflow_id)?
-                {
+                    let resumes = db.actions_of_kind(ActionKind::ResumeNode)?;
+                    if let Some(action) = drained_by
+                        && !planned_since_return(&resumes, ActionKind::ResumeNode, None)
+                        && let Some(workflow) = db.workflow(action.workflow_id)?
+                    {
+                        let intent = policy.intent(
+                            &workflow,
+                            ActionKind::ResumeNode,
+                            ActionParams {
+                                node: Some(node.clone()),
+                                reason: Some(reason.clone()),
+                                ..ActionParams::default()
+                            },
+                            format!(
+                                "node {node} is back in service ({}): return it to scheduling, \
+                                 undoing only the drain runguard set (reason {reason:?})",
+                                record.reason
+                            ),
+                        );
+                        store_intent(
+                            db,
+                            backend.as_ref(),
+                            &workflow,
+                            action.attempt_index,
+                            &intent,
+                            &[],
+                            now,
+                            &mut events,
+                        )?;
+                    }
+                }
+                for added in db.exclusions_of_node(&node)? {
+                    let Some(workflow) = db.workflow(added.workflow_id)? else {
+                        db.remove_exclusion(&node, &added.job_id)?;
+                        continue;
+                    };
+                    let latest = db.attempts(workflow.id)?.pop();
+                    let Some(attempt) =
+                        latest.filter(|a| a.job_id == added.job_id && a.state == JobState::Pending)
+                    else {
+                        // The job started or ended: the exclusion is history.
+                        db.remove_exclusion(&node, &added.job_id)?;
+                        continue;
+                    };
+                    let actions = db.actions(workflow.id)?;
+                    if planned_since_return(
+                        &actions,
+                        ActionKind::UpdateExclusions,
+                        Some(&attempt.job_id),
+                    ) {
+                        continue;
+                    }
                     let intent = policy.intent(
                         &workflow,
-                        ActionKind::ResumeNode,
+                        ActionKind::UpdateExclusions,
                         ActionParams {
+                            job_id: Some(attempt.job_id.clone()),
                             node: Some(node.clone()),
-                            reason: Some(reason.clone()),
+                            exclude_nodes: attempt
+                                .excluded_nodes
+                                .iter()
+                                .filter(|n| **n != node)
+                                .cloned()
+                                .collect(),
+                            reason: Some(format!("{node} is back in service")),
                             ..ActionParams::default()
                         },
                         format!(
-                            "node {node} passed its health check: return it to service (only the \
-                             drain runguard set, reason {reason:?})"
+                            "node {node} is back in service: take away the exclusion runguard \
+                             added to pending job {}",
+                            attempt.job_id
                         ),
                     );
                     store_intent(
                         db,
                         backend.as_ref(),
                         &workflow,
-                        action.attempt_index,
+                        attempt.index,
                         &intent,
                         &[],
                         now,
@@ -378,56 +446,28 @@ impl Engine {
                     )?;
                 }
             }
-            for added in db.exclusions_of_node(&node)? {
-                let Some(workflow) = db.workflow(added.workflow_id)? else {
-                    db.remove_exclusion(&node, &added.job_id)?;
-                    continue;
-                };
-                let latest = db.attempts(workflow.id)?.pop();
-                let Some(attempt) =
-                    latest.filter(|a| a.job_id == added.job_id && a.state == JobState::Pending)
-                else {
-                    // The job started or ended: the exclusion is history.
-                    db.remove_exclusion(&node, &added.job_id)?;
-                    continue;
-                };
-                let intent = policy.intent(
-                    &workflow,
-                    ActionKind::UpdateExclusions,
-                    ActionParams {
-                        job_id: Some(attempt.job_id.clone()),
-                        node: Some(node.clone()),
-                        exclude_nodes: attempt
-                            .excluded_nodes
-                            .iter()
-                            .filter(|n| **n != node)
-                            .cloned()
-                            .collect(),
-                        reason: Some(format!("{node} is back in service")),
-                        ..ActionParams::default()
-                    },
-                    format!(
-                        "node {node} is back in service: take away the exclusion runguard added to \
-                         pending job {}",
-                        attempt.job_id
-                    ),
-                );
-                store_intent(
-                    db,
-                    backend.as_ref(),
-                    &workflow,
-                    attempt.index,
-                    &intent,
-                    &[],
-                    now,
-                    &mut events,
-                )?;
-            }
             Ok(())
         })?;
         self.pending_events.extend(events);
         self.flush_events();
         Ok(())
+    }
+
+    /// The user let a quarantined node back (`runguard nodes --release NODE`).
+    pub(super) fn release_node(
+        &mut self,
+        node: &str,
+        now: DateTime<Utc>,
+    ) -> Result<String, EngineError> {
+        let schedule = self.config.ledger.schedule();
+        let mut events = Vec::new();
+        let outcome = self
+            .store
+            .write(|db| release_in(db, node, now, &schedule, &mut events))?;
+        self.pending_events.extend(events);
+        self.flush_events();
+        self.policy.quarantined = self.store.db().quarantined_nodes()?;
+        Ok(outcome)
     }
 
     /// Every enrolled job still pending gets the quarantined nodes added to its exclusions; a run
@@ -637,6 +677,39 @@ impl Engine {
             _ => Ok(()),
         }
     }
+}
+
+/// Lets a quarantined node back on the user's word: on probation, as after a passed check. The
+/// engine undoes runguard's marks on it at its next pass.
+pub fn release_in(
+    db: &crate::store::Db<'_>,
+    node: &str,
+    now: DateTime<Utc>,
+    schedule: &ledger::Schedule,
+    events: &mut Vec<EngineEvent>,
+) -> Result<String, crate::store::StoreError> {
+    let Some(mut record) = db.node_record(node)? else {
+        return Ok(format!("node {node} is not in the ledger"));
+    };
+    if ledger::release(&mut record, now, schedule).is_none() {
+        return Ok(format!(
+            "node {node} is {}, not quarantined; nothing to do",
+            record.state.as_str()
+        ));
+    }
+    db.upsert_node_record(&record)?;
+    db.journal(
+        None,
+        now,
+        &format!("node {node}: quarantined → probation ({})", record.reason),
+        &[],
+    )?;
+    events.push(EngineEvent::NodeStateChanged {
+        node: node.to_string(),
+        state: record.state,
+        reason: record.reason.clone(),
+    });
+    Ok(format!("node {node} released: {}", record.reason))
 }
 
 /// The first words of a reason, for a drain reason the scheduler shows in its narrow columns.

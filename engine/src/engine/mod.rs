@@ -19,6 +19,7 @@ mod warnings;
 pub use decide::scheduler_line;
 pub use journal::apply_command;
 pub(crate) use journal::{complete_workflow, set_status};
+pub use ledger::release_in;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,7 +38,7 @@ use crate::config::Config;
 use crate::detect;
 use crate::model::{ActionState, WorkflowId, WorkflowStatus};
 use crate::recover::Policy;
-use crate::store::{Store, StoreError};
+use crate::store::{CommandKind, Store, StoreError};
 use crate::telemetry::watch::LogWatcher;
 
 /// Shortest real time between two ticks started by log changes: a line is read within a second (the
@@ -289,6 +290,13 @@ impl Engine {
     fn apply_commands(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
         let commands = self.store.db().pending_commands()?;
         for command in commands {
+            if command.kind == CommandKind::ReleaseNode {
+                let node = command.node.clone().unwrap_or_default();
+                let outcome = self.release_node(&node, now)?;
+                self.store
+                    .write(|db| db.finish_command(command.id, &outcome))?;
+                continue;
+            }
             let mut events = Vec::new();
             self.store.write(|db| {
                 let outcome = apply_command(db, command.kind, command.action_id, now, &mut events)?;

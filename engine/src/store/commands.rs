@@ -13,6 +13,8 @@ use crate::model::ActionId;
 pub enum CommandKind {
     Approve,
     Reject,
+    /// Let a quarantined node back (the command's `node`).
+    ReleaseNode,
 }
 
 impl CommandKind {
@@ -20,6 +22,7 @@ impl CommandKind {
         match self {
             Self::Approve => "approve",
             Self::Reject => "reject",
+            Self::ReleaseNode => "release_node",
         }
     }
 
@@ -27,6 +30,7 @@ impl CommandKind {
         match name {
             "approve" => Some(Self::Approve),
             "reject" => Some(Self::Reject),
+            "release_node" => Some(Self::ReleaseNode),
             _ => None,
         }
     }
@@ -38,16 +42,19 @@ pub struct Command {
     pub id: i64,
     pub kind: CommandKind,
     pub action_id: ActionId,
+    /// The node a node command is about.
+    pub node: Option<String>,
 }
 
 impl FromRow for Command {
-    const COLUMNS: &'static str = "id, kind, action_id";
+    const COLUMNS: &'static str = "id, kind, action_id, node";
 
     fn from_row(row: &Row<'_>) -> Result<Self, StoreError> {
         Ok(Self {
             id: row.get(0)?,
             kind: named(row, 1, "command kind", CommandKind::parse)?,
             action_id: row.get(2)?,
+            node: row.get(3)?,
         })
     }
 }
@@ -62,6 +69,20 @@ impl Db<'_> {
         self.conn.execute(
             "INSERT INTO commands (time, kind, action_id) VALUES (?1, ?2, ?3)",
             params![time_to_text(time), kind.as_str(), action_id],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Queues a command about a node for the running engine.
+    pub fn push_node_command(
+        &self,
+        kind: CommandKind,
+        node: &str,
+        time: DateTime<Utc>,
+    ) -> Result<i64, StoreError> {
+        self.conn.execute(
+            "INSERT INTO commands (time, kind, action_id, node) VALUES (?1, ?2, 0, ?3)",
+            params![time_to_text(time), kind.as_str(), node],
         )?;
         Ok(self.conn.last_insert_rowid())
     }

@@ -265,5 +265,6 @@ pub const MIGRATIONS: &[&str] = &[
         added_at TEXT NOT NULL,
         PRIMARY KEY (node, job_id)
     );
+    ALTER TABLE commands ADD COLUMN node TEXT;
     "#,
 ];

@@ -73,11 +73,13 @@ fn commands_wait_until_finished_with_an_outcome() {
                 id: approve,
                 kind: CommandKind::Approve,
                 action_id,
+                node: None,
             },
             Command {
                 id: reject,
                 kind: CommandKind::Reject,
                 action_id,
+                node: None,
             },
         ]
     );
