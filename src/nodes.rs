@@ -12,7 +12,7 @@ use runguard_engine::store::{Db, StoreError};
 pub const HISTORY: usize = 20;
 
 /// One node of the ledger.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NodeView {
     #[serde(flatten)]
     pub record: NodeRecord,

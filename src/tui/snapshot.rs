@@ -50,6 +50,8 @@ pub struct Snapshot {
     /// Recently executed or failed actions, newest first (their results).
     pub recent_actions: Vec<Action>,
     pub notifications: Vec<Notification>,
+    /// The node ledger, quarantined nodes first.
+    pub nodes: Vec<crate::nodes::NodeView>,
 }
 
 impl Snapshot {
@@ -124,6 +126,7 @@ impl Snapshot {
             approvals,
             recent_actions: db.recent_finished_actions(50)?,
             notifications: db.notifications(500)?,
+            nodes: load_nodes(db)?,
         };
         if let Some(id) = focus {
             snapshot.ensure_detail(db, policy, id)?;
@@ -149,6 +152,19 @@ impl Snapshot {
 
     pub fn detail(&self, workflow_id: WorkflowId) -> Option<&WorkflowHistory> {
         self.details.iter().find(|d| d.workflow.id == workflow_id)
+    }
+}
+
+/// The ledger's nodes, scored as of its last change (the engine's clock, simulated or real).
+fn load_nodes(db: &Db<'_>) -> Result<Vec<crate::nodes::NodeView>, StoreError> {
+    let latest = db
+        .node_records()?
+        .iter()
+        .map(|record| record.updated_at)
+        .max();
+    match latest {
+        Some(now) => crate::nodes::report(db, now),
+        None => Ok(Vec::new()),
     }
 }
 

@@ -132,8 +132,25 @@ fn the_overview_fits_80_by_24() {
     let text = render(&app, &snapshot, now, 80, 24);
     assert!(text.contains("4201.0"), "{text}");
     // Every tab stays in view, with its short name.
-    assert!(text.lines().next().unwrap().contains("8 Cmp"), "{text}");
+    assert!(text.lines().next().unwrap().contains("9 Node"), "{text}");
     assert!(text.contains("Workflows"), "{text}");
+}
+
+#[test]
+fn the_nodes_pane_shows_the_ledger_with_the_node_the_failure_named() {
+    let (_dir, snapshot, now) = setup();
+    let mut app = App::new("alice".into(), true);
+    app.update(UiAction::Show(Pane::Nodes), &snapshot, now);
+    let text = render(&app, &snapshot, now, 120, 30);
+    assert!(
+        text.contains("Nodes · 1 in the ledger · 0 quarantined"),
+        "{text}"
+    );
+    assert!(text.contains("node-07"), "{text}");
+    // An NCCL timeout only names its node: suspect, not quarantined.
+    assert!(text.contains("suspect"), "{text}");
+    assert!(text.contains("nccl_timeout"), "{text}");
+    assert!(text.contains("attribution · job 4201"), "{text}");
 }
 
 #[test]

@@ -190,7 +190,7 @@ fn summary(record: &NodeRecord, incidents: &[NodeIncident]) -> String {
             None => kinds.push((incident.kind.clone(), 1)),
         }
     }
-    kinds.sort_by(|a, b| b.1.cmp(&a.1));
+    kinds.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
     kinds
         .iter()
         .map(|(kind, count)| match count {

@@ -6,6 +6,7 @@ pub mod compare;
 pub mod details;
 pub mod help;
 pub mod log;
+pub mod nodes;
 pub mod notifications;
 pub mod overview;
 pub mod report;
@@ -70,6 +71,7 @@ pub fn draw(
         Pane::Approvals => approvals::draw(frame, body, &view),
         Pane::Notifications => notifications::draw(frame, body, &view),
         Pane::Compare => compare::draw(frame, body, &view),
+        Pane::Nodes => nodes::draw(frame, body, &view),
         Pane::Log => {
             let evidence = app
                 .focused(snapshot, now)
@@ -114,10 +116,11 @@ fn draw_tabs(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, 
             })
             .collect()
     };
-    // On a narrow terminal the short names keep every tab in view.
+    // On a narrow terminal the short names (and a shorter mode) keep every tab in view.
     let mut titles = titles_of(false);
     let needed: usize = titles.iter().map(|t| t.chars().count() + 2).sum();
-    if needed + 12 > usize::from(area.width) {
+    let short = needed + 12 > usize::from(area.width);
+    if short {
         titles = titles_of(true);
     }
     let titles: Vec<Line<'_>> = titles.into_iter().map(Line::from).collect();
@@ -128,14 +131,17 @@ fn draw_tabs(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, 
         .highlight_style(theme.accent())
         .padding("", " ")
         .divider("│");
-    let [left, right] =
-        Layout::horizontal([Constraint::Min(10), Constraint::Length(12)]).areas(area);
-    frame.render_widget(tabs, left);
-    let mode = if app.owns_engine {
-        "engine here"
-    } else {
-        "viewer"
+    let mode = match (app.owns_engine, short) {
+        (true, false) => "engine here",
+        (true, true) => "engine",
+        (false, _) => "viewer",
     };
+    let [left, right] = Layout::horizontal([
+        Constraint::Min(10),
+        Constraint::Length(mode.len() as u16 + 1),
+    ])
+    .areas(area);
+    frame.render_widget(tabs, left);
     frame.render_widget(
         Paragraph::new(Line::from(vec![Span::styled(
             mode.to_string(),

@@ -61,11 +61,13 @@ fn keys_3_and_4_open_the_charts_and_the_timeline_and_the_others_move_up() {
             "Approvals",
             "Notifications",
             "Log",
-            "Compare"
+            "Compare",
+            "Nodes"
         ]
     );
     assert_eq!(key('7'), Some(UiAction::Show(Pane::Log)));
     assert_eq!(key('8'), Some(UiAction::Show(Pane::Compare)));
+    assert_eq!(key('9'), Some(UiAction::Show(Pane::Nodes)));
 }
 
 #[test]
