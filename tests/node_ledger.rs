@@ -196,3 +196,30 @@ async fn a_job_s_own_failure_is_no_evidence_against_its_node() {
     assert!(db.db().node_incidents("n1").unwrap().is_empty());
     assert!(db.db().node_incidents("n2").unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_gpu_lost_under_a_running_job_moves_the_run_off_its_node_at_once() {
+    let rig = rig_with_job_on_n1_n2();
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 5).await;
+    // The job still runs: its collectives would time out only minutes later.
+    append(&rig.path().join("n2/kern.log"), XID_79);
+    rig.step(&mut engine, 5).await;
+    assert_eq!(rig.backend.requeues(), [["n2"]]);
+    let status = rig.status();
+    let workflow = &status.workflows[0];
+    assert!(
+        workflow.anomalies[0]
+            .summary
+            .contains("quarantined under it"),
+        "{:#?}",
+        workflow.anomalies
+    );
+    assert_eq!(workflow.attributions[0].category, "xid_79");
+    assert_eq!(workflow.attributions[0].culprit.node.as_deref(), Some("n2"));
+    // Decided once.
+    for _ in 0..3 {
+        rig.step(&mut engine, 5).await;
+    }
+    assert_eq!(rig.backend.requeues().len(), 1);
+}

@@ -84,6 +84,11 @@ impl Engine {
                     .await?;
                 continue;
             }
+            if let Some(summary) = self.quarantined_under(&attempt)? {
+                self.handle_failure(workflow, attempt, AnomalyKind::Crash, summary, now)
+                    .await?;
+                continue;
+            }
             if let Some((kind, summary)) = self.anomaly_of(&attempt, now) {
                 self.handle_failure(workflow, attempt, kind, summary, now)
                     .await?;

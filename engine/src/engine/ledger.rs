@@ -213,6 +213,41 @@ impl Engine {
         Ok(())
     }
 
+    /// A running attempt one of whose nodes the ledger quarantined while it ran (a GPU lost, an
+    /// uncorrectable ECC error): the run cannot go on there, so it is a failure now rather than when
+    /// its collectives time out minutes later.
+    pub(super) fn quarantined_under(
+        &self,
+        attempt: &Attempt,
+    ) -> Result<Option<String>, EngineError> {
+        if attempt.state != JobState::Running || self.policy.quarantined.is_empty() {
+            return Ok(None);
+        }
+        let db = self.store.db();
+        let mut found = Vec::new();
+        for node in attempt
+            .nodes
+            .iter()
+            .filter(|n| self.policy.quarantined.contains(n))
+        {
+            if let Some(record) = db.node_record(node)?
+                && attempt
+                    .start_time
+                    .is_some_and(|start| record.since >= start)
+            {
+                found.push(format!("{node} ({})", record.reason));
+            }
+        }
+        Ok((!found.is_empty()).then(|| {
+            format!(
+                "job {} (attempt {}) is running on a node quarantined under it: {}",
+                attempt.job_id,
+                attempt.index,
+                found.join("; ")
+            )
+        }))
+    }
+
     /// Once per full pass: nodes move with time (incidents fade, probations end), due health checks
     /// run, quarantined nodes are kept out of enrolled pending jobs and off runs that started on them.
     pub(super) async fn tend_ledger(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
