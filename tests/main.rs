@@ -42,4 +42,6 @@ mod slurm;
 #[cfg(feature = "slurm")]
 mod slurm_ddp;
 #[cfg(feature = "slurm")]
+mod slurm_ledger;
+#[cfg(feature = "slurm")]
 mod slurmrestd;

@@ -53,11 +53,13 @@ impl Engine {
         })
     }
 
-    /// The incidents a node's signals are, attached to the first attempt running on it.
+    /// The incidents a node's signals are, attached to the first attempt running on it; `source`
+    /// tells a kernel log's events from a status command's report.
     pub(super) fn signal_incidents(
         node: &str,
         attempts: &[(Workflow, Attempt)],
         signals: &[NodeSignal],
+        source: IncidentSource,
         now: DateTime<Utc>,
     ) -> Vec<NodeIncident> {
         let attempt = attempts.first().map(|(_, attempt)| attempt);
@@ -69,7 +71,7 @@ impl Engine {
                     id: 0,
                     node: node.to_string(),
                     time: signal.time.unwrap_or(now),
-                    source: IncidentSource::NodeSignal,
+                    source,
                     kind,
                     weight,
                     fatal: signal.fatal,
@@ -102,7 +104,7 @@ impl Engine {
             for incident in &incidents {
                 // A GPU status command reports a lasting condition again at every probe: it is one
                 // incident until it changes or an hour has passed.
-                if incident.source == IncidentSource::NodeSignal
+                if incident.source == IncidentSource::GpuStatus
                     && db
                         .last_node_incident(&incident.node, &incident.kind)?
                         .is_some_and(|last| {
@@ -213,9 +215,11 @@ impl Engine {
         Ok(())
     }
 
-    /// A running attempt one of whose nodes the ledger quarantined while it ran (a GPU lost, an
-    /// uncorrectable ECC error): the run cannot go on there, so it is a failure now rather than when
-    /// its collectives time out minutes later.
+    /// A running attempt one of whose nodes the ledger quarantined while it ran, for a fatal event
+    /// its kernel log showed during the run (a GPU lost, an uncorrectable ECC error): the run cannot
+    /// go on there, so it is a failure now rather than when its collectives time out minutes later. A
+    /// status report's error counters may date from before the run, and a job's own failure is
+    /// decided when it ends: neither ends a run that may be making progress.
     pub(super) fn quarantined_under(
         &self,
         attempt: &Attempt,
@@ -230,11 +234,18 @@ impl Engine {
             .iter()
             .filter(|n| self.policy.quarantined.contains(n))
         {
-            if let Some(record) = db.node_record(node)?
-                && attempt
-                    .start_time
-                    .is_some_and(|start| record.since >= start)
-            {
+            let Some(start) = attempt.start_time else {
+                continue;
+            };
+            let Some(record) = db.node_record(node)? else {
+                continue;
+            };
+            let event = db.node_incidents(node)?.into_iter().any(|incident| {
+                incident.fatal
+                    && incident.source == IncidentSource::NodeSignal
+                    && incident.time >= start
+            });
+            if record.since >= start && event {
                 found.push(format!("{node} ({})", record.reason));
             }
         }

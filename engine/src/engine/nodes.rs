@@ -10,7 +10,7 @@ use chrono::{DateTime, Datelike, TimeDelta, Utc};
 
 use super::{Engine, EngineError};
 use crate::detect::Finding;
-use crate::model::{AnomalyKind, Attempt, EvidenceLine, JobState, Workflow};
+use crate::model::{AnomalyKind, Attempt, EvidenceLine, IncidentSource, JobState, Workflow};
 use crate::telemetry::line::frame_with_year;
 use crate::telemetry::node_signals::{
     GpuInventory, NodeSignal, SignalKind, parse_dcgmi_health, parse_kernel_line, parse_nvidia_smi_q,
@@ -108,7 +108,7 @@ impl Engine {
                 }
                 signals.push(signal);
             }
-            self.take_signals(&node, &attempts, signals, now)?;
+            self.take_signals(&node, &attempts, signals, IncidentSource::NodeSignal, now)?;
             self.store.write(|db| {
                 db.set_file_offset(&key, chunk.next_offset, chunk.identity.as_deref())
             })?;
@@ -174,7 +174,7 @@ impl Engine {
                 signal.time.get_or_insert(now);
                 signal.text = format!("{node} gpu status: {}", signal.text);
             }
-            self.take_signals(&node, &attempts, signals, now)?;
+            self.take_signals(&node, &attempts, signals, IncidentSource::GpuStatus, now)?;
         }
         Ok(())
     }
@@ -186,6 +186,7 @@ impl Engine {
         node: &str,
         attempts: &[(Workflow, Attempt)],
         mut signals: Vec<NodeSignal>,
+        source: IncidentSource,
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
         if signals.is_empty() {
@@ -196,7 +197,8 @@ impl Engine {
                 inventory.resolve(signal);
             }
         }
-        self.note_incidents(Self::signal_incidents(node, attempts, &signals, now), now)?;
+        let incidents = Self::signal_incidents(node, attempts, &signals, source, now);
+        self.note_incidents(incidents, now)?;
         self.store.write(|db| {
             for signal in &signals {
                 let time = signal.time.unwrap_or(now);

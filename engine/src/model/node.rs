@@ -49,8 +49,11 @@ impl NodeState {
 pub enum IncidentSource {
     /// A failure of a job attributed to the node.
     Attribution,
-    /// A line of the node's kernel log or GPU status.
+    /// A line of the node's kernel log: an event, when it happened.
     NodeSignal,
+    /// A GPU status command's report (`nvidia-smi -q`, `dcgmi health`): a state, which may date from
+    /// before the jobs now on the node (error counters last as long as the driver).
+    GpuStatus,
     /// The scheduler said the node was dead under a job.
     Scheduler,
     /// A health check of the node failed.
@@ -58,9 +61,10 @@ pub enum IncidentSource {
 }
 
 impl IncidentSource {
-    const ALL: [IncidentSource; 4] = [
+    const ALL: [IncidentSource; 5] = [
         Self::Attribution,
         Self::NodeSignal,
+        Self::GpuStatus,
         Self::Scheduler,
         Self::HealthCheck,
     ];
@@ -69,6 +73,7 @@ impl IncidentSource {
         match self {
             Self::Attribution => "attribution",
             Self::NodeSignal => "node_signal",
+            Self::GpuStatus => "gpu_status",
             Self::Scheduler => "scheduler",
             Self::HealthCheck => "health_check",
         }
