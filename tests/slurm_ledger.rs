@@ -158,22 +158,26 @@ fn a_gpu_lost_on_n2_keeps_every_job_off_n2_until_its_health_check_passes() {
         format!("{stamp} n2 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python, GPU has fallen off the bus.\n"),
     )
     .unwrap();
-    // Job B, enrolled and submitted afterwards, waits for A: without runguard it would take n1 and n2.
-    let job_b = submit(
-        "job-b",
-        script(
-            &sandbox,
-            2,
-            "ckpt-b",
-            "ITERS=10 STEP_SECS=0.1",
-            &format!("#SBATCH --dependency=afterany:{job_a}\n"),
-        ),
-    );
     wait(
         Duration::from_secs(60),
         "n2's quarantine",
         || node_state(&sandbox, "n2").as_deref() == Some("quarantined"),
         context,
+    );
+    wait(
+        Duration::from_secs(60),
+        "job A running again off n2",
+        || {
+            let nodes = squeue_field(&cluster, &job_a, "%T %N");
+            nodes.starts_with("RUNNING") && !nodes.contains("n2") && !nodes.contains("n[1-2]")
+        },
+        context,
+    );
+    // Job B, enrolled and submitted afterwards, waits for nodes: only n2 is free (n4 is drained), and
+    // once A ends, without runguard, the scheduler would give it n1 and n2.
+    let job_b = submit(
+        "job-b",
+        script(&sandbox, 2, "ckpt-b", "ITERS=10 STEP_SECS=0.1", ""),
     );
     wait(
         Duration::from_secs(60),

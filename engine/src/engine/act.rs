@@ -26,7 +26,10 @@ enum Execution {
 
 impl Engine {
     pub(super) async fn execute_approved(&mut self) -> Result<(), EngineError> {
-        let approved = self.store.db().actions_in_state(ActionState::Approved)?;
+        let mut approved = self.store.db().actions_in_state(ActionState::Approved)?;
+        // Pending jobs are kept off quarantined nodes before anything restarts: a requeue frees nodes
+        // the scheduler may hand them at once.
+        approved.sort_by_key(|action| action.kind != ActionKind::UpdateExclusions);
         for mut action in approved {
             // The scheduler stopped answering during this pass: the rest waits for it.
             if self.outage.is_some() {
