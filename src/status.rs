@@ -9,6 +9,8 @@ use runguard_engine::model::{
     Action, Anomaly, Attempt, Attribution, JournalEntry, Notification, Workflow,
 };
 use runguard_engine::recover::Policy;
+use runguard_engine::report::WorkflowHistory;
+use runguard_engine::report::advisor::{self, Advice};
 use runguard_engine::store::{Db, StoreError};
 use runguard_engine::text::ellipsize;
 
@@ -27,6 +29,8 @@ pub struct WorkflowView {
     pub actions: Vec<Action>,
     /// Every decision the engine took about it, with its evidence.
     pub journal: Vec<JournalEntry>,
+    /// The checkpoint interval advisor's figures, once a save's cost and a failure rate are known.
+    pub checkpoint_advice: Option<Advice>,
 }
 
 /// The whole status report.
@@ -52,6 +56,14 @@ pub fn report(
             continue;
         }
         let summary = db.workflow_summary(workflow.id)?;
+        // Advised as of the workflow's last record: the simulated cluster keeps a clock of its own.
+        let checkpoint_advice =
+            WorkflowHistory::load(db, policy, workflow.id)?.and_then(|history| {
+                let now = history
+                    .latest_record()
+                    .unwrap_or(history.workflow.updated_at);
+                advisor::of_history(&history, now)
+            });
         workflows.push(WorkflowView {
             requeue_limit: policy.requeue_limit(&workflow),
             checkpoints: summary.checkpoints,
@@ -61,6 +73,7 @@ pub fn report(
             attributions: db.attributions(workflow.id)?,
             actions: db.actions(workflow.id)?,
             journal: db.journal_entries(workflow.id)?,
+            checkpoint_advice,
             workflow,
         });
     }

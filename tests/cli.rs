@@ -53,6 +53,20 @@ fn the_demo_recovers_the_nccl_timeout_and_status_json_shows_it() {
     assert_eq!(workflow["anomalies"][0]["kind"], "crash");
     assert_eq!(workflow["attributions"][0]["category"], "nccl_timeout");
     assert_eq!(workflow["attributions"][0]["culprit"]["node"], "node-07");
+    // The checkpoint advisor: the sim's saves hold the run 5 to 9 s; one failure in the run.
+    let advice = &workflow["checkpoint_advice"];
+    let figure = |name: &str| advice[name].as_f64().unwrap();
+    let (cost, mtbf, restart) = (
+        figure("save_cost_secs"),
+        figure("mtbf_secs"),
+        figure("restart_secs"),
+    );
+    assert!((5.0..=9.0).contains(&cost), "{advice:#}");
+    assert!((figure("advised_interval_secs") - (2.0 * cost * mtbf).sqrt()).abs() < 1e-6);
+    let ratio = |tau: f64| 1.0 - cost / tau - (tau / 2.0 + restart) / mtbf;
+    assert!((figure("ratio_now") - ratio(figure("interval_secs"))).abs() < 1e-6);
+    assert!((figure("ratio_advised") - ratio(figure("advised_interval_secs"))).abs() < 1e-6);
+    assert!(figure("ratio_advised") >= figure("ratio_now"), "{advice:#}");
 
     // A second demo starts over instead of piling up records.
     let again = sandbox.run(&["demo", "--speed", "1500"]);

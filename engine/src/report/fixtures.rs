@@ -119,6 +119,7 @@ pub fn history(status: WorkflowStatus, attempts: Vec<Attempt>) -> WorkflowHistor
         actions: vec![],
         journal: vec![],
         narratives: vec![],
+        ledger_rate: None,
     }
 }
 

@@ -25,6 +25,9 @@ pub struct WorkflowHistory {
     pub journal: Vec<JournalEntry>,
     /// Narratives a language model wrote for its failures (never used for a decision).
     pub narratives: Vec<Narrative>,
+    /// The node ledger's failure rate for a job of this size (per second), with its basis: what the
+    /// checkpoint advisor uses until the run has failed itself.
+    pub ledger_rate: Option<(f64, String)>,
 }
 
 impl WorkflowHistory {
@@ -43,6 +46,7 @@ impl WorkflowHistory {
             actions: db.actions(id)?,
             journal: db.journal_entries(id)?,
             narratives: db.narratives(id)?,
+            ledger_rate: ledger_rate(db, workflow.spec.nodes)?,
             workflow,
         }))
     }
@@ -62,4 +66,16 @@ impl WorkflowHistory {
             .chain(actions)
             .max()
     }
+}
+
+/// The ledger's failure rate for a job of `nodes` nodes, as of its latest incident.
+fn ledger_rate(db: &Db<'_>, nodes: u32) -> Result<Option<(f64, String)>, StoreError> {
+    let known = db.node_records()?.len();
+    let Some(latest) = db.node_records()?.iter().map(|r| r.updated_at).max() else {
+        return Ok(None);
+    };
+    let incidents = db.node_incidents_since(latest - chrono::TimeDelta::days(30))?;
+    Ok(super::advisor::ledger_rate(
+        &incidents, known, nodes, latest,
+    ))
 }

@@ -6,6 +6,7 @@
 //! the same report. An optional narrative written by a language model ([`narrative`]) may be appended
 //! to a failure; it is labelled as such and never feeds a decision.
 
+pub mod advisor;
 pub mod downtime;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fixtures;
@@ -58,6 +59,8 @@ pub struct WorkflowHeader {
     pub requeue_limit: u32,
     /// `None` before any attempt started.
     pub goodput: Option<GoodputReport>,
+    /// The checkpoint interval advisor's figures, once a save's cost and a failure rate are known.
+    pub checkpoint_advice: Option<advisor::Advice>,
 }
 
 /// Useful training time over wall time (see [`downtime::goodput`]), in whole seconds.
@@ -321,6 +324,7 @@ impl Report {
                     lost_seconds: g.lost.num_seconds(),
                     wall_seconds: g.wall.num_seconds(),
                 }),
+                checkpoint_advice: advisor::of_history(history, now),
             },
             failures,
             warnings,

@@ -190,6 +190,11 @@ pub fn text(report: &Report) -> String {
             let _ = writeln!(out, "  goodput:   - (no attempt has started)");
         }
     }
+    if let Some(advice) = &w.checkpoint_advice {
+        for line in advice_lines(advice) {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     let _ = writeln!(out, "  generated: {}", when(report.generated_at));
     if report.failures.is_empty() {
         let _ = writeln!(out, "\nNo failure recorded.");
@@ -526,4 +531,26 @@ fn markdown_actions(out: &mut String, title: &str, actions: &[ActionReport], non
         }
     }
     out.push('\n');
+}
+
+/// The checkpoint advisor's figures in two lines: what the run does now and what the advisor
+/// suggests, with the training time ratio of each.
+pub fn advice_lines(advice: &super::advisor::Advice) -> [String; 2] {
+    let seconds = |secs: f64| clock(secs.round() as i64);
+    [
+        format!(
+            "checkpoints: every {}, a save costs {} ({} measured); MTBF {} ({})",
+            seconds(advice.interval_secs),
+            seconds(advice.save_cost_secs),
+            advice.saves_measured,
+            seconds(advice.mtbf_secs),
+            advice.mtbf_basis
+        ),
+        format!(
+            "advice:      every {} (Young–Daly √(2·C·MTBF)): training {:.1}% of the time, {:.1}% now",
+            seconds(advice.advised_interval_secs),
+            advice.ratio_advised * 100.0,
+            advice.ratio_now * 100.0
+        ),
+    ]
 }

@@ -211,6 +211,27 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
         format!("{} of {}", workflow.requeues_used, detail.requeue_limit),
     ));
     left.push(field("since ckpt", format!("{failures} failed attempts")));
+    if let Some(advice) = runguard_engine::report::advisor::of_history(detail, now) {
+        let minutes = |secs: f64| format!("{:.1} min", secs / 60.0);
+        left.push(field(
+            "ckpt every",
+            format!(
+                "{} now, save {:.0} s, MTBF {:.1} h",
+                minutes(advice.interval_secs),
+                advice.save_cost_secs,
+                advice.mtbf_secs / 3600.0
+            ),
+        ));
+        left.push(field(
+            "advised",
+            format!(
+                "{} (Young–Daly): training {:.1}% vs {:.1}% now",
+                minutes(advice.advised_interval_secs),
+                advice.ratio_advised * 100.0,
+                advice.ratio_now * 100.0
+            ),
+        ));
+    }
 
     let mut right = vec![Line::styled("Anomalies", theme.accent())];
     let anomalies: Vec<_> = detail
