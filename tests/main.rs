@@ -35,6 +35,7 @@ mod kubernetes;
 mod metrics;
 mod node_ledger;
 mod pace;
+mod proactive;
 mod report;
 mod signatures;
 #[cfg(feature = "slurm")]

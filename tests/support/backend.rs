@@ -117,6 +117,10 @@ pub enum Call {
         node: String,
         reason: String,
     },
+    Signal {
+        job_id: String,
+        signal: String,
+    },
 }
 
 /// A call and when it was made, by the test's clock.
@@ -286,6 +290,7 @@ impl Backend for ScriptedBackend {
                 Can::Drain,
                 Can::UsableNodes,
                 Can::UpdateExclusions,
+                Can::Signal,
             ]),
         }
     }
@@ -410,6 +415,17 @@ impl Backend for ScriptedBackend {
             _ => Err(BackendError::Invalid(format!(
                 "job {job_id} is not pending"
             ))),
+        }
+    }
+
+    async fn signal_job(&self, job_id: &str, signal: &str) -> Result<ActionOutcome, BackendError> {
+        self.answer(Call::Signal {
+            job_id: job_id.into(),
+            signal: signal.into(),
+        })?;
+        match self.inner() {
+            Some(inner) => inner.signal_job(job_id, signal).await,
+            None => Ok(ActionOutcome::default()),
         }
     }
 

@@ -270,6 +270,12 @@ pub trait Backend: Send + Sync {
         Err(self.unsupported("change a pending job's node exclusions"))
     }
 
+    /// Sends `signal` (`USR1`) to a running job, for its framework to save a checkpoint.
+    async fn signal_job(&self, job_id: &str, _signal: &str) -> Result<ActionOutcome, BackendError> {
+        let _ = job_id;
+        Err(self.unsupported("send a signal to a job"))
+    }
+
     /// Returns `node` to service if it is drained with exactly `reason` (runguard's own drain);
     /// a drain with any other reason is left as it is, and the outcome says so.
     async fn resume_node(&self, node: &str, _reason: &str) -> Result<ActionOutcome, BackendError> {

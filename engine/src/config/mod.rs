@@ -307,6 +307,12 @@ pub struct LedgerConfig {
     pub max_check_interval_secs: u64,
     /// Probation after a node's first return to service, doubled with each later quarantine.
     pub probation_secs: u64,
+    /// On a precursor of failure on a node of a running job (correctable ECC errors, a GPU at its
+    /// thermal limit, NVLink or PCIe errors), ask the job to save a checkpoint now with this signal
+    /// (`checkpoint_now` in the whitelist lets it run), then requeue it off the node. Empty: never.
+    pub checkpoint_signal: String,
+    /// How long to wait for the checkpoint the signal asked for before requeuing anyway.
+    pub checkpoint_wait_secs: u64,
 }
 
 impl Default for LedgerConfig {
@@ -317,6 +323,8 @@ impl Default for LedgerConfig {
             first_check_secs: 300,
             max_check_interval_secs: 6 * 3600,
             probation_secs: 24 * 3600,
+            checkpoint_signal: "USR1".to_string(),
+            checkpoint_wait_secs: 300,
         }
     }
 }

@@ -126,10 +126,16 @@ impl Engine {
                 }
                 let planned = params.restart_count.unwrap_or(0);
                 // Requeued and held by an earlier try that did not get as far as the release (the job
-                // was slow to leave its nodes, or the engine stopped): finish the requeue.
+                // was slow to leave its nodes, or the engine stopped), or queued again by someone
+                // else (a job that requeues itself on a checkpoint signal, as Lightning does) without
+                // the exclusion: finish the requeue — exclusion set, started now, not at BeginTime.
+                let unexcluded = params
+                    .exclude_nodes
+                    .iter()
+                    .any(|node| !job.excluded_nodes.contains(node));
                 if job.restart_count > planned
                     && job.state == JobState::Pending
-                    && job.hold == Some(Hold::Requeue)
+                    && (job.hold == Some(Hold::Requeue) || (job.hold.is_none() && unexcluded))
                 {
                     // The backend's requeue of a pending job sets the exclusion again and releases it.
                     return match with_timeout(self.backend.requeue(&job_id, &params.exclude_nodes))
@@ -309,6 +315,28 @@ impl Engine {
                 }
             }
             ActionKind::UpdateExclusions => self.update_exclusions(action).await,
+            ActionKind::CheckpointNow => {
+                let planned = params.restart_count.unwrap_or(0);
+                match with_timeout(self.backend.job(&job_id)).await {
+                    Ok(Some(job)) if job.state == JobState::Unknown => return not_understood(&job),
+                    Ok(Some(job))
+                        if job.state != JobState::Running || job.restart_count != planned =>
+                    {
+                        return Execution::Superseded(format!(
+                            "job {job_id} is {} now (restart {}), not the run that was to save",
+                            job.state_raw, job.restart_count
+                        ));
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Execution::Superseded(format!("job {job_id} is gone")),
+                    Err(err) => return retry_or_fail(err),
+                }
+                let signal = params.signal.clone().unwrap_or_else(|| "USR1".to_string());
+                match with_timeout(self.backend.signal_job(&job_id, &signal)).await {
+                    Ok(outcome) => Execution::Ran(outcome.detail),
+                    Err(err) => retry_or_fail(err),
+                }
+            }
         }
     }
 

@@ -41,6 +41,9 @@ impl Engine {
             if workflow.status == WorkflowStatus::Recovering {
                 self.watch_recovery(&workflow, &attempt, now)?;
             }
+            if self.follow_checkpoint_request(&workflow, &attempt, now)? {
+                continue;
+            }
             // An attempt the scheduler requeued by itself (a node failure with JobRequeue=1): its end
             // was never decided on, and the next attempt waits in the queue, possibly for the same node.
             if let Some(previous) = attempts.pop()

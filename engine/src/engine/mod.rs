@@ -14,6 +14,7 @@ mod nodes;
 mod observe;
 mod outage;
 mod pace;
+mod proactive;
 mod warnings;
 
 pub use decide::scheduler_line;

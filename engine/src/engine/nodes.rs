@@ -199,6 +199,9 @@ impl Engine {
         }
         let incidents = Self::signal_incidents(node, attempts, &signals, source, now);
         self.note_incidents(incidents, now)?;
+        if let Some(precursor) = signals.iter().find(|s| super::proactive::is_precursor(s)) {
+            self.request_checkpoints(node, attempts, precursor, now)?;
+        }
         self.store.write(|db| {
             for signal in &signals {
                 let time = signal.time.unwrap_or(now);

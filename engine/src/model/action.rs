@@ -30,10 +30,13 @@ pub enum ActionKind {
     /// Return a node runguard drained to service, once its health check passed; a drain runguard
     /// did not set is never touched.
     ResumeNode,
+    /// Ask a running job to save a checkpoint now (a signal its framework handles: SIGUSR1 for
+    /// Lightning and NeMo), before a node that shows a precursor of failure takes the run down.
+    CheckpointNow,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 9] = [
+    pub const ALL: [ActionKind; 10] = [
         Self::Requeue,
         Self::Resubmit,
         Self::Cancel,
@@ -43,6 +46,7 @@ impl ActionKind {
         Self::Recreate,
         Self::UpdateExclusions,
         Self::ResumeNode,
+        Self::CheckpointNow,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -56,6 +60,7 @@ impl ActionKind {
             Self::Recreate => "recreate",
             Self::UpdateExclusions => "update_exclusions",
             Self::ResumeNode => "resume_node",
+            Self::CheckpointNow => "checkpoint_now",
         }
     }
 
@@ -194,6 +199,13 @@ pub struct ActionParams {
     /// requeue only sets the exclusion and starts it now.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub scheduler_requeued: bool,
+    /// The signal a checkpoint request sends (`USR1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// The newest checkpoint's iteration when a checkpoint request was planned: a later one is the
+    /// save it asked for (a save line seldom carries a time of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_checkpoint: Option<u64>,
     /// Changes to the spec a re-creation makes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<SpecChange>,

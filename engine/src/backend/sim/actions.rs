@@ -455,6 +455,10 @@ impl World {
             ActionKind::UpdateExclusions => {
                 format!("scontrol update JobId={job_id} ExcNodeList={exclude}")
             }
+            ActionKind::CheckpointNow => format!(
+                "scancel --signal={} --batch {job_id}",
+                params.signal.as_deref().unwrap_or("USR1")
+            ),
             ActionKind::ResumeNode => format!(
                 "scontrol update NodeName={} State=RESUME",
                 params.node.as_deref().unwrap_or("<node>")

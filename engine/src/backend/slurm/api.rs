@@ -43,6 +43,11 @@ pub enum Operation {
         node: String,
         reason: String,
     },
+    /// Send a signal to a job's batch script (which passes it on, as `exec srun` does).
+    Signal {
+        job_id: String,
+        signal: String,
+    },
     /// Return a drained node to service.
     Resume {
         node: String,

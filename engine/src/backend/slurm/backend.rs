@@ -279,6 +279,7 @@ impl Backend for SlurmBackend {
             Can::Drain,
             Can::UsableNodes,
             Can::UpdateExclusions,
+            Can::Signal,
         ])
     }
 
@@ -515,6 +516,18 @@ impl Backend for SlurmBackend {
         })
     }
 
+    async fn signal_job(&self, job_id: &str, signal: &str) -> Result<ActionOutcome, BackendError> {
+        self.perform(Operation::Signal {
+            job_id: job_id.to_string(),
+            signal: signal.to_string(),
+        })
+        .await?;
+        Ok(ActionOutcome {
+            detail: format!("sent SIG{signal} to job {job_id}"),
+            new_job_id: None,
+        })
+    }
+
     async fn resume_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
         let nodes = self.api.node_reasons(&[node.to_string()]).await?;
         let Some((_, state, current)) = nodes.into_iter().find(|(name, _, _)| name == node) else {
@@ -554,6 +567,10 @@ impl Backend for SlurmBackend {
             ActionKind::UpdateExclusions => vec![Operation::ExcludeNodes {
                 job_id: job_id.clone(),
                 nodes: params.exclude_nodes.clone(),
+            }],
+            ActionKind::CheckpointNow => vec![Operation::Signal {
+                job_id: job_id.clone(),
+                signal: params.signal.clone().unwrap_or_else(|| "USR1".to_string()),
             }],
             ActionKind::ResumeNode => vec![Operation::Resume {
                 node: params.node.clone().unwrap_or_default(),

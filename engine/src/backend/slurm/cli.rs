@@ -283,6 +283,12 @@ pub fn operation_argv(operation: &Operation) -> Vec<String> {
             "State=DRAIN".into(),
             format!("Reason={reason}"),
         ],
+        Operation::Signal { job_id, signal } => vec![
+            "scancel".into(),
+            format!("--signal={signal}"),
+            "--batch".into(),
+            job_id.clone(),
+        ],
         Operation::Resume { node } => vec![
             "scontrol".into(),
             "update".into(),

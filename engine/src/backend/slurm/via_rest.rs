@@ -70,6 +70,7 @@ impl SlurmViaRest {
             Operation::RequeueHold { .. }
             | Operation::Drain { .. }
             | Operation::Resume { .. }
+            | Operation::Signal { .. }
             | Operation::Submit(_) => None,
         }
     }

@@ -1,0 +1,152 @@
+//! Proactive checkpoints: a precursor of failure on a node of a running job makes runguard ask the job
+//! to save now, then requeue it off the node once it has saved, requeued itself, or the wait is over.
+
+use runguard_engine::model::{ActionKind, ActionState, JobState};
+
+use crate::support::backend::Call;
+use crate::support::{EngineRig, append, job};
+
+/// The line Linux's machine-check handler writes when a CPU package overheats.
+const HOT: &str = "2026-01-05T08:00:20+00:00 n2 kernel: mce: CPU0: Core temperature above threshold, cpu clock throttled (total events = 1)\n";
+
+/// Job 100 on n1 and n2 writing its log, n2's kernel log followed; `checkpoint_now` whitelisted.
+fn rig() -> (EngineRig, std::path::PathBuf) {
+    let mut rig = EngineRig::default();
+    for node in ["n1", "n2"] {
+        std::fs::create_dir_all(rig.path().join(node)).unwrap();
+        append(&rig.path().join(node).join("kern.log"), "");
+    }
+    rig.config.telemetry.node_log_pattern =
+        Some(rig.path().join("{node}/kern.log").display().to_string());
+    rig.config.recovery.whitelist = vec![ActionKind::Requeue, ActionKind::CheckpointNow];
+    rig.config.ledger.checkpoint_wait_secs = 60;
+    let log = rig.path().join("train.log");
+    append(&log, "");
+    rig.backend
+        .add([job("100").running_on(["n1", "n2"]).log(&log)]);
+    (rig, log)
+}
+
+fn signals(rig: &EngineRig) -> Vec<(String, String)> {
+    rig.backend
+        .calls()
+        .into_iter()
+        .filter_map(|recorded| match recorded.call {
+            Call::Signal { job_id, signal } => Some((job_id, signal)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_hot_gpu_makes_the_job_save_now_and_move_off_the_node_once_it_has_saved() {
+    let (rig, log) = rig();
+    let mut engine = rig.engine();
+    append(
+        &log,
+        "7: iteration 100/1000 | elapsed time per iteration (ms): 1000.0 |\n",
+    );
+    rig.step(&mut engine, 5).await;
+    append(&rig.path().join("n2/kern.log"), HOT);
+    rig.step(&mut engine, 1).await;
+    assert_eq!(signals(&rig), [("100".to_string(), "USR1".to_string())]);
+    assert!(rig.backend.requeues().is_empty(), "not before the save");
+    rig.step(&mut engine, 1).await;
+    assert!(rig.backend.requeues().is_empty(), "not before the save");
+    // The job saves on its signal.
+    append(
+        &log,
+        "0: saving checkpoint at iteration 101 to /ckpt (SIGUSR1)\n0:   successfully saved checkpoint from iteration 101 to /ckpt [ t 0/1, p 0/1 ]\n",
+    );
+    rig.step(&mut engine, 1).await;
+    rig.step(&mut engine, 1).await;
+    assert_eq!(rig.backend.requeues(), [["n2"]]);
+    // Once.
+    for _ in 0..3 {
+        append(&rig.path().join("n2/kern.log"), HOT);
+        rig.step(&mut engine, 5).await;
+    }
+    assert_eq!(rig.backend.requeues().len(), 1);
+    assert_eq!(signals(&rig).len(), 1);
+    let status = rig.status();
+    assert!(
+        status.workflows[0]
+            .anomalies
+            .iter()
+            .all(|a| a.kind.as_str() != "crash")
+    );
+}
+
+#[tokio::test]
+async fn a_job_that_requeues_itself_on_the_signal_is_kept_off_the_node_and_started_now() {
+    let (rig, log) = rig();
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 5).await;
+    append(&rig.path().join("n2/kern.log"), HOT);
+    rig.step(&mut engine, 1).await;
+    assert_eq!(signals(&rig).len(), 1);
+    // Lightning saves and runs `scontrol requeue` itself: the job waits in the queue (BeginTime).
+    append(
+        &log,
+        "0: successfully saved checkpoint from iteration 7 to /ckpt\n",
+    );
+    rig.backend.update("100", |job| {
+        job.state = JobState::Pending;
+        job.state_raw = "PENDING".into();
+        job.reason = Some("BeginTime".into());
+        job.restart_count = 1;
+        job.nodes.clear();
+        job.start_time = None;
+    });
+    for _ in 0..4 {
+        rig.step(&mut engine, 1).await;
+    }
+    assert_eq!(
+        rig.backend.requeues(),
+        [["n2"]],
+        "{:#?}",
+        rig.status().workflows[0]
+    );
+    let status = rig.status();
+    assert!(
+        status.workflows[0]
+            .anomalies
+            .iter()
+            .all(|a| !matches!(a.kind.as_str(), "crash" | "hang")),
+        "its own requeue is no failure: {:#?}",
+        status.workflows[0].anomalies
+    );
+}
+
+#[tokio::test]
+async fn without_a_save_within_the_wait_it_is_requeued_from_its_last_checkpoint() {
+    let (rig, _log) = rig();
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 5).await;
+    append(&rig.path().join("n2/kern.log"), HOT);
+    rig.step(&mut engine, 30).await;
+    assert!(rig.backend.requeues().is_empty());
+    rig.step(&mut engine, 31).await;
+    rig.step(&mut engine, 1).await;
+    assert_eq!(rig.backend.requeues(), [["n2"]]);
+}
+
+#[tokio::test]
+async fn not_whitelisted_the_checkpoint_request_is_only_proposed() {
+    let (mut rig, _log) = rig();
+    rig.config.recovery.whitelist = vec![ActionKind::Requeue];
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 5).await;
+    append(&rig.path().join("n2/kern.log"), HOT);
+    rig.step(&mut engine, 5).await;
+    rig.step(&mut engine, 5).await;
+    assert!(signals(&rig).is_empty());
+    let actions = rig.store().db().all_actions().unwrap();
+    let request = actions
+        .iter()
+        .find(|a| a.kind == ActionKind::CheckpointNow)
+        .expect("a checkpoint request");
+    assert_eq!(request.state, ActionState::Proposed);
+    assert!(request.why.contains("precursor"), "{}", request.why);
+    assert!(rig.backend.requeues().is_empty());
+}
