@@ -29,10 +29,27 @@ fn ddp_available() -> bool {
 
 /// How the faulty rank fails, and how long the others' collectives wait for it.
 struct Fault {
-    /// `DDP_FAULT` of ddp_train.py: kill, stop, error.
+    /// `DDP_FAULT` of ddp_train.py: kill, stop, error; none for a healthy run.
     kind: &'static str,
+    /// A node whose kernel log shows a CPU at its thermal limit once the run has saved iteration 10:
+    /// a precursor of failure (runguard may ask the job to save, `checkpoint_now` whitelisted).
+    hot_node: Option<&'static str>,
+    /// The job requeues itself after the save SIGUSR1 asked for (`DDP_REQUEUE_ON_USR1`).
+    requeue_on_usr1: bool,
     /// `DDP_TIMEOUT`: seconds a collective of the training group waits before PyTorch gives up.
     collective_timeout_secs: u64,
+}
+
+impl Fault {
+    /// A run without a fault.
+    fn healthy() -> Self {
+        Self {
+            kind: "none",
+            collective_timeout_secs: 30,
+            hot_node: None,
+            requeue_on_usr1: false,
+        }
+    }
 }
 
 /// What a finished case left.
@@ -59,10 +76,17 @@ fn run_ddp(fault: Fault) -> Finished {
     // Declared before the cluster, dropped after it: whatever the job's processes left running.
     let _leftovers = Leftovers::marked(format!("CKPT_DIR={}", ckpt.display()));
     let cluster = Cluster::start(&sandbox.path().join("slurm"));
+    let kern = sandbox.path().join("kern");
+    std::fs::create_dir(&kern).unwrap();
+    for node in ["n1", "n2", "n3", "n4"] {
+        std::fs::write(kern.join(format!("{node}.log")), "").unwrap();
+    }
     sandbox.write_config(&format!(
         "[engine]\npoll_interval_secs = 0.5\nheartbeat_timeout_secs = {HEARTBEAT_SECS}\n\n\
          [backend]\nkind = \"slurm\"\n\n\
-         [recovery]\nwhitelist = [\"requeue\", \"cancel\"]\n"
+         [recovery]\nwhitelist = [\"requeue\", \"cancel\", \"checkpoint_now\"]\n\n\
+         [telemetry]\nnode_log_pattern = \"{}/{{node}}.log\"\n",
+        kern.display()
     ));
     let mut engine = HeadlessEngine::start(&sandbox, &cluster, &[]);
     let log_pattern = sandbox.path().join("%x_%j.log");
@@ -86,6 +110,10 @@ fn run_ddp(fault: Fault) -> Finished {
         .env("ITERS", "30")
         .env("CKPT_EVERY", "10")
         .env("STEP_SECS", "0.5")
+        .env(
+            "DDP_REQUEUE_ON_USR1",
+            if fault.requeue_on_usr1 { "1" } else { "0" },
+        )
         .env("OMP_NUM_THREADS", "1")
         .output()
         .unwrap();
@@ -98,7 +126,23 @@ fn run_ddp(fault: Fault) -> Finished {
     let start = Instant::now();
     let mut last = None;
     let mut stopped_at = None;
+    let mut hot = false;
     while start.elapsed() < Duration::from_secs(300) {
+        if let Some(node) = fault.hot_node
+            && !hot
+            && ckpt.join("iter_0000010.pt").exists()
+        {
+            // The line Linux's machine-check handler writes when a CPU package overheats.
+            let stamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, false);
+            std::fs::write(
+                kern.join(format!("{node}.log")),
+                format!(
+                    "{stamp} {node} kernel: mce: CPU0: Core temperature above threshold, cpu clock throttled (total events = 1)\n"
+                ),
+            )
+            .unwrap();
+            hot = true;
+        }
         if fault.kind == "stop" && stopped_at.is_none() && any_stopped(&marker) {
             stopped_at = Some(DateTime::<Utc>::from(SystemTime::now()));
         }
@@ -184,6 +228,8 @@ struct Stored {
     attributions: Vec<(u32, String, Value, Value)>,
     /// `(attempt, iteration)` of every checkpoint seen saved.
     checkpoints: Vec<(u32, u32)>,
+    /// `(attempt, iteration)` of every progress report read.
+    iterations: Vec<(u32, u32)>,
 }
 
 impl Stored {
@@ -232,11 +278,19 @@ impl Stored {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
+        let iterations = conn
+            .prepare("SELECT attempt_index, iteration FROM throughput ORDER BY id")
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
         Self {
             evidence,
             tracebacks,
             attributions,
             checkpoints,
+            iterations,
         }
     }
 
@@ -305,6 +359,7 @@ fn killed() -> &'static Finished {
         run_ddp(Fault {
             kind: "kill",
             collective_timeout_secs: 10,
+            ..Fault::healthy()
         })
     })
 }
@@ -410,6 +465,7 @@ fn a_ddp_rank_stopped_while_the_others_wait_in_all_reduce_is_a_hang_requeued_and
     let finished = run_ddp(Fault {
         kind: "stop",
         collective_timeout_secs: 120,
+        ..Fault::healthy()
     });
     assert_requeued_and_resumed(&finished);
     let workflow = &finished.status["workflows"][0];
@@ -457,6 +513,7 @@ fn a_python_error_in_a_ddp_rank_is_not_requeued() {
     let finished = run_ddp(Fault {
         kind: "error",
         collective_timeout_secs: 10,
+        ..Fault::healthy()
     });
     let workflow = &finished.status["workflows"][0];
     assert_eq!(workflow["succeeded"], false, "{finished}");
@@ -500,4 +557,66 @@ fn a_python_error_in_a_ddp_rank_is_not_requeued() {
     assert!(finished.held.is_empty(), "held: {:?}", finished.held);
     // The first run's checkpoint stays; nothing ran after the error.
     assert_eq!(finished.checkpoints, ["iter_0000010.pt"]);
+}
+
+#[test]
+fn a_thermal_precursor_on_n2_makes_the_ddp_job_save_requeue_itself_and_resume_off_n2() {
+    if !ddp_available() {
+        return;
+    }
+    let finished = run_ddp(Fault {
+        hot_node: Some("n2"),
+        requeue_on_usr1: true,
+        ..Fault::healthy()
+    });
+    let workflow = &finished.status["workflows"][0];
+    assert_eq!(workflow["succeeded"], true, "{finished}");
+    let attempts = workflow["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{finished}");
+    assert!(strings(&attempts[0]["nodes"]).contains(&"n2".to_string()));
+    assert_second_attempt_without_n2(&finished);
+    let actions = workflow["actions"].as_array().unwrap();
+    let kinds: Vec<(&str, &str)> = actions
+        .iter()
+        .map(|a| (a["kind"].as_str().unwrap(), a["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("checkpoint_now", "done"), ("requeue", "done")],
+        "{finished}"
+    );
+    // No failure was decided: the run moved before anything broke.
+    assert!(
+        workflow["attributions"].as_array().unwrap().is_empty(),
+        "{finished}"
+    );
+    // The save the signal asked for is the one the second attempt resumes from...
+    let saved = finished
+        .store
+        .checkpoints
+        .iter()
+        .filter(|(attempt, _)| *attempt == 0)
+        .map(|(_, iteration)| *iteration)
+        .max()
+        .unwrap();
+    assert!(saved > 10, "a save besides the scheduled ones: {finished}");
+    assert!(
+        finished.log.contains(&format!("] at iteration {saved}")),
+        "resumed from iteration {saved}: {finished}"
+    );
+    // ...and the first attempt got at most one iteration past it.
+    let reached = finished
+        .store
+        .iterations
+        .iter()
+        .filter(|(attempt, _)| *attempt == 0)
+        .map(|(_, iteration)| *iteration)
+        .max()
+        .unwrap();
+    assert!(
+        reached <= saved + 1,
+        "lost {} iterations: {finished}",
+        reached - saved
+    );
+    assert!(finished.held.is_empty(), "held: {:?}", finished.held);
 }

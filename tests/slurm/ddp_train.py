@@ -18,6 +18,8 @@ Environment:
   DDP_FAULT_ON=first|once|always   first: only while SLURM_RESTART_COUNT is 0 (the first run of the
                          job); once: only until the mark it leaves in CKPT_DIR exists (survives a
                          resubmission as a new job); always: on every run
+  DDP_REQUEUE_ON_USR1=1  after the save SIGUSR1 asked for, rank 0 requeues the job itself with
+                         `scontrol requeue`, as PyTorch Lightning's SLURMEnvironment does
 """
 
 import datetime
@@ -244,11 +246,22 @@ class Run:
             if shared[1].item() > 0:
                 self.save_now = False
                 self.save(ddp, optimizer, iteration, " (SIGUSR1)")
+                if os.environ.get("DDP_REQUEUE_ON_USR1") == "1":
+                    self.requeue_self()
             elif iteration % self.every == 0:
                 self.save(ddp, optimizer, iteration)
         if self.rank == 0:
             self.say(f"training complete at iteration {self.iters}")
         dist.destroy_process_group()
+
+    def requeue_self(self):
+        """Lightning's way: rank 0 asks Slurm to requeue the job; every rank waits to be ended."""
+        if self.rank == 0:
+            command = ["scontrol", "requeue", str(self.job_id)]
+            result = subprocess.run(command, capture_output=True, text=True)
+            self.say(f"requeued the job itself: {' '.join(command)} -> {result.returncode}")
+        while True:
+            time.sleep(1)
 
     def on_usr1(self, signum, frame):
         self.save_now = True
