@@ -116,6 +116,18 @@ async fn a_job_that_requeues_itself_on_the_signal_is_kept_off_the_node_and_start
         "its own requeue is no failure: {:#?}",
         status.workflows[0].anomalies
     );
+    // The run that goes on is watched to its end like any other.
+    rig.backend.update("100", |job| {
+        job.state = JobState::Completed;
+        job.state_raw = "COMPLETED".into();
+        job.nodes = vec!["n1".into(), "n3".into()];
+    });
+    for _ in 0..3 {
+        rig.step(&mut engine, 5).await;
+    }
+    let status = rig.status();
+    assert_eq!(status.workflows[0].workflow.status.as_str(), "completed");
+    assert!(status.workflows[0].workflow.succeeded);
 }
 
 #[tokio::test]

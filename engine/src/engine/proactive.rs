@@ -182,9 +182,14 @@ impl Engine {
                 now,
                 &mut events,
             )?;
-            // The runs ended on purpose (by runguard, or by the job on its signal) need no decision.
-            for index in request.attempt_index..=attempt.index {
+            // The runs ended on purpose need no decision: those the job ended itself on its signal,
+            // and the one still running, which the requeue ends. A run already queued again is the
+            // one that goes on, decided when it ends.
+            for index in request.attempt_index..attempt.index {
                 db.mark_attempt_handled(workflow.id, index)?;
+            }
+            if attempt.state == JobState::Running {
+                db.mark_attempt_handled(workflow.id, attempt.index)?;
             }
             super::set_status(
                 db,
