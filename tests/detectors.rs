@@ -529,3 +529,103 @@ async fn a_state_the_scheduler_reports_in_words_runguard_cannot_read_is_a_warnin
         view.actions
     );
 }
+
+#[tokio::test]
+async fn a_run_stepping_every_two_seconds_that_stops_mid_step_is_hung_within_thirty_seconds() {
+    let (rig, log) = one_job(JobState::Running);
+    let mut engine = rig.engine();
+    for iteration in 1..=20 {
+        log.iteration(iteration, 400.0);
+        rig.step(&mut engine, 2).await;
+    }
+    assert_eq!(rig.anomalies(), vec![]);
+    // It stops in the middle of iteration 21.
+    let mut silent = 0;
+    while rig.anomalies().is_empty() && silent < 120 {
+        rig.step(&mut engine, 2).await;
+        silent += 2;
+    }
+    assert_eq!(rig.anomalies(), vec![AnomalyKind::Hang]);
+    assert!(silent <= 30, "called hung after {silent} s of silence");
+    let status = rig.status();
+    let summary = &status.workflows[0].anomalies[0].summary;
+    assert!(summary.contains("in its step"), "{summary}");
+}
+
+#[tokio::test]
+async fn a_long_first_compile_and_a_long_checkpoint_save_are_not_hangs() {
+    let (rig, log) = one_job(JobState::Running);
+    let mut engine = rig.engine();
+    // Fifteen silent minutes of start-up (compilation).
+    for _ in 0..30 {
+        rig.step(&mut engine, 30).await;
+    }
+    assert_eq!(rig.anomalies(), vec![], "a fifteen-minute compile");
+    // Then a steady run whose first save, announced after iteration 50, takes ten minutes.
+    for iteration in 1..=50 {
+        log.iteration(iteration, 400.0);
+        rig.step(&mut engine, 2).await;
+    }
+    log.write(b" 0: saving checkpoint at iteration      50 to /ckpt/train\n");
+    for _ in 0..20 {
+        rig.step(&mut engine, 30).await;
+    }
+    assert_eq!(rig.anomalies(), vec![], "a ten-minute save");
+    log.checkpoint(50);
+    log.iteration(51, 400.0);
+    rig.step(&mut engine, 2).await;
+    assert_eq!(rig.anomalies(), vec![]);
+}
+
+#[tokio::test]
+async fn a_progress_bar_redrawn_without_a_newline_keeps_the_run_alive() {
+    let (mut rig, log) = one_job(JobState::Running);
+    // No complete line ever comes: the run stays in its start-up section, bounded at 300 s here.
+    rig.config.detect.setup_timeout_secs = 300;
+    let mut engine = rig.engine();
+    log.write(b"Epoch 0:   0%|          | 0/1000 [00:00<?, ?it/s]");
+    for step in 1..=40 {
+        // tqdm redraws its bar with `\r`: no newline for minutes.
+        log.write(
+            format!("\rEpoch 0:  {step:>2}%|#         | {step}/1000 [00:{step:02}<05:00, 3.3it/s]")
+                .as_bytes(),
+        );
+        rig.step(&mut engine, 10).await;
+    }
+    assert_eq!(rig.anomalies(), vec![], "400 s of a redrawn bar");
+    // The bar stops moving: silence.
+    for _ in 0..31 {
+        rig.step(&mut engine, 10).await;
+    }
+    assert_eq!(rig.anomalies(), vec![AnomalyKind::Hang]);
+}
+
+#[tokio::test]
+async fn a_log_that_cannot_be_found_is_a_warning_not_a_hang() {
+    let (rig, log) = one_job(JobState::Running);
+    std::fs::remove_file(&log.path).unwrap();
+    let mut engine = rig.engine();
+    for _ in 0..60 {
+        rig.step(&mut engine, 60).await;
+    }
+    assert_eq!(rig.anomalies(), vec![]);
+    let status = rig.status();
+    assert!(
+        status
+            .warnings
+            .iter()
+            .any(|(kind, count, message)| kind == "log_missing"
+                && *count == 1
+                && message.contains("cannot be found")),
+        "{:?}",
+        status.warnings
+    );
+    assert!(
+        status
+            .notifications
+            .iter()
+            .any(|n| n.title.contains("log not found")),
+        "{:?}",
+        status.notifications
+    );
+}

@@ -205,6 +205,17 @@ pub struct DetectConfig {
     pub checkpoint_stall_factor: f64,
     /// A job pending longer than this is stuck.
     pub stuck_pending_secs: u64,
+    /// Section-aware hang bounds, learned from the run: silence in a step is a hang after this many
+    /// times the slowest usual gap between progress reports (p99), once enough gaps were seen...
+    pub step_gap_factor: f64,
+    /// ...but never sooner than this.
+    pub step_timeout_floor_secs: u64,
+    /// Silence before the first progress report (start-up, compilation, checkpoint load), unless
+    /// earlier attempts showed a longer start-up (three times the longest).
+    pub setup_timeout_secs: u64,
+    /// Silence while a checkpoint save is due, unless earlier saves took longer (four times the
+    /// longest).
+    pub save_timeout_secs: u64,
 }
 
 impl Default for DetectConfig {
@@ -221,6 +232,10 @@ impl Default for DetectConfig {
             thermal_limit_c: 92.0,
             checkpoint_stall_factor: 2.0,
             stuck_pending_secs: 3600,
+            step_gap_factor: 4.0,
+            step_timeout_floor_secs: 10,
+            setup_timeout_secs: 1800,
+            save_timeout_secs: 1800,
         }
     }
 }

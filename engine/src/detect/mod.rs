@@ -5,6 +5,7 @@
 //! these are the rules that need history: progress, throughput, stragglers, checkpoints, pending time.
 
 pub mod node_silence;
+pub mod sections;
 
 use chrono::{DateTime, Utc};
 

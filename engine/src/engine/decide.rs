@@ -92,7 +92,7 @@ impl Engine {
                     .await?;
                 continue;
             }
-            if let Some((kind, summary)) = self.anomaly_of(&attempt, now) {
+            if let Some((kind, summary)) = self.anomaly_of(&attempt, now)? {
                 self.handle_failure(workflow, attempt, kind, summary, now)
                     .await?;
                 continue;
@@ -106,7 +106,7 @@ impl Engine {
         &self,
         attempt: &Attempt,
         now: DateTime<Utc>,
-    ) -> Option<(AnomalyKind, String)> {
+    ) -> Result<Option<(AnomalyKind, String)>, EngineError> {
         if attempt.state.is_failure() {
             let exit = attempt
                 .exit_code
@@ -122,35 +122,82 @@ impl Engine {
                 .as_deref()
                 .map(|reason| format!(", reason {reason}"))
                 .unwrap_or_default();
-            return Some((
+            return Ok(Some((
                 AnomalyKind::Crash,
                 format!(
                     "job {} (attempt {}) ended {}{exit}{reason}",
                     attempt.job_id, attempt.index, attempt.state_raw
                 ),
-            ));
+            )));
         }
         if let Some(finding) = detect::no_progress(attempt, now, &self.config.detect) {
-            return Some((finding.kind, finding.summary));
+            return Ok(Some((finding.kind, finding.summary)));
         }
-        if attempt.state == JobState::Running {
-            // Before its first line, an attempt is timed from when it was seen running: a requeued
-            // job can still report the start time of its previous run.
-            let since = attempt
-                .last_log_time
-                .or(attempt.start_time.max(Some(attempt.updated_at)))?;
-            let silent = (now - since).num_seconds();
-            if silent >= self.config.engine.heartbeat_timeout_secs as i64 {
-                return Some((
-                    AnomalyKind::Hang,
-                    format!(
-                        "job {} (attempt {}) is running but wrote no log line for {silent} s (heartbeat timeout {} s)",
-                        attempt.job_id, attempt.index, self.config.engine.heartbeat_timeout_secs
-                    ),
-                ));
-            }
+        if attempt.state != JobState::Running
+            || self
+                .missing_logs
+                .contains(&(attempt.workflow_id, attempt.index))
+        {
+            // A log that cannot be found or read is a warning of its own, not a hang.
+            return Ok(None);
         }
-        None
+        // Before its first line, an attempt is timed from when it was seen running: a requeued job can
+        // still report the start time of its previous run.
+        let Some(since) = detect::sections::silent_since(attempt) else {
+            return Ok(None);
+        };
+        let silent = (now - since).num_seconds();
+        let heartbeat = self.config.engine.heartbeat_timeout_secs;
+        // The shortest bound any section can have: below it, nothing needs reading.
+        if silent < (self.config.detect.step_timeout_floor_secs.min(heartbeat) as i64) {
+            return Ok(None);
+        }
+        let bound = self.silence_bound(attempt)?;
+        if silent < bound.secs as i64 {
+            return Ok(None);
+        }
+        Ok(Some((
+            AnomalyKind::Hang,
+            format!(
+                "job {} (attempt {}) is running but its log received nothing for {silent} s in its {} \
+                 (bound {} s: {})",
+                attempt.job_id,
+                attempt.index,
+                bound.section.as_str(),
+                bound.secs,
+                bound.basis
+            ),
+        )))
+    }
+
+    /// How long `attempt` may stay silent in the section it is in, learned from its workflow's
+    /// recent progress reports, saves and earlier start-ups.
+    fn silence_bound(&self, attempt: &Attempt) -> Result<detect::sections::Bound, EngineError> {
+        let db = self.store.db();
+        let attempts = db.attempts(attempt.workflow_id)?;
+        let mut throughput = Vec::new();
+        for earlier in attempts.iter().filter(|a| a.index < attempt.index) {
+            throughput.extend(
+                db.throughput_window(attempt.workflow_id, earlier.index, 1, 0)?
+                    .0,
+            );
+        }
+        throughput.extend(
+            db.throughput_window(attempt.workflow_id, attempt.index, 0, 200)?
+                .1,
+        );
+        let checkpoints = db.checkpoints(attempt.workflow_id)?;
+        Ok(detect::sections::silence_bound(
+            attempt,
+            &detect::sections::RunHistory {
+                attempts: &attempts,
+                throughput: &throughput,
+                checkpoints: &checkpoints,
+            },
+            self.saving.contains(&(attempt.workflow_id, attempt.index)),
+            &self.config.detect,
+            self.config.engine.heartbeat_timeout_secs,
+        ))
     }
 
     /// Attributes a failure, decides, and stores the anomaly, the attribution, the intents and the

@@ -108,6 +108,14 @@ pub struct Engine {
     /// Logs found truncated or replaced under an attempt, with when: read again only after a later
     /// listing showed no new run of the job took the file.
     log_restarts: HashMap<(WorkflowId, u32), DateTime<Utc>>,
+    /// Running attempts whose log cannot be found or read: warned about, never called hung for it.
+    missing_logs: std::collections::HashSet<(WorkflowId, u32)>,
+    /// The length of each log last seen with an unfinished line at its end: bytes arriving without a
+    /// newline (a progress bar's `\r`, block-buffered output) still show the run is alive.
+    partial_lengths: HashMap<(WorkflowId, u32), u64>,
+    /// Attempts whose log last announced a checkpoint save not yet confirmed: silence there is
+    /// measured against the save section's bound.
+    saving: std::collections::HashSet<(WorkflowId, u32)>,
 }
 
 impl Engine {
@@ -152,6 +160,9 @@ impl Engine {
             dead_nodes: HashMap::new(),
             silence: HashMap::new(),
             log_restarts: HashMap::new(),
+            missing_logs: std::collections::HashSet::new(),
+            partial_lengths: HashMap::new(),
+            saving: std::collections::HashSet::new(),
         }
     }
 

@@ -445,15 +445,26 @@ impl Engine {
                         now,
                     )?;
                 }
+                self.note_log_presence(&workflow, &attempt, &path, chunk.missing, now)?;
                 if chunk.spans.is_empty()
                     && chunk.next_offset == offset
                     && chunk.identity == identity
                 {
                     // The log went quiet: a traceback whose exception line came is complete.
                     self.settle_tracebacks(&workflow, &attempt)?;
+                    self.hear_partial_line(&attempt, &path, offset, now)?;
                     continue;
                 }
                 let mut digest = self.digest(&attempt, &chunk, now);
+                match digest.saving {
+                    Some(true) => {
+                        self.saving.insert((workflow.id, attempt.index));
+                    }
+                    Some(false) => {
+                        self.saving.remove(&(workflow.id, attempt.index));
+                    }
+                    None => {}
+                }
                 self.hear_ranks(&workflow, &attempt, &digest.ranks_heard, now);
                 let notable = !digest.tracebacks.is_empty()
                     || !digest.evidence.is_empty()
@@ -841,4 +852,79 @@ fn store_digest(
         db.save_attempt(&stored)?;
     }
     Ok(())
+}
+
+impl Engine {
+    /// A running attempt's log that cannot be found is a warning (once, with an alert), not a hang:
+    /// the run may be fine and only its output elsewhere.
+    fn note_log_presence(
+        &mut self,
+        workflow: &crate::model::Workflow,
+        attempt: &crate::model::Attempt,
+        path: &std::path::Path,
+        missing: bool,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let key = (workflow.id, attempt.index);
+        if !missing || attempt.state != JobState::Running {
+            self.missing_logs.remove(&key);
+            return Ok(());
+        }
+        if !self.missing_logs.insert(key) {
+            return Ok(());
+        }
+        let message = format!(
+            "{}: the log of job {} (attempt {}) cannot be found; runguard cannot tell whether it \
+             hangs (set telemetry.log_dir or the job's output path)",
+            path.display(),
+            attempt.job_id,
+            attempt.index
+        );
+        self.store.write(|db| {
+            db.insert_notification(&crate::model::Notification {
+                id: 0,
+                workflow_id: Some(workflow.id),
+                time: now,
+                event: crate::model::AlertEvent::Notice,
+                severity: crate::model::Severity::Warning,
+                title: format!("{}: log not found", workflow.name),
+                body: message.clone(),
+            })
+        })?;
+        self.warn("log_missing", message, now)
+    }
+
+    /// Bytes written after the last complete line (no newline yet) count as a sign of life.
+    fn hear_partial_line(
+        &mut self,
+        attempt: &crate::model::Attempt,
+        path: &std::path::Path,
+        offset: u64,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let key = (attempt.workflow_id, attempt.index);
+        let Ok(length) = std::fs::metadata(path).map(|meta| meta.len()) else {
+            return Ok(());
+        };
+        if length <= offset {
+            self.partial_lengths.remove(&key);
+            return Ok(());
+        }
+        let previous = self.partial_lengths.insert(key, length);
+        if previous.is_some_and(|previous| previous == length) {
+            return Ok(());
+        }
+        self.store.write(|db| {
+            if let Some(mut stored) = db
+                .attempts(attempt.workflow_id)?
+                .into_iter()
+                .find(|a| a.index == attempt.index)
+            {
+                stored.last_log_time = Some(now);
+                db.save_attempt(&stored)?;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
 }

@@ -41,6 +41,8 @@ pub struct LogDigest {
     pub lines: u64,
     /// The ranks that wrote in this read (lines with a task label: `srun -l`, torchrun's prefixes).
     pub ranks_heard: Vec<u32>,
+    /// The read ended inside a checkpoint save: announced, not yet confirmed, no progress since.
+    pub saving: Option<bool>,
 }
 
 /// The host a line blames: an NCCL warning's or an srun error's host. NCCL's INFO chatter names hosts
@@ -164,6 +166,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                     self.digest.progress_time = Some(time);
                 }
                 self.known_iteration = Some(*iteration);
+                self.digest.saving = Some(false);
                 if let Some(tflops) = tflops_per_gpu {
                     self.digest
                         .samples
@@ -172,6 +175,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                 false
             }
             Some(Record::CheckpointSaved { iteration, path }) => {
+                self.digest.saving = Some(false);
                 if let Some(iteration) = iteration.or(self.known_iteration) {
                     self.digest.checkpoints.push((
                         iteration,
@@ -179,6 +183,10 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                         time,
                     ));
                 }
+                false
+            }
+            None if markers && super::record::is_save_start(framed.message) => {
+                self.digest.saving = Some(true);
                 false
             }
             _ => match self.tracebacks.get_mut(&framed.rank) {

@@ -529,6 +529,18 @@ const SAVE_STARTS: &[&str] = &[
     "checkpoint shards",
 ];
 
+/// Whether a line announces a checkpoint save that a later line confirms (Megatron's `saving
+/// checkpoint at iteration N`): the run is saving from here until that confirmation.
+pub fn is_save_start(message: &str) -> bool {
+    if !message.contains("heckpoint") {
+        return false;
+    }
+    let lower = message.to_ascii_lowercase();
+    SAVE_STARTS.iter().any(|phrase| lower.contains(phrase))
+        && !CHECKPOINT_FAILURES.iter().any(|word| lower.contains(word))
+        && !lower.contains("finished saving")
+}
+
 /// Words that turn a checkpoint line into a report that it did not happen.
 const CHECKPOINT_FAILURES: &[&str] = &[
     "fail",
