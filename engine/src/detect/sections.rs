@@ -144,7 +144,8 @@ fn save_due(last_iteration: u64, history: &RunHistory<'_>) -> bool {
         .filter(|gap| *gap > 0)
         .min()
         .or((newest > 0).then_some(newest));
-    interval.is_some_and(|interval| last_iteration > newest && last_iteration % interval == 0)
+    interval
+        .is_some_and(|interval| last_iteration > newest && last_iteration.is_multiple_of(interval))
 }
 
 /// How long each measured save held the run: the stretch between the progress reports around it
