@@ -13,7 +13,7 @@ use crate::model::{JobSpec, RecoveryLimits};
 
 use super::faults::{self, Attempt};
 use super::files::Output;
-use super::progress::{iteration_duration, log_iteration, startup};
+use super::progress::{compile_ms, iteration_duration, log_iteration, startup};
 use super::scenario::{FaultKind, Scenario, WorkloadSpec, node_name, node_number};
 use super::state::{
     ArmedFault, Draw, Effect, Ending, Job, NodeState, Pending, Phase, Run, STATE_VERSION, SimState,
@@ -385,7 +385,7 @@ impl World {
             script: Vec::new(),
             end: None,
         };
-        let training_from = startup(&ctx, &mut run, &ckpt, at_ms);
+        let training_from = startup(&ctx, &mut run, &ckpt, at_ms) + compile_ms(spec);
         if resumed_from >= spec.iterations {
             let done = training_from + 2000;
             run.log_at(
@@ -494,7 +494,10 @@ impl World {
                 Draw::Checkpoint,
                 &[ctx.job_id, u64::from(ctx.restart), iteration],
             );
-            pause_ms = draw.random_range(5_000..9_000);
+            pause_ms = match spec.save_s {
+                Some(seconds) => i64::try_from(seconds.min(86_400) * 1000).unwrap_or(0),
+                None => draw.random_range(5_000..9_000),
+            };
             let saved_ms = at_ms + pause_ms;
             out.append(
                 &run.log,

@@ -115,6 +115,11 @@ pub(super) fn startup(ctx: &Attempt, run: &mut Run, ckpt: &str, start_ms: i64) -
     t
 }
 
+/// The silent first compile a workload declares, in ms.
+pub(super) fn compile_ms(spec: &WorkloadSpec) -> i64 {
+    i64::try_from(spec.compile_s.min(86_400) * 1000).unwrap_or(0)
+}
+
 /// How long iteration `iteration` takes on this attempt, in ms.
 pub(super) fn iteration_duration(
     ctx: &Attempt,

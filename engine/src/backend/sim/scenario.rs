@@ -98,6 +98,13 @@ pub struct WorkloadSpec {
     /// Sim seconds after the scenario starts at which the job is submitted.
     #[serde(default)]
     pub submit_after_s: u64,
+    /// Silent seconds between `training ...` and the first iteration of every attempt (a first
+    /// compile, as torch.compile or XLA make).
+    #[serde(default)]
+    pub compile_s: u64,
+    /// Seconds a checkpoint save holds the run; unset: 5 to 9 s, drawn per save.
+    #[serde(default)]
+    pub save_s: Option<u64>,
     /// Nodes the very first attempt runs on (so a node-pinned fault strikes it); empty = the scheduler picks.
     #[serde(default)]
     pub initial_nodes: Vec<String>,
