@@ -347,7 +347,25 @@ fn save_preferences(options: &CockpitOptions, app: &App, theme: &Theme) {
     }
 }
 
-/// Hands the engine to a detached `runguard run --auto` process and waits until it holds the lock.
+/// The arguments of the detached engine: the cockpit's config and store, and its mode — `--auto` only
+/// when the cockpit runs with it, so detaching never lets actions run that were waiting for approval.
+fn detached_args(options: &CockpitOptions) -> Vec<std::ffi::OsString> {
+    let mut args = Vec::new();
+    if let Some(config) = &options.config_path {
+        args.push("--config".into());
+        args.push(config.clone().into_os_string());
+    }
+    args.push("--db".into());
+    args.push(options.store_path.clone().into_os_string());
+    args.push("run".into());
+    if options.auto {
+        args.push("--auto".into());
+    }
+    args
+}
+
+/// Hands the engine to a detached `runguard run` process (in the cockpit's mode) and waits until it
+/// holds the lock.
 async fn detach(options: &CockpitOptions) -> Result<Exit, TuiError> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(|err| TuiError::Detach(err.to_string()))?;
@@ -365,13 +383,8 @@ async fn detach(options: &CockpitOptions) -> Result<Exit, TuiError> {
         .try_clone()
         .map_err(|err| TuiError::Detach(err.to_string()))?;
     let mut command = std::process::Command::new(exe);
-    if let Some(config) = &options.config_path {
-        command.arg("--config").arg(config);
-    }
     command
-        .arg("--db")
-        .arg(&options.store_path)
-        .args(["run", "--auto"])
+        .args(detached_args(options))
         .stdin(std::process::Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -393,4 +406,42 @@ async fn detach(options: &CockpitOptions) -> Result<Exit, TuiError> {
         "the headless engine (pid {pid}) did not take the store's lock; see {}",
         log.display()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(auto: bool) -> CockpitOptions {
+        CockpitOptions {
+            store_path: PathBuf::from("/data/runguard.sqlite"),
+            config_path: Some(PathBuf::from("/etc/runguard.toml")),
+            auto,
+            theme: "dark".into(),
+            columns: Vec::new(),
+            themes_dir: None,
+            preferences: None,
+        }
+    }
+
+    #[test]
+    fn the_detached_engine_runs_in_the_cockpit_s_mode() {
+        let args = |auto| {
+            detached_args(&options(auto))
+                .into_iter()
+                .map(|arg| arg.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            args(false),
+            [
+                "--config",
+                "/etc/runguard.toml",
+                "--db",
+                "/data/runguard.sqlite",
+                "run"
+            ]
+        );
+        assert_eq!(args(true).last().map(String::as_str), Some("--auto"));
+    }
 }
