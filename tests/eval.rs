@@ -68,6 +68,43 @@ fn explain_reports_the_attribution_and_what_runguard_would_do() {
 }
 
 #[test]
+fn explain_reports_a_hang_from_the_log_s_own_timestamps() {
+    let sandbox = CliSandbox::default();
+    let log = sandbox.path().join("hung.log");
+    let mut text = String::new();
+    // A report every 10 s up to iteration 40, then nothing for ten minutes until the time limit.
+    for iteration in 1..=40u32 {
+        let secs = iteration * 10;
+        text.push_str(&format!(
+            " 7: [2026-03-01 12:{:02}:{:02}] iteration {iteration:>8}/    1000 | elapsed time per iteration (ms): 10000.0 | throughput per GPU (TFLOP/s/GPU): 400.0 | lm loss: 2.0E+00 |\n",
+            secs / 60,
+            secs % 60
+        ));
+    }
+    text.push_str("slurmstepd: error: *** JOB 42 ON n1 CANCELLED AT 2026-03-01T12:16:40 DUE TO TIME LIMIT ***\n");
+    std::fs::write(&log, text).unwrap();
+    let output = sandbox.run(&["explain", log.to_str().unwrap(), "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let anomalies: Vec<&str> = json["anomalies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(
+        anomalies
+            .iter()
+            .any(|a| a.starts_with("hang: no progress for 600 s after iteration 40")),
+        "{anomalies:?}"
+    );
+}
+
+#[test]
 fn explain_of_a_missing_file_is_a_clear_error() {
     let output = CliSandbox::default().run(&["explain", "/nonexistent/train.log"]);
     assert!(!output.status.success());

@@ -93,6 +93,7 @@ pub fn explain(
     let (mut lines, mut first_iteration, mut last_iteration) = (0u64, None, None);
     let mut straggler = detect::StragglerTracker::default();
     let mut anomalies = Vec::new();
+    let mut last_stamp: Option<DateTime<Utc>> = None;
     for path in &input.logs {
         let mut digester = Digester::new(|line: &str| catalog.is_notable(line), now, None, None);
         read_whole(path, limits, |chunk| {
@@ -101,6 +102,7 @@ pub fn explain(
         })?;
         let digest = digester.finish();
         lines += digest.lines;
+        last_stamp = last_stamp.max(digest.last_time.filter(|time| *time != now));
         for (time, iteration, tflops, rank) in &digest.samples {
             first_iteration = first_iteration.or(Some(*iteration));
             samples.push(ThroughputSample {
@@ -154,6 +156,20 @@ pub fn explain(
         })?;
     }
 
+    // Slurm's cancellation line carries its own time in its text: `*** JOB 42 ON n1 CANCELLED AT
+    // 2026-03-01T12:16:40 DUE TO TIME LIMIT ***`.
+    for line in &evidence {
+        if let Some(at) = cancelled_at(&line.text) {
+            last_stamp = last_stamp.max(Some(at));
+        }
+    }
+    for (silence, what) in silences(&samples, &checkpoints, last_stamp, &config.detect) {
+        anomalies.push(what.clone());
+        timeline.push(TimelineEntry {
+            time: Some(silence),
+            what,
+        });
+    }
     let (head, tail) = window(&samples, &config.detect);
     if let Some(finding) = detect::throughput_drop(head, tail, &config.detect) {
         anomalies.push(finding.summary);
@@ -220,6 +236,73 @@ pub fn explain(
         attribution,
         recovery,
     })
+}
+
+/// The time in slurmstepd's `CANCELLED AT <time>` (the node's local time, read as UTC like the
+/// log's other stamps).
+fn cancelled_at(text: &str) -> Option<DateTime<Utc>> {
+    let rest = &text[text.find("CANCELLED AT ")? + "CANCELLED AT ".len()..];
+    let stamp = rest.split_whitespace().next()?;
+    chrono::NaiveDateTime::parse_from_str(stamp, "%Y-%m-%dT%H:%M:%S")
+        .ok()
+        .map(|naive| naive.and_utc())
+}
+
+/// Hangs in a finished log: stretches between its own timestamps, from one progress report to the
+/// next (or to its last stamped line), longer than the step bound — `step_gap_factor` times the
+/// median gap between reports, never under `step_timeout_floor_secs` — leaving out stretches that
+/// hold a checkpoint save. Each with when it began and what it was.
+fn silences(
+    samples: &[ThroughputSample],
+    checkpoints: &[u64],
+    last_stamp: Option<DateTime<Utc>>,
+    config: &crate::config::DetectConfig,
+) -> Vec<(DateTime<Utc>, String)> {
+    let mut reports: Vec<(DateTime<Utc>, u64)> =
+        samples.iter().map(|s| (s.time, s.iteration)).collect();
+    reports.sort();
+    reports.dedup_by_key(|(_, iteration)| *iteration);
+    let saving = |from: u64, to: u64| checkpoints.iter().any(|c| *c >= from && *c < to);
+    let mut gaps: Vec<i64> = reports
+        .windows(2)
+        .filter(|pair| !saving(pair[0].1, pair[1].1))
+        .map(|pair| (pair[1].0 - pair[0].0).num_seconds())
+        .collect();
+    if gaps.len() < 5 {
+        return Vec::new();
+    }
+    gaps.sort_unstable();
+    let median = gaps[gaps.len() / 2].max(0) as f64;
+    let bound = ((median * config.step_gap_factor).ceil() as i64)
+        .max(config.step_timeout_floor_secs as i64);
+    let mut found = Vec::new();
+    let mut stretches: Vec<(DateTime<Utc>, u64, DateTime<Utc>, bool)> = reports
+        .windows(2)
+        .filter(|pair| !saving(pair[0].1, pair[1].1))
+        .map(|pair| (pair[0].0, pair[0].1, pair[1].0, false))
+        .collect();
+    if let (Some(&(time, iteration)), Some(end)) = (reports.last(), last_stamp)
+        && end > time
+    {
+        stretches.push((time, iteration, end, true));
+    }
+    for (from, iteration, to, trailing) in stretches {
+        let secs = (to - from).num_seconds();
+        if secs > bound {
+            found.push((
+                from,
+                format!(
+                    "hang: no progress for {secs} s after iteration {iteration} ({} to {}{}), over the \
+                     step bound of {bound} s ({} × the median gap of {median:.0} s between reports)",
+                    from.format("%H:%M:%S"),
+                    to.format("%H:%M:%S"),
+                    if trailing { ", the log's last stamped line" } else { "" },
+                    config.step_gap_factor
+                ),
+            ));
+        }
+    }
+    found
 }
 
 /// The baseline window and the recent window of the samples, as the engine reads them from the store.
