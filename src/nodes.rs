@@ -85,22 +85,26 @@ pub fn render(views: &[NodeView], now: DateTime<Utc>) -> String {
             out.push_str(&format!("{:<16} drained by runguard: {reason}\n", ""));
         }
         for incident in view.incidents.iter().take(5) {
-            out.push_str(&format!(
-                "{:<16} {} {:<18} {:>4.1} {}{}\n",
-                "",
-                incident.time.format("%m-%d %H:%M:%S"),
-                incident.kind,
-                incident.weight,
-                incident.source.as_str(),
-                incident
-                    .job_id
-                    .as_deref()
-                    .map(|job| format!(" (job {job})"))
-                    .unwrap_or_default()
-            ));
+            out.push_str(&format!("{:<16} {}\n", "", incident_line(incident)));
         }
     }
     out
+}
+
+/// One incident as a line: `03-01 12:00:00 xid_79  6.0 node_signal (job 4201)`.
+pub fn incident_line(incident: &NodeIncident) -> String {
+    format!(
+        "{} {:<18} {:>4.1} {}{}",
+        incident.time.format("%m-%d %H:%M:%S"),
+        incident.kind,
+        incident.weight,
+        incident.source.as_str(),
+        incident
+            .job_id
+            .as_deref()
+            .map(|job| format!(" (job {job})"))
+            .unwrap_or_default()
+    )
 }
 
 /// `5m ago`, `in 2h`.

@@ -150,7 +150,7 @@ fn the_nodes_pane_shows_the_ledger_with_the_node_the_failure_named() {
     // An NCCL timeout only names its node: suspect, not quarantined.
     assert!(text.contains("suspect"), "{text}");
     assert!(text.contains("nccl_timeout"), "{text}");
-    assert!(text.contains("attribution · job 4201"), "{text}");
+    assert!(text.contains("attribution (job 4201)"), "{text}");
 }
 
 #[test]

@@ -96,7 +96,8 @@ pub fn no_progress(
     })
 }
 
-fn median(values: &mut [f64]) -> Option<f64> {
+/// The median of `values` (sorted in place), `None` for none.
+pub(crate) fn median(values: &mut [f64]) -> Option<f64> {
     if values.is_empty() {
         return None;
     }

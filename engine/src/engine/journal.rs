@@ -466,3 +466,54 @@ pub(super) fn store_intent(
     });
     Ok(())
 }
+
+/// Plans actions inside one store transaction: the policy says whether each is permitted, the
+/// backend what command it runs, and [`store_intent`] records it.
+pub(super) struct Planning<'a, 'c> {
+    pub db: &'a crate::store::Db<'c>,
+    pub backend: &'a dyn crate::backend::Backend,
+    pub policy: &'a crate::recover::Policy,
+    pub now: DateTime<Utc>,
+    pub events: &'a mut Vec<EngineEvent>,
+}
+
+impl<'a, 'c> Planning<'a, 'c> {
+    pub fn new(
+        db: &'a crate::store::Db<'c>,
+        backend: &'a dyn crate::backend::Backend,
+        policy: &'a crate::recover::Policy,
+        now: DateTime<Utc>,
+        events: &'a mut Vec<EngineEvent>,
+    ) -> Self {
+        Self {
+            db,
+            backend,
+            policy,
+            now,
+            events,
+        }
+    }
+
+    /// Stores an action of `kind` for `workflow`'s attempt `attempt_index`, with why and its evidence.
+    pub fn plan(
+        &mut self,
+        workflow: &Workflow,
+        attempt_index: u32,
+        kind: crate::model::ActionKind,
+        params: crate::model::ActionParams,
+        why: String,
+        evidence: &[String],
+    ) -> Result<(), StoreError> {
+        let intent = self.policy.intent(workflow, kind, params, why);
+        store_intent(
+            self.db,
+            self.backend,
+            workflow,
+            attempt_index,
+            &intent,
+            evidence,
+            self.now,
+            self.events,
+        )
+    }
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::journal::store_intent;
+use super::journal::Planning;
 use super::nodes::run_node_command;
 use super::{Engine, EngineError, EngineEvent};
 use crate::ledger::{self, Rules};
@@ -181,8 +181,9 @@ impl Engine {
                 });
                 if drain && !drained_already {
                     let reason = format!("runguard: quarantined ({})", first_words(&record.reason));
-                    let intent = policy.intent(
+                    Planning::new(db, backend.as_ref(), &policy, now, &mut events).plan(
                         &workflow,
+                        attempt_index.unwrap_or(0),
                         ActionKind::DrainNode,
                         ActionParams {
                             node: Some(node.clone()),
@@ -194,16 +195,7 @@ impl Engine {
                              health check passes",
                             record.reason
                         ),
-                    );
-                    store_intent(
-                        db,
-                        backend.as_ref(),
-                        &workflow,
-                        attempt_index.unwrap_or(0),
-                        &intent,
                         &[],
-                        now,
-                        &mut events,
                     )?;
                 }
             }
@@ -412,8 +404,9 @@ impl Engine {
                         && !planned_since_return(&resumes, ActionKind::ResumeNode, None)
                         && let Some(workflow) = db.workflow(action.workflow_id)?
                     {
-                        let intent = policy.intent(
+                        Planning::new(db, backend.as_ref(), &policy, now, &mut events).plan(
                             &workflow,
+                            action.attempt_index,
                             ActionKind::ResumeNode,
                             ActionParams {
                                 node: Some(node.clone()),
@@ -425,16 +418,7 @@ impl Engine {
                                  undoing only the drain runguard set (reason {reason:?})",
                                 record.reason
                             ),
-                        );
-                        store_intent(
-                            db,
-                            backend.as_ref(),
-                            &workflow,
-                            action.attempt_index,
-                            &intent,
                             &[],
-                            now,
-                            &mut events,
                         )?;
                     }
                 }
@@ -459,8 +443,9 @@ impl Engine {
                     ) {
                         continue;
                     }
-                    let intent = policy.intent(
+                    Planning::new(db, backend.as_ref(), &policy, now, &mut events).plan(
                         &workflow,
+                        attempt.index,
                         ActionKind::UpdateExclusions,
                         ActionParams {
                             job_id: Some(attempt.job_id.clone()),
@@ -479,16 +464,7 @@ impl Engine {
                              added to pending job {}",
                             attempt.job_id
                         ),
-                    );
-                    store_intent(
-                        db,
-                        backend.as_ref(),
-                        &workflow,
-                        attempt.index,
-                        &intent,
                         &[],
-                        now,
-                        &mut events,
                     )?;
                 }
             }
@@ -564,8 +540,9 @@ impl Engine {
                             }
                             let mut exclude = attempt.excluded_nodes.clone();
                             exclude.push(node.clone());
-                            let intent = policy.intent(
+                            Planning::new(db, backend.as_ref(), &policy, now, &mut events).plan(
                                 &workflow,
+                                attempt.index,
                                 ActionKind::UpdateExclusions,
                                 ActionParams {
                                     job_id: Some(attempt.job_id.clone()),
@@ -578,16 +555,7 @@ impl Engine {
                                     "node {node} is quarantined: keep pending job {} off it",
                                     attempt.job_id
                                 ),
-                            );
-                            store_intent(
-                                db,
-                                backend.as_ref(),
-                                &workflow,
-                                attempt.index,
-                                &intent,
                                 &[],
-                                now,
-                                &mut events,
                             )?;
                         }
                     }
@@ -629,8 +597,9 @@ impl Engine {
                         } else {
                             ActionKind::Resubmit
                         };
-                        let intent = policy.intent(
+                        Planning::new(db, backend.as_ref(), &policy, now, &mut events).plan(
                             &workflow,
+                            attempt.index,
                             kind,
                             ActionParams {
                                 job_id: Some(attempt.job_id.clone()),
@@ -646,16 +615,7 @@ impl Engine {
                                 kind.as_str(),
                                 exclude.join(",")
                             ),
-                        );
-                        store_intent(
-                            db,
-                            backend.as_ref(),
-                            &workflow,
-                            attempt.index,
-                            &intent,
                             &[],
-                            now,
-                            &mut events,
                         )?;
                         // The run is ended on purpose: its end needs no decision of its own.
                         db.mark_attempt_handled(workflow.id, attempt.index)?;

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::journal::store_intent;
+use super::journal::Planning;
 use super::{Engine, EngineError};
 use crate::model::{
     Action, ActionKind, ActionParams, ActionState, Attempt, JobState, Workflow, WorkflowStatus,
@@ -62,8 +62,9 @@ impl Engine {
                     .iter()
                     .map(|checkpoint| checkpoint.iteration)
                     .max();
-                let intent = policy.intent(
+                Planning::new(db, backend.as_ref(), &policy, now, &mut events).plan(
                     workflow,
+                    attempt.index,
                     ActionKind::CheckpointNow,
                     ActionParams {
                         job_id: Some(attempt.job_id.clone()),
@@ -80,16 +81,7 @@ impl Engine {
                         precursor.text.chars().take(160).collect::<String>(),
                         attempt.job_id
                     ),
-                );
-                store_intent(
-                    db,
-                    backend.as_ref(),
-                    workflow,
-                    attempt.index,
-                    &intent,
                     std::slice::from_ref(&precursor.text),
-                    now,
-                    &mut events,
                 )?;
             }
             Ok(())
@@ -156,8 +148,9 @@ impl Engine {
         let mut events = Vec::new();
         let mut workflow = workflow.clone();
         self.store.write(|db| {
-            let intent = policy.intent(
+            Planning::new(db, backend.as_ref(), &policy, now, &mut events).plan(
                 &workflow,
+                attempt.index,
                 ActionKind::Requeue,
                 ActionParams {
                     job_id: Some(attempt.job_id.clone()),
@@ -171,16 +164,7 @@ impl Engine {
                     attempt.job_id,
                     exclude.join(",")
                 ),
-            );
-            store_intent(
-                db,
-                backend.as_ref(),
-                &workflow,
-                attempt.index,
-                &intent,
                 &[],
-                now,
-                &mut events,
             )?;
             // The runs ended on purpose need no decision: those the job ended itself on its signal,
             // and the one still running, which the requeue ends. A run already queued again is the

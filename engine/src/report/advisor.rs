@@ -14,6 +14,7 @@ use crate::model::{Attempt, Checkpoint, NodeIncident, ThroughputSample};
 
 use super::WorkflowHistory;
 use super::downtime;
+use crate::detect::median;
 
 /// How far back the ledger's incidents count for a failure rate.
 const LEDGER_WINDOW_DAYS: i64 = 30;
@@ -209,19 +210,6 @@ fn save_cost(checkpoints: &[Checkpoint], throughput: &[ThroughputSample]) -> Opt
         .collect();
     let count = costs.len();
     median(&mut costs).map(|cost| (cost, count))
-}
-
-fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let middle = values.len() / 2;
-    Some(if values.len().is_multiple_of(2) {
-        (values[middle - 1] + values[middle]) / 2.0
-    } else {
-        values[middle]
-    })
 }
 
 #[cfg(test)]

@@ -52,18 +52,7 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
         }
         for incident in node.incidents.iter().take(HISTORY_LINES) {
             lines.push(Line::styled(
-                format!(
-                    "  {} {:<18} {:>4.1} {}{}",
-                    incident.time.format("%m-%d %H:%M:%S"),
-                    incident.kind,
-                    incident.weight,
-                    incident.source.as_str(),
-                    incident
-                        .job_id
-                        .as_deref()
-                        .map(|job| format!(" · job {job}"))
-                        .unwrap_or_default()
-                ),
+                format!("  {}", crate::nodes::incident_line(incident)),
                 theme.muted(),
             ));
         }

@@ -5,6 +5,28 @@ use crate::report::fixtures::{attempt, checkpoint, sample, t};
 
 const HEARTBEAT: u64 = 120;
 
+/// The bound of `attempts[index]` over its run's reports and saves, with the default thresholds.
+fn bound_of(
+    attempts: &[Attempt],
+    index: usize,
+    throughput: &[ThroughputSample],
+    checkpoints: &[Checkpoint],
+    saving: bool,
+) -> Bound {
+    let history = RunHistory {
+        attempts,
+        throughput,
+        checkpoints,
+    };
+    silence_bound(
+        &attempts[index],
+        &history,
+        saving,
+        &DetectConfig::default(),
+        HEARTBEAT,
+    )
+}
+
 /// A running attempt that started at 0 and last reported `iteration` at `at`.
 fn running(iteration: Option<u64>, at: i64) -> Attempt {
     let mut running = attempt(0, JobState::Running, [Some(0), Some(0), None]);
@@ -32,18 +54,7 @@ fn steady(until: u64, save: i64) -> (Vec<ThroughputSample>, Vec<Checkpoint>) {
 fn a_run_stepping_every_two_seconds_is_hung_after_ten_seconds_of_silence_in_a_step() {
     let (throughput, checkpoints) = steady(120, 30);
     let attempts = [running(Some(120), 300)];
-    let history = RunHistory {
-        attempts: &attempts,
-        throughput: &throughput,
-        checkpoints: &checkpoints,
-    };
-    let bound = silence_bound(
-        &attempts[0],
-        &history,
-        false,
-        &DetectConfig::default(),
-        HEARTBEAT,
-    );
+    let bound = bound_of(&attempts, 0, &throughput, &checkpoints, false);
     assert_eq!(bound.section, Section::Step);
     // 4 × 2 s is under the floor.
     assert_eq!(bound.secs, 10, "{bound:?}");
@@ -56,18 +67,7 @@ fn a_slow_logging_run_gets_a_longer_step_bound_than_the_heartbeat() {
         .map(|i| sample(0, i * 10, i as i64 * 60, 400.0))
         .collect();
     let attempts = [running(Some(100), 600)];
-    let history = RunHistory {
-        attempts: &attempts,
-        throughput: &throughput,
-        checkpoints: &[],
-    };
-    let bound = silence_bound(
-        &attempts[0],
-        &history,
-        false,
-        &DetectConfig::default(),
-        HEARTBEAT,
-    );
+    let bound = bound_of(&attempts, 0, &throughput, &[], false);
     assert_eq!(
         (bound.section, bound.secs),
         (Section::Step, 240),
@@ -84,18 +84,7 @@ fn while_a_save_is_due_the_bound_is_four_times_the_longest_save_seen() {
         .filter(|c| c.iteration < 150)
         .collect();
     let attempts = [running(Some(150), 500)];
-    let history = RunHistory {
-        attempts: &attempts,
-        throughput: &throughput,
-        checkpoints: &checkpoints,
-    };
-    let bound = silence_bound(
-        &attempts[0],
-        &history,
-        false,
-        &DetectConfig::default(),
-        HEARTBEAT,
-    );
+    let bound = bound_of(&attempts, 0, &throughput, &checkpoints, false);
     assert_eq!(bound.section, Section::Save);
     assert_eq!(bound.secs, 180, "{bound:?}");
 }
@@ -106,18 +95,7 @@ fn a_first_save_gets_the_configured_save_bound() {
     // A save every 50 iterations is known from the resumed checkpoint only.
     let checkpoints = [checkpoint(0, 0, 0), checkpoint(0, 0, 0)];
     let attempts = [running(Some(50), 100)];
-    let history = RunHistory {
-        attempts: &attempts,
-        throughput: &throughput,
-        checkpoints: &checkpoints,
-    };
-    let bound = silence_bound(
-        &attempts[0],
-        &history,
-        false,
-        &DetectConfig::default(),
-        HEARTBEAT,
-    );
+    let bound = bound_of(&attempts, 0, &throughput, &checkpoints, false);
     assert_eq!(
         bound.section,
         Section::Step,
@@ -125,18 +103,7 @@ fn a_first_save_gets_the_configured_save_bound() {
     );
 
     let checkpoints = [checkpoint(0, 25, 50)];
-    let history = RunHistory {
-        attempts: &attempts,
-        throughput: &throughput[..25],
-        checkpoints: &checkpoints,
-    };
-    let bound = silence_bound(
-        &attempts[0],
-        &history,
-        false,
-        &DetectConfig::default(),
-        HEARTBEAT,
-    );
+    let bound = bound_of(&attempts, 0, &throughput[..25], &checkpoints, false);
     assert_eq!(
         (bound.section, bound.secs),
         (Section::Save, 1800),
@@ -146,14 +113,8 @@ fn a_first_save_gets_the_configured_save_bound() {
 
 #[test]
 fn before_the_first_report_the_setup_bound_applies_and_grows_with_earlier_start_ups() {
-    let config = DetectConfig::default();
     let attempts = [running(None, 0)];
-    let history = RunHistory {
-        attempts: &attempts,
-        throughput: &[],
-        checkpoints: &[],
-    };
-    let bound = silence_bound(&attempts[0], &history, false, &config, HEARTBEAT);
+    let bound = bound_of(&attempts, 0, &[], &[], false);
     assert_eq!((bound.section, bound.secs), (Section::Setup, 1800));
 
     // The first attempt took 20 minutes to its first report: the second may take three times that.
@@ -162,12 +123,7 @@ fn before_the_first_report_the_setup_bound_applies_and_grows_with_earlier_start_
     second.last_log_time = Some(t(5100));
     let throughput = [sample(0, 1, 1200, 400.0)];
     let attempts = [first, second];
-    let history = RunHistory {
-        attempts: &attempts,
-        throughput: &throughput,
-        checkpoints: &[],
-    };
-    let bound = silence_bound(&attempts[1], &history, false, &config, HEARTBEAT);
+    let bound = bound_of(&attempts, 1, &throughput, &[], false);
     assert_eq!(
         (bound.section, bound.secs),
         (Section::Setup, 3600),
@@ -179,18 +135,7 @@ fn before_the_first_report_the_setup_bound_applies_and_grows_with_earlier_start_
 fn with_too_few_gaps_the_heartbeat_applies() {
     let throughput: Vec<_> = (1..=3).map(|i| sample(0, i, i as i64 * 2, 400.0)).collect();
     let attempts = [running(Some(3), 6)];
-    let history = RunHistory {
-        attempts: &attempts,
-        throughput: &throughput,
-        checkpoints: &[],
-    };
-    let bound = silence_bound(
-        &attempts[0],
-        &history,
-        false,
-        &DetectConfig::default(),
-        HEARTBEAT,
-    );
+    let bound = bound_of(&attempts, 0, &throughput, &[], false);
     assert_eq!((bound.section, bound.secs), (Section::Step, HEARTBEAT));
 }
 
@@ -198,18 +143,12 @@ fn with_too_few_gaps_the_heartbeat_applies() {
 fn an_announced_save_is_the_save_section_even_before_the_interval_is_known() {
     let (throughput, _) = steady(30, 0);
     let attempts = [running(Some(30), 60)];
-    let history = RunHistory {
-        attempts: &attempts,
-        throughput: &throughput,
-        checkpoints: &[],
-    };
-    let config = DetectConfig::default();
-    let bound = silence_bound(&attempts[0], &history, true, &config, HEARTBEAT);
+    let bound = bound_of(&attempts, 0, &throughput, &[], true);
     assert_eq!(
         (bound.section, bound.secs),
         (Section::Save, 1800),
         "{bound:?}"
     );
-    let bound = silence_bound(&attempts[0], &history, false, &config, HEARTBEAT);
+    let bound = bound_of(&attempts, 0, &throughput, &[], false);
     assert_eq!(bound.section, Section::Step, "{bound:?}");
 }
