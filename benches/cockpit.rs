@@ -1,7 +1,9 @@
 //! The cockpit with 10 000 workflows (20 000 attempts): the time to read them from the store, the time
-//! to draw a frame of the overview (search, sort and the table), and the process's peak memory.
+//! to draw a frame of the overview (search, sort and the table), the time of `runguard status --json`
+//! over the same store, and the process's peak memory.
 //!
 //! `cargo bench --bench cockpit`. Goals: a frame in at most 10 ms, at most 150 MB.
+//! `RUNGUARD_BENCH_ATTEMPTS=10 cargo bench --bench cockpit`: ten attempts a workflow (100 000).
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,15 @@ use runguard_engine::recover::Policy;
 use runguard_engine::store::Store;
 
 const WORKFLOWS: usize = 10_000;
+
+/// Attempts per workflow: `RUNGUARD_BENCH_ATTEMPTS`, 2 by default.
+fn attempts_per_workflow() -> u32 {
+    std::env::var("RUNGUARD_BENCH_ATTEMPTS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(2)
+}
 const FRAMES: usize = 100;
 
 fn fill(store: &mut Store, start: DateTime<Utc>) {
@@ -48,7 +59,8 @@ fn fill(store: &mut Store, start: DateTime<Utc>) {
                     created_at: start,
                     updated_at: start,
                 })?;
-                for index in 0..2u32 {
+                let attempts = attempts_per_workflow();
+                for index in 0..attempts {
                     let began = start
                         + TimeDelta::seconds((n as i64 * 7 + i64::from(index) * 3600) % 86_400);
                     db.save_attempt(&Attempt {
@@ -60,17 +72,22 @@ fn fill(store: &mut Store, start: DateTime<Utc>) {
                             .map(|k| format!("node-{:03}", (n + k) % 512))
                             .collect(),
                         gpus: 32,
-                        state: if index == 0 {
+                        state: if index + 1 < attempts {
                             JobState::Failed
                         } else {
                             JobState::Running
                         },
-                        state_raw: if index == 0 { "FAILED" } else { "RUNNING" }.into(),
-                        reason: (index == 0).then(|| "NonZeroExitCode".into()),
+                        state_raw: if index + 1 < attempts {
+                            "FAILED"
+                        } else {
+                            "RUNNING"
+                        }
+                        .into(),
+                        reason: (index + 1 < attempts).then(|| "NonZeroExitCode".into()),
                         submit_time: Some(began),
                         start_time: Some(began + TimeDelta::seconds(30)),
-                        end_time: (index == 0).then(|| began + TimeDelta::seconds(3000)),
-                        exit_code: (index == 0).then_some(1),
+                        end_time: (index + 1 < attempts).then(|| began + TimeDelta::seconds(3000)),
+                        exit_code: (index + 1 < attempts).then_some(1),
                         excluded_nodes: Vec::new(),
                         log_path: None,
                         last_log_time: None,
@@ -122,7 +139,7 @@ fn main() {
     fill(&mut store, start);
     println!(
         "cockpit benchmark: {WORKFLOWS} workflows, {} attempts (store filled in {:.1} s)",
-        WORKFLOWS * 2,
+        WORKFLOWS * attempts_per_workflow() as usize,
         filled.elapsed().as_secs_f64()
     );
     let policy = Policy::from_config(&Config::default().recovery, true);
@@ -178,6 +195,17 @@ fn main() {
         );
     }
     if let Some(peak) = peak_memory_mb() {
-        println!("peak memory (VmHWM): {peak:.0} MB");
+        println!("peak memory of the cockpit's work (VmHWM): {peak:.0} MB");
+    }
+    let began = Instant::now();
+    let report = runguard::status::report(&store.db(), "bench", &policy, None).expect("status");
+    let json = serde_json::to_string(&report).expect("json");
+    println!(
+        "status --json over the whole store: {:.2} s ({:.0} MB of JSON)",
+        began.elapsed().as_secs_f64(),
+        json.len() as f64 / 1e6
+    );
+    if let Some(peak) = peak_memory_mb() {
+        println!("peak memory with status --json too (VmHWM): {peak:.0} MB");
     }
 }
