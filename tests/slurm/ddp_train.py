@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # PyTorch 2.4+ starts the env:// rendezvous store on libuv by default; Debian's torch 2.6 (trixie) is
@@ -121,8 +122,10 @@ class Run:
             os.environ["MASTER_ADDR"] = node_address(first_host(nodelist))
         if "MASTER_PORT" not in os.environ:
             # One port per job and run: a requeued job keeps its id, and a process of its earlier
-            # run that never ended (a frozen node) may still hold the previous port.
-            port = 41000 + (self.job_id % 1000) * 8 + self.restarts % 8
+            # run that never ended (a frozen node) may still hold the previous port. The checkpoint
+            # directory sets it apart from another lab cluster's job of the same id on this machine.
+            lab = zlib.crc32(self.ckpt_dir.encode()) % 1000
+            port = 41000 + ((lab + self.job_id) % 1000) * 8 + self.restarts % 8
             os.environ["MASTER_PORT"] = str(port)
         # Starting four interpreters with torch on a loaded 2-core machine can take longer than the
         # collectives' timeout: the rendezvous waits longer, the training group fails fast.
