@@ -1,0 +1,230 @@
+//! What the capacity report reads: each listing of the jobs and of the nodes as the engine saw it, and
+//! the history of attempts and recoveries gathered into one [`CapacityHistory`].
+
+use chrono::{DateTime, Utc};
+use rusqlite::params;
+
+use super::{Db, StoreError, time_from_text, time_to_text};
+use crate::capacity::{
+    CapacityHistory, Instant, NodeSample, NodeUse, QueueSample, QueueWait, RecoveryTime, RunSpan,
+};
+use crate::model::{Attempt, WorkflowId};
+use crate::report::WorkflowHistory;
+use crate::report::downtime::{self, GapKind};
+
+impl Db<'_> {
+    /// Records one listing of the jobs: the instant and every job it showed.
+    pub fn record_job_listing<'s>(
+        &self,
+        instant: &Instant,
+        jobs: impl Iterator<Item = &'s QueueSample>,
+    ) -> Result<(), StoreError> {
+        let time = time_to_text(instant.time);
+        self.conn.execute(
+            "INSERT OR REPLACE INTO capacity_listings (time, seconds) VALUES (?1, ?2)",
+            params![time, instant.seconds],
+        )?;
+        let mut insert = self.conn.prepare_cached(
+            "INSERT OR REPLACE INTO capacity_jobs (time, job_id, partition, pending, reason, gpus) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for job in jobs {
+            insert.execute(params![
+                time,
+                job.job_id,
+                job.partition,
+                job.pending,
+                job.reason,
+                job.gpus
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// Records one listing of the nodes (every sample of one time).
+    pub fn record_node_listing(&self, nodes: &[NodeSample]) -> Result<(), StoreError> {
+        let mut insert = self.conn.prepare_cached(
+            "INSERT OR REPLACE INTO capacity_nodes \
+             (time, seconds, node, partition, state, gpus, gpus_allocated, reason) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?;
+        for node in nodes {
+            insert.execute(params![
+                time_to_text(node.time),
+                node.seconds,
+                node.node,
+                node.partition.as_deref().unwrap_or(""),
+                node.state.as_str(),
+                node.gpus,
+                node.gpus_allocated,
+                node.reason
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// When the jobs were last recorded, if ever.
+    pub fn last_job_listing(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.last_time("SELECT MAX(time) FROM capacity_listings")
+    }
+
+    /// When the nodes were last recorded, if ever.
+    pub fn last_node_listing(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.last_time("SELECT MAX(time) FROM capacity_nodes")
+    }
+
+    fn last_time(&self, sql: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let text: Option<String> = self.conn.query_row(sql, [], |row| row.get(0))?;
+        text.as_deref().map(time_from_text).transpose()
+    }
+
+    /// Everything recorded between `from` and `to` that the capacity report reads. Quarantine spans are
+    /// read from the node listings (drains carrying runguard's mark).
+    pub fn capacity_history(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<CapacityHistory, StoreError> {
+        let (from_text, to_text) = (time_to_text(from), time_to_text(to));
+        let instants = self.select_rows(
+            "SELECT time, seconds FROM capacity_listings WHERE time >= ?1 AND time < ?2 ORDER BY time",
+            params![from_text, to_text],
+            |row| {
+                Ok(Instant {
+                    time: time_from_text(&row.get::<_, String>(0)?)?,
+                    seconds: row.get(1)?,
+                })
+            },
+        )?;
+        let queue = self.select_rows(
+            "SELECT time, job_id, partition, pending, reason, gpus FROM capacity_jobs \
+             WHERE time >= ?1 AND time < ?2 ORDER BY time",
+            params![from_text, to_text],
+            |row| {
+                Ok(QueueSample {
+                    time: time_from_text(&row.get::<_, String>(0)?)?,
+                    job_id: row.get(1)?,
+                    partition: row.get(2)?,
+                    pending: row.get(3)?,
+                    reason: row.get(4)?,
+                    gpus: row.get(5)?,
+                })
+            },
+        )?;
+        let nodes = self.select_rows(
+            "SELECT time, seconds, node, partition, state, gpus, gpus_allocated, reason \
+             FROM capacity_nodes WHERE time >= ?1 AND time < ?2 ORDER BY time, node",
+            params![from_text, to_text],
+            |row| {
+                let state: String = row.get(4)?;
+                let partition: String = row.get(3)?;
+                Ok(NodeSample {
+                    time: time_from_text(&row.get::<_, String>(0)?)?,
+                    seconds: row.get(1)?,
+                    node: row.get(2)?,
+                    partition: (!partition.is_empty()).then_some(partition),
+                    state: NodeUse::parse(&state)
+                        .ok_or_else(|| StoreError::Corrupt(format!("node state {state:?}")))?,
+                    gpus: row.get(5)?,
+                    gpus_allocated: row.get(6)?,
+                    reason: row.get(7)?,
+                })
+            },
+        )?;
+        let mut history = CapacityHistory {
+            quarantines: crate::capacity::quarantines_from_node_samples(&nodes),
+            instants,
+            queue,
+            nodes,
+            ..CapacityHistory::default()
+        };
+        self.attempt_history(&mut history, from, to)?;
+        Ok(history)
+    }
+
+    /// Waits, running spans and recoveries of the attempts that touch `[from, to)`.
+    fn attempt_history(
+        &self,
+        history: &mut CapacityHistory,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let workflows = self.workflows()?;
+        let mut attempts: std::collections::HashMap<WorkflowId, Vec<Attempt>> =
+            std::collections::HashMap::new();
+        for attempt in self.all_attempts()? {
+            attempts
+                .entry(attempt.workflow_id)
+                .or_default()
+                .push(attempt);
+        }
+        for workflow in workflows {
+            let Some(of_workflow) = attempts.remove(&workflow.id) else {
+                continue;
+            };
+            let touches = |a: &Attempt| {
+                let begin = a.submit_time.or(a.start_time);
+                let end = a.end_time;
+                begin.is_some_and(|b| b < to) && end.is_none_or(|e| e >= from)
+            };
+            if !of_workflow.iter().any(touches) {
+                continue;
+            }
+            let partition = workflow.spec.partition.clone();
+            for attempt in &of_workflow {
+                if let Some(submitted) = attempt.submit_time {
+                    history.waits.push(QueueWait {
+                        partition: partition.clone(),
+                        gpus: attempt.gpus,
+                        submitted,
+                        started: attempt.start_time,
+                    });
+                }
+                if let (Some(start), Some(end)) =
+                    (attempt.start_time, downtime::running_end(attempt, to))
+                {
+                    let nodes = if attempt.nodes.is_empty() {
+                        workflow.spec.nodes
+                    } else {
+                        attempt.nodes.len() as u32
+                    };
+                    history.runs.push(RunSpan { nodes, start, end });
+                }
+            }
+            if !of_workflow.iter().any(|a| a.state.is_failure()) {
+                continue;
+            }
+            let gpus_of: std::collections::HashMap<u32, u32> =
+                of_workflow.iter().map(|a| (a.index, a.gpus)).collect();
+            let full = WorkflowHistory {
+                requeue_limit: 0,
+                attempts: of_workflow,
+                checkpoints: self.checkpoints(workflow.id)?,
+                throughput: self.throughput(workflow.id)?,
+                anomalies: self.anomalies(workflow.id)?,
+                attributions: Vec::new(),
+                actions: self.actions(workflow.id)?,
+                journal: Vec::new(),
+                narratives: Vec::new(),
+                workflow,
+            };
+            for recovery in downtime::recoveries(&full, to) {
+                let response = [GapKind::Detection, GapKind::Analysis, GapKind::Requeue]
+                    .into_iter()
+                    .filter_map(|kind| recovery.gap(kind))
+                    .map(|gap| gap.duration())
+                    .fold(chrono::TimeDelta::zero(), |sum, d| sum + d);
+                history.recoveries.push(RecoveryTime {
+                    failed_at: recovery.failed_at,
+                    gpus: gpus_of.get(&recovery.failed_attempt).copied().unwrap_or(0),
+                    response,
+                    checkpoint_load: recovery
+                        .gap(GapKind::CheckpointLoad)
+                        .filter(|gap| !gap.ongoing)
+                        .map(|gap| gap.duration()),
+                });
+            }
+        }
+        Ok(())
+    }
+}
