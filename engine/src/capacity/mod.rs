@@ -9,6 +9,7 @@ pub mod idle;
 pub mod lost;
 pub mod peaks;
 pub mod recommend;
+pub mod sampler;
 pub mod saved;
 pub mod simulated;
 mod stats;
@@ -24,6 +25,7 @@ pub use history::{
     CapacityHistory, Instant, NodeSample, NodeUse, QuarantineSpan, QueueSample, QueueWait,
     RecoveryTime, RunSpan, Window,
 };
+pub use sampler::NodeRecord;
 
 /// The capacity report over one window.
 #[derive(Debug, Clone, PartialEq, Serialize)]

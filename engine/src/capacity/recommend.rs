@@ -75,17 +75,34 @@ pub fn recommend(
     let checkpoints = checkpoint_advice(history, window);
     let mut sentences = Vec::new();
     match (&peak_hours, peaks.windows.first()) {
-        (Some(advice), Some(peak)) => sentences.push(format!(
-            "Peak hours: {} asks for {:.0} GPUs on average{}; jobs submitted then wait {}. Move long or large jobs to {} (mean wait {}) and keep the peak for short jobs, or give the peak a time-slot reservation.",
-            advice.peak,
-            peak.mean_demand_gpus,
-            peak.mean_capacity_gpus
-                .map(|c| format!(" against {c:.0} in service"))
-                .unwrap_or_default(),
-            minutes_text(advice.peak_wait_minutes),
-            advice.quiet,
-            minutes_text(advice.quiet_wait_minutes),
-        )),
+        (Some(advice), Some(peak)) => {
+            let demand = format!(
+                "Peak hours: {} asks for {:.0} GPUs on average{}; jobs submitted then wait {}.",
+                advice.peak,
+                peak.mean_demand_gpus,
+                peak.mean_capacity_gpus
+                    .map(|c| format!(" against {c:.0} in service"))
+                    .unwrap_or_default(),
+                minutes_text(advice.peak_wait_minutes),
+            );
+            let quieter = matches!(
+                (advice.quiet_wait_minutes, advice.peak_wait_minutes),
+                (Some(quiet), Some(peak)) if quiet < peak
+            );
+            sentences.push(if quieter || advice.quiet_wait_minutes.is_none() {
+                format!(
+                    "{demand} Move long or large jobs to {} (mean wait {}) and keep the peak for short jobs, or give the peak a time-slot reservation.",
+                    advice.quiet,
+                    minutes_text(advice.quiet_wait_minutes),
+                )
+            } else {
+                format!(
+                    "{demand} Jobs submitted in the quietest hours, {}, wait no less ({}): the backlog of the peak carries over, so time slots would not help; more GPUs or shorter jobs would.",
+                    advice.quiet,
+                    minutes_text(advice.quiet_wait_minutes),
+                )
+            });
+        }
         _ => sentences.push(
             "No hour of the day asked for more GPUs than were in service: no time slots are needed."
                 .to_string(),
@@ -93,7 +110,7 @@ pub fn recommend(
     }
     match &reserve_pool {
         Some(pool) => sentences.push(format!(
-            "Reserve pool: keep {} node{} spare. {} node failure{} ({:.2} a day), each out of service {:.1} h on average, leave {:.2} nodes out at once on average; {} cover {:.0}% of hours (Poisson).",
+            "Reserve pool: keep {} node{} spare. {} node failure{} ({:.2} a day), each out of service {:.1} h on average, leave {:.2} nodes out at once on average; {} spare cover{} {:.0}% of hours (Poisson).",
             pool.nodes,
             plural(pool.nodes as usize),
             pool.failures,
@@ -102,6 +119,7 @@ pub fn recommend(
             pool.mean_repair_hours,
             pool.mean_out_at_once,
             pool.nodes,
+            if pool.nodes == 1 { "s" } else { "" },
             RESERVE_COVERAGE * 100.0,
         )),
         None => sentences.push(
@@ -143,7 +161,7 @@ pub fn recommend(
             .map(|r| format!(", mostly for {}", r.reason))
             .unwrap_or_default();
         sentences.push(format!(
-            "{:.0} GPU-hours were free on usable nodes while jobs waited{reason}: the waiting jobs asked for more GPUs than were free at once. Smaller or shorter requests (backfill), or sharing idle allocations, would use them.",
+            "{:.0} GPU-hours were free on usable nodes while jobs waited{reason}: fewer GPUs were free than the first waiting job asked for, and the jobs behind it could not pass it. Backfill (smaller or shorter jobs starting ahead), smaller requests or sharing idle allocations would use them.",
             idle.idle_while_waiting_gpu_hours
         ));
     }

@@ -271,9 +271,9 @@ impl Simulation {
         let weekday = !matches!(now.weekday(), Weekday::Sat | Weekday::Sun);
         let hour = now.hour();
         let train_rate = if weekday && (8..12).contains(&hour) {
-            2.0
+            2.5
         } else {
-            0.55
+            0.3
         };
         let debug_rate = if weekday && (9..17).contains(&hour) {
             5.0

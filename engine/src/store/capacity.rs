@@ -228,3 +228,53 @@ impl Db<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use chrono::TimeDelta;
+
+    use crate::capacity::simulated;
+    use crate::store::Store;
+
+    #[test]
+    fn a_simulated_stretch_reads_back_as_it_was_generated() {
+        let start = chrono::DateTime::parse_from_rfc3339("2026-03-02T00:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let month = simulated::month(11, start, 4);
+        let mut store = Store::open_in_memory().unwrap();
+        month.store(&mut store).unwrap();
+        let history = store.db().capacity_history(month.start, month.end).unwrap();
+        assert_eq!(history.instants, month.instants);
+        assert_eq!(history.queue.len(), month.queue.len());
+        assert_eq!(history.nodes.len(), month.node_samples.len());
+        // The drains carrying runguard's mark are the generated quarantines; the maintenance is not.
+        assert_eq!(history.quarantines, month.quarantines);
+        let failures: Vec<_> = month
+            .jobs
+            .iter()
+            .flat_map(|job| &job.attempts)
+            .filter_map(|a| Some((a.ended?, a.failure.as_ref()?)))
+            .collect();
+        assert!(!failures.is_empty());
+        assert_eq!(history.recoveries.len(), failures.len());
+        for (ended, failure) in failures {
+            let recovery = history
+                .recoveries
+                .iter()
+                .find(|r| r.failed_at == ended)
+                .unwrap();
+            assert_eq!(recovery.response, failure.requeued - ended);
+        }
+        let attempts: usize = month.jobs.iter().map(|j| j.attempts.len()).sum();
+        assert_eq!(history.waits.len(), attempts);
+        assert!(
+            history
+                .runs
+                .iter()
+                .all(|r| r.end - r.start >= TimeDelta::zero())
+        );
+    }
+}
