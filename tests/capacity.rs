@@ -352,7 +352,8 @@ fn capacity_in_markdown_and_text_carries_the_same_figures() {
     let markdown = stdout(&markdown);
     assert!(markdown.starts_with("# Capacity 2026-02-02 00:00 UTC – 2026-03-04 00:00 UTC"));
     assert!(markdown.contains("| partition | started | still waiting | mean | median | p90 |"));
-    assert_eq!(markdown.matches("\n| 1").count() >= 10, true);
+    // A row a partition and one an hour of the day.
+    assert!(markdown.matches("\n| ").count() >= 3 + 24, "{markdown}");
     let reserve = format!(
         "keep {} node{} spare",
         expected.reserve_nodes,
