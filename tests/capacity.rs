@@ -354,11 +354,11 @@ fn capacity_in_markdown_and_text_carries_the_same_figures() {
     assert!(markdown.contains("| partition | started | still waiting | mean | median | p90 |"));
     // A row a partition and one an hour of the day.
     assert!(markdown.matches("\n| ").count() >= 3 + 24, "{markdown}");
-    let reserve = format!(
-        "keep {} node{} spare",
-        expected.reserve_nodes,
-        if expected.reserve_nodes == 1 { "" } else { "s" }
-    );
+    let reserve = match expected.reserve_nodes {
+        0 => "no spare node is needed".to_string(),
+        1 => "keep 1 node spare".to_string(),
+        n => format!("keep {n} nodes spare"),
+    };
     assert!(markdown.contains(&reserve), "{markdown}");
     let saved = format!(
         "{:.1} h of downtime saved, {:.0} GPU-hours",

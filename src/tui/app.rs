@@ -37,10 +37,11 @@ pub enum Pane {
     Notifications,
     Log,
     Compare,
+    Capacity,
 }
 
 impl Pane {
-    pub const ALL: [Pane; 8] = [
+    pub const ALL: [Pane; 9] = [
         Pane::Overview,
         Pane::Details,
         Pane::Charts,
@@ -49,6 +50,7 @@ impl Pane {
         Pane::Notifications,
         Pane::Log,
         Pane::Compare,
+        Pane::Capacity,
     ];
 
     pub fn title(self) -> &'static str {
@@ -61,6 +63,7 @@ impl Pane {
             Pane::Notifications => "Notifications",
             Pane::Log => "Log",
             Pane::Compare => "Compare",
+            Pane::Capacity => "Capacity",
         }
     }
 
@@ -75,6 +78,7 @@ impl Pane {
             Pane::Notifications => "Note",
             Pane::Log => "Log",
             Pane::Compare => "Cmp",
+            Pane::Capacity => "Cap",
         }
     }
 }

@@ -206,6 +206,7 @@ pub static KEYS: &[Binding] = &[
     B::new(&[ch('6')], PANES, A::Show(Pane::Notifications)).help_with_previous(),
     B::new(&[ch('7')], PANES, A::Show(Pane::Log)).help_with_previous(),
     B::new(&[ch('8')], PANES, A::Show(Pane::Compare)).help_with_previous(),
+    B::new(&[ch('9')], PANES, A::Show(Pane::Capacity)).help_with_previous(),
     B::new(&[ch('L')], PANES, A::Show(Pane::Log)).help("the focused attempt's log"),
     B::new(&[ch('c')], PANES, A::Show(Pane::Compare)).help("compare the selected attempts side by side"),
     B::new(&[ch('n')], PANES, A::NextError).help("log: next / previous error, follow the end"),

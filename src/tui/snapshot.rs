@@ -50,6 +50,8 @@ pub struct Snapshot {
     /// Recently executed or failed actions, newest first (their results).
     pub recent_actions: Vec<Action>,
     pub notifications: Vec<Notification>,
+    /// The capacity report, read while its pane is shown (see `panes::capacity::ensure`).
+    pub capacity: Option<std::sync::Arc<runguard_engine::capacity::CapacityReport>>,
 }
 
 impl Snapshot {
@@ -124,6 +126,7 @@ impl Snapshot {
             approvals,
             recent_actions: db.recent_finished_actions(50)?,
             notifications: db.notifications(500)?,
+            capacity: None,
         };
         if let Some(id) = focus {
             snapshot.ensure_detail(db, policy, id)?;

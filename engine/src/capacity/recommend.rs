@@ -109,6 +109,15 @@ pub fn recommend(
         ),
     }
     match &reserve_pool {
+        Some(pool) if pool.nodes == 0 => sentences.push(format!(
+            "Reserve pool: no spare node is needed for failures at this rate. {} node failure{} ({:.2} a day), each out of service {:.1} h on average, leave {:.2} nodes out at once on average: in {:.0}% of hours none is out (Poisson).",
+            pool.failures,
+            plural(pool.failures),
+            pool.failures_per_day,
+            pool.mean_repair_hours,
+            pool.mean_out_at_once,
+            (-pool.mean_out_at_once).exp() * 100.0,
+        )),
         Some(pool) => sentences.push(format!(
             "Reserve pool: keep {} node{} spare. {} node failure{} ({:.2} a day), each out of service {:.1} h on average, leave {:.2} nodes out at once on average; {} spare cover{} {:.0}% of hours (Poisson).",
             pool.nodes,

@@ -297,3 +297,35 @@ fn the_simulated_month_is_the_same_for_the_same_seed() {
     assert_ne!(a.jobs, simulated::month(8, at("02T00:00"), 3).jobs);
     assert_eq!(a.instants.len(), 3 * 24 * 12);
 }
+
+#[test]
+fn rare_failures_need_no_reserve_and_say_so() {
+    let mut history = monday();
+    history.quarantines = vec![QuarantineSpan {
+        node: "n4".into(),
+        gpus: 8,
+        from: at("02T09:00"),
+        to: Some(at("02T09:30")),
+    }];
+    let report = build(&history, day(), saved::DEFAULT_BASELINE, at("03T00:00"));
+    // μ = 1/24 × 0.5 h ≈ 0.02: P(0) ≈ 0.98 already covers 95% of hours.
+    assert_eq!(report.recommendations.reserve_pool.unwrap().nodes, 0);
+    assert!(report.recommendations.sentences[1].starts_with("Reserve pool: no spare node"));
+}
+
+#[test]
+fn time_slots_are_not_advised_when_the_quiet_hours_wait_as_long() {
+    let mut history = monday();
+    // A job submitted at 01:00, in the quiet slot, waits five hours.
+    history
+        .waits
+        .push(wait("train", "02T01:00", Some("02T06:00")));
+    let report = build(&history, day(), saved::DEFAULT_BASELINE, at("03T00:00"));
+    let advice = report.recommendations.peak_hours.unwrap();
+    close(advice.quiet_wait_minutes.unwrap(), 300.0);
+    assert!(
+        report.recommendations.sentences[0].contains("time slots would not help"),
+        "{}",
+        report.recommendations.sentences[0]
+    );
+}

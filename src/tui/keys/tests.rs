@@ -129,7 +129,7 @@ fn the_help_shows_keys_together_and_marks_what_acts_on_the_cluster() {
     assert_eq!(row("move").keys, "j/k ↓/↑");
     assert_eq!(row("page, also").keys, "Ctrl-d/u Ctrl-f/b");
     assert_eq!(row("first").keys, "g/G Home/End");
-    assert_eq!(row("the pane of that number").keys, "1-8");
+    assert_eq!(row("the pane of that number").keys, "1-9");
     assert_eq!(row("details").keys, "Enter/l");
     assert_eq!(row("quit").keys, "q/Ctrl-c");
     let decide = row("approve / reject the proposed action");

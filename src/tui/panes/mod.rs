@@ -1,6 +1,7 @@
 //! One file per pane; [`draw`] lays out the frame: tabs, the focused pane, the status line, overlays.
 
 pub mod approvals;
+pub mod capacity;
 pub mod charts;
 pub mod compare;
 pub mod details;
@@ -70,6 +71,7 @@ pub fn draw(
         Pane::Approvals => approvals::draw(frame, body, &view),
         Pane::Notifications => notifications::draw(frame, body, &view),
         Pane::Compare => compare::draw(frame, body, &view),
+        Pane::Capacity => capacity::draw(frame, body, &view),
         Pane::Log => {
             let evidence = app
                 .focused(snapshot, now)
