@@ -397,3 +397,109 @@ fn capacity_refuses_a_window_it_cannot_read() {
     assert_eq!(report["waits"]["all"]["started"], 0);
     assert!(report["recommendations"]["reserve_pool"].is_null());
 }
+
+/// A real Slurm whose four nodes have 2 GPUs each: a job holds three nodes, a second one asks for two
+/// and waits with n4's GPUs free. The engine's first record of the listing (which stands for five
+/// minutes) shows exactly that.
+#[cfg(feature = "slurm")]
+#[test]
+fn capacity_on_a_real_slurm_counts_the_gpus_left_idle_while_a_job_waits() {
+    use crate::support::slurm::{Cluster, HeadlessEngine, available, one_at_a_time};
+
+    let _one_at_a_time = one_at_a_time();
+    if !available(&[]) {
+        return;
+    }
+    let sandbox = CliSandbox::default();
+    let cluster = Cluster::start_configured(
+        &sandbox.path().join("slurm"),
+        30,
+        &[("RUNGUARD_SLURM_GPUS", std::path::Path::new("2"))],
+    );
+    sandbox.write_config(
+        "[engine]\npoll_interval_secs = 0.5\n\n[backend]\nkind = \"slurm\"\n\n[slurm]\npartitions = [\"gpu\"]\n",
+    );
+    let submit = |nodes: &str| {
+        let output = cluster
+            .command("sbatch")
+            .current_dir(sandbox.path())
+            .args(["--parsable", "-N", nodes, "--gres=gpu:2", "-o", "/dev/null"])
+            .args(["--wrap", "sleep 600"])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output).trim().to_string()
+    };
+    let running = submit("3");
+    let waiting = submit("2");
+    let states = || {
+        let output = cluster
+            .command("squeue")
+            .args(["--noheader", "--format=%i %T %r"])
+            .output()
+            .unwrap();
+        stdout(&output)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(states().contains(&format!("{running} RUNNING"))
+        && states().contains(&format!("{waiting} PENDING Resources")))
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", states());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let mut engine = HeadlessEngine::start(&sandbox, &cluster, &[]);
+    let recorded = |report: &Value| {
+        report["idle"]["gpu_hours_by_state"]
+            .as_array()
+            .is_some_and(|states| states.iter().any(|s| s["gpu_hours"].as_f64() > Some(0.0)))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let report = loop {
+        let output = sandbox.run(&["capacity", "--since", "1h", "--json"]);
+        if output.status.success() {
+            let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+            if recorded(&report) {
+                break report;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no listing recorded: {}",
+            std::fs::read_to_string(sandbox.path().join("engine.err")).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    };
+    engine.stop();
+    // The first record stands for 300 s: 6 GPUs allocated, n4's 2 idle while the second job waited.
+    let hours = 300.0 / 3600.0;
+    let by_state = |state: &str| {
+        report["idle"]["gpu_hours_by_state"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["state"] == state)
+            .unwrap()["gpu_hours"]
+            .clone()
+    };
+    close(&by_state("allocated"), 6.0 * hours, "allocated GPU-hours");
+    close(&by_state("idle"), 2.0 * hours, "idle GPU-hours");
+    close(
+        &report["idle"]["idle_while_waiting_gpu_hours"],
+        2.0 * hours,
+        "GPUs idle while the job waited",
+    );
+    assert_eq!(report["waits"]["reasons"][0]["reason"], "Resources");
+    close(
+        &report["waits"]["reasons"][0]["job_hours"],
+        hours,
+        "pending job-hours",
+    );
+    let demand: f64 = report["peaks"]["demand_by_hour"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_f64().unwrap())
+        .sum();
+    close(&Value::from(demand), 6.0 + 4.0, "GPUs asked for");
+    assert_eq!(report["waits"]["all"]["still_waiting"], 1, "{report:#}");
+}

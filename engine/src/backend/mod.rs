@@ -301,9 +301,7 @@ pub trait Backend: Send + Sync {
 
     /// Every node with its partition, state and GPUs, for the capacity report, when the backend can
     /// tell (`None` when it cannot).
-    async fn node_inventory(
-        &self,
-    ) -> Result<Option<Vec<crate::capacity::NodeRecord>>, BackendError> {
+    async fn node_inventory(&self) -> Result<Option<crate::capacity::NodeListing>, BackendError> {
         Ok(None)
     }
 

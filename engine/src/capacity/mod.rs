@@ -25,7 +25,7 @@ pub use history::{
     CapacityHistory, Instant, NodeSample, NodeUse, QuarantineSpan, QueueSample, QueueWait,
     RecoveryTime, RunSpan, Window,
 };
-pub use sampler::NodeRecord;
+pub use sampler::{NodeListing, NodeRecord};
 
 /// The capacity report over one window.
 #[derive(Debug, Clone, PartialEq, Serialize)]

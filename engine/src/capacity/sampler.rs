@@ -48,9 +48,22 @@ pub async fn sample(
             )))
         });
     let nodes = match listing {
-        Ok(Some(nodes)) => {
+        Ok(Some(listing)) => {
+            if let Some(first) = listing.unreadable.first() {
+                // A node whose line could not be read is left out of this record, never guessed at.
+                store.db().count_warning(
+                    "capacity_nodes",
+                    &format!(
+                        "{} line{} of the node listing could not be read (left out), e.g. {first:?}",
+                        listing.unreadable.len(),
+                        if listing.unreadable.len() == 1 { "" } else { "s" }
+                    ),
+                    now,
+                )?;
+            }
             let seconds = span_seconds(store.db().last_node_listing()?, now);
-            nodes
+            listing
+                .nodes
                 .into_iter()
                 .map(|record| record.at(now, seconds))
                 .collect()
@@ -94,6 +107,13 @@ fn queue_sample(snapshot: &JobSnapshot, now: DateTime<Utc>) -> Option<QueueSampl
         reason: snapshot.reason.clone().filter(|_| pending),
         gpus: snapshot.gpus,
     })
+}
+
+/// The nodes as the backend listed them, and the lines of its answer it could not read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeListing {
+    pub nodes: Vec<NodeRecord>,
+    pub unreadable: Vec<String>,
 }
 
 /// A node as the backend lists it, before it is given a time.
