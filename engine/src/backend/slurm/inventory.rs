@@ -150,41 +150,21 @@ mod tests {
     fn reads_the_nodes_as_sinfo_printed_them() {
         let listing = read(&fixture("sinfo_22.05_capacity_node_down.txt"));
         assert!(listing.unreadable.is_empty());
-        let summary: Vec<(&str, Option<&str>, NodeUse, u32, u32, Option<&str>)> = listing
-            .nodes
-            .iter()
-            .map(|n| {
-                (
-                    n.node.as_str(),
-                    n.partition.as_deref(),
-                    n.state,
-                    n.gpus,
-                    n.gpus_allocated,
-                    n.reason.as_deref(),
-                )
-            })
-            .collect();
+        let node = |node: &str, state, allocated, reason: Option<&str>| NodeRecord {
+            node: node.to_string(),
+            partition: Some("gpu".to_string()),
+            state,
+            gpus: 4,
+            gpus_allocated: allocated,
+            reason: reason.map(str::to_string),
+        };
         assert_eq!(
-            summary,
+            listing.nodes,
             vec![
-                ("n1", Some("gpu"), NodeUse::Mixed, 4, 2, None),
-                ("n2", Some("gpu"), NodeUse::Mixed, 4, 4, None),
-                (
-                    "n3",
-                    Some("gpu"),
-                    NodeUse::Down,
-                    4,
-                    0,
-                    Some("Not responding")
-                ),
-                (
-                    "n4",
-                    Some("gpu"),
-                    NodeUse::Drained,
-                    4,
-                    0,
-                    Some("runguard: gpu | xid 79")
-                ),
+                node("n1", NodeUse::Mixed, 2, None),
+                node("n2", NodeUse::Mixed, 4, None),
+                node("n3", NodeUse::Down, 0, Some("Not responding")),
+                node("n4", NodeUse::Drained, 0, Some("runguard: gpu | xid 79")),
             ]
         );
         assert_eq!(read(&fixture("sinfo_22.05_capacity.txt")).nodes.len(), 4);
