@@ -21,6 +21,11 @@ pub struct CapacityArgs {
     /// runguard saved is measured against.
     #[arg(long, default_value = "2h", value_parser = parse_span)]
     pub baseline: TimeDelta,
+    /// Report on a simulated cluster (16 nodes, generated from this seed, ending at `--until` or the
+    /// last midnight) instead of the store: what the report looks like before a month of history has
+    /// been recorded.
+    #[arg(long, value_name = "SEED")]
+    pub simulated: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long, conflicts_with = "markdown")]
     pub json: bool,
@@ -58,6 +63,9 @@ pub fn parse_span(text: &str) -> Result<TimeDelta, String> {
 
 /// Builds the report from the store at `store_path` and prints it.
 pub fn run(store_path: &Path, args: &CapacityArgs) -> Result<()> {
+    if let Some(seed) = args.simulated {
+        return run_simulated(seed, args);
+    }
     if !store_path.exists() {
         bail!(
             "no store at {}: nothing has been recorded yet (run `runguard run` for a while)",
@@ -76,12 +84,35 @@ pub fn run(store_path: &Path, args: &CapacityArgs) -> Result<()> {
         .capacity_history(window.from, window.to)
         .with_context(|| format!("reading the history in {}", store_path.display()))?;
     let report = capacity::build(&history, window, args.baseline, now);
+    print(&report, args)
+}
+
+/// The simulated month of `seed`, written to a store in memory as the engine would have recorded it,
+/// and reported on up to its end.
+fn run_simulated(seed: u64, args: &CapacityArgs) -> Result<()> {
+    let days = u32::try_from(args.since.num_days().clamp(1, 366)).unwrap_or(30);
+    let to = args.until.unwrap_or_else(|| {
+        Utc::now()
+            .date_naive()
+            .and_hms_opt(0, 0, 0)
+            .map_or_else(Utc::now, |midnight| midnight.and_utc())
+    });
+    let from = to - TimeDelta::days(i64::from(days));
+    let month = capacity::simulated::month(seed, from, days);
+    let mut store = Store::open_in_memory()?;
+    month.store(&mut store)?;
+    let history = store.db().capacity_history(from, to)?;
+    let report = capacity::build(&history, Window { from, to }, args.baseline, to);
+    print(&report, args)
+}
+
+fn print(report: &CapacityReport, args: &CapacityArgs) -> Result<()> {
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", serde_json::to_string_pretty(report)?);
     } else if args.markdown {
-        print!("{}", markdown(&report));
+        print!("{}", markdown(report));
     } else {
-        print!("{}", text(&report));
+        print!("{}", text(report));
     }
     Ok(())
 }

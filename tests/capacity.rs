@@ -377,6 +377,35 @@ fn capacity_in_markdown_and_text_carries_the_same_figures() {
 }
 
 #[test]
+fn the_simulated_flag_reports_the_same_month_without_a_store() {
+    let (sandbox, _month) = month_sandbox();
+    let stored = capacity_json(&sandbox, "30d");
+    let bare = CliSandbox::default();
+    let output = bare.run(&[
+        "capacity",
+        "--simulated",
+        &SEED.to_string(),
+        "--until",
+        UNTIL,
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let simulated: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for part in [
+        "window",
+        "waits",
+        "peaks",
+        "idle",
+        "lost",
+        "saved",
+        "recommendations",
+    ] {
+        assert_eq!(simulated[part], stored[part], "{part}");
+    }
+    assert!(!bare.db().exists());
+}
+
+#[test]
 fn capacity_refuses_a_window_it_cannot_read() {
     let sandbox = CliSandbox::default();
     let missing = sandbox.run(&["capacity"]);
