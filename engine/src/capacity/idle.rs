@@ -139,14 +139,20 @@ impl<'h> From<&'h NodeSample> for NodeEntry<'h> {
     }
 }
 
-/// Free GPUs of the in-service nodes in any of `waiting` (a job without a partition can use any node).
+/// Free GPUs of the in-service nodes in any of `waiting` (a job without a partition can use any node,
+/// and a node listed without one can run any job).
 fn free_gpus(nodes: &[NodeEntry<'_>], waiting: &BTreeSet<Option<&str>>) -> f64 {
     let any = waiting.contains(&None);
     let mut counted = HashSet::new();
     nodes
         .iter()
         .filter(|node| node.state.in_service())
-        .filter(|node| any || node.partitions.iter().any(|p| waiting.contains(p)))
+        .filter(|node| {
+            any || node
+                .partitions
+                .iter()
+                .any(|p| p.is_none() || waiting.contains(p))
+        })
         .filter(|node| counted.insert(node.node))
         .map(|node| f64::from(node.gpus.saturating_sub(node.gpus_allocated)))
         .sum()

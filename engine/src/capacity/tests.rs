@@ -329,3 +329,14 @@ fn time_slots_are_not_advised_when_the_quiet_hours_wait_as_long() {
         report.recommendations.sentences[0]
     );
 }
+
+#[test]
+fn a_node_listed_without_a_partition_can_run_any_waiting_job() {
+    let mut history = monday();
+    for node in &mut history.nodes {
+        node.partition = None;
+    }
+    let report = build(&history, day(), saved::DEFAULT_BASELINE, at("03T00:00"));
+    // n2 and n3 (8 free GPUs each) both count now.
+    close(report.idle.idle_while_waiting_gpu_hours, 16.0);
+}

@@ -85,8 +85,16 @@ fn the_engine_records_a_listing_the_pane_reads() {
     let mut snapshot = Snapshot::default();
     ensure(&mut snapshot, &store.db()).unwrap();
     let report = snapshot.capacity.clone().unwrap();
-    // The simulated job was listed: waiting or running, it asked for GPUs at some hour.
+    // The simulated job was listed: waiting or running, it asked for GPUs at some hour; the simulated
+    // nodes were listed with it, their GPUs allocated or idle.
     assert!(report.peaks.demand_by_hour.iter().any(|d| *d > 0.0));
+    let listed: f64 = report
+        .idle
+        .gpu_hours_by_state
+        .iter()
+        .map(|s| s.gpu_hours)
+        .sum();
+    assert!(listed > 0.0, "{:?}", report.idle);
     let app = shown(&snapshot, now);
     let text = render(&app, &snapshot, now, 140, 44);
     assert!(text.contains("queue wait median"), "{text}");
