@@ -2,7 +2,7 @@
 //! nodes that could have run it (its partition, or any partition when it named none), from the
 //! latest listing of the nodes; and where the GPU-hours went by node state.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use chrono::{DateTime, TimeDelta, Timelike, Utc};
 use serde::Serialize;
@@ -107,11 +107,16 @@ fn node_sets<'h>(
     window: &Window,
 ) -> BTreeMap<DateTime<Utc>, Vec<NodeEntry<'h>>> {
     let mut sets: BTreeMap<DateTime<Utc>, Vec<NodeEntry<'h>>> = BTreeMap::new();
+    // Where each (listing, node) is in its set: a cluster of thousands of nodes stays linear.
+    let mut at: HashMap<(DateTime<Utc>, &'h str), usize> = HashMap::new();
     for sample in history.nodes.iter().filter(|s| window.contains(s.time)) {
         let set = sets.entry(sample.time).or_default();
-        match set.iter_mut().find(|entry| entry.node == sample.node) {
-            Some(entry) => entry.partitions.push(sample.partition.as_deref()),
-            None => set.push(NodeEntry::from(sample)),
+        match at.get(&(sample.time, sample.node.as_str())) {
+            Some(index) => set[*index].partitions.push(sample.partition.as_deref()),
+            None => {
+                at.insert((sample.time, &sample.node), set.len());
+                set.push(NodeEntry::from(sample));
+            }
         }
     }
     sets
