@@ -236,6 +236,19 @@ fn peak_lines(report: &CapacityReport) -> Vec<String> {
     if lines.is_empty() {
         lines.push("no hour of the day asked for more GPUs than were in service".to_string());
     }
+    for partition in &report.peaks.partitions {
+        for w in &partition.windows {
+            lines.push(format!(
+                "partition {}: peak {}: {:.0} GPUs asked for{}",
+                partition.partition,
+                w.hours,
+                w.mean_demand_gpus,
+                w.mean_capacity_gpus
+                    .map(|c| format!(" against {c:.0} in service"))
+                    .unwrap_or_default()
+            ));
+        }
+    }
     if let Some(quiet) = report.peaks.quiet_slot {
         lines.push(format!("quietest {} h: {quiet}", hours_of(quiet)));
     }

@@ -70,6 +70,8 @@ struct Expected {
     recoveries: usize,
     idle_while_waiting: f64,
     peak_hours: BTreeSet<u32>,
+    /// Per partition: the hours its jobs asked for more GPUs than its nodes had in service.
+    partition_peak_hours: BTreeMap<String, BTreeSet<u32>>,
     reserve_nodes: u32,
     checkpoint_cost_minutes: f64,
     failures_per_node_hour: f64,
@@ -150,6 +152,8 @@ fn expected(month: &SimulatedMonth, from: DateTime<Utc>, to: DateTime<Utc>) -> E
     let mut demand = [0.0; 24];
     let mut capacity = [0.0; 24];
     let mut listings = [0.0; 24];
+    let mut partition_demand: BTreeMap<String, [f64; 24]> = BTreeMap::new();
+    let mut partition_capacity: BTreeMap<String, [f64; 24]> = BTreeMap::new();
     let mut samples_at: BTreeMap<DateTime<Utc>, Vec<&runguard_engine::capacity::QueueSample>> =
         BTreeMap::new();
     for sample in &month.queue {
@@ -166,6 +170,23 @@ fn expected(month: &SimulatedMonth, from: DateTime<Utc>, to: DateTime<Utc>) -> E
         let hour = instant.time.hour() as usize;
         listings[hour] += 1.0;
         demand[hour] += jobs.iter().map(|j| f64::from(j.gpus)).sum::<f64>();
+        for partition in ["train", "debug"] {
+            partition_demand
+                .entry(partition.to_string())
+                .or_insert([0.0; 24])[hour] += jobs
+                .iter()
+                .filter(|j| j.partition.as_deref() == Some(partition))
+                .map(|j| f64::from(j.gpus))
+                .sum::<f64>();
+            partition_capacity
+                .entry(partition.to_string())
+                .or_insert([0.0; 24])[hour] += nodes
+                .iter()
+                .filter(|n| n.partition.as_deref() == Some(partition))
+                .filter(|n| !matches!(n.state, NodeUse::Drained | NodeUse::Down))
+                .map(|n| f64::from(n.gpus))
+                .sum::<f64>();
+        }
         capacity[hour] += nodes
             .iter()
             .filter(|n| !matches!(n.state, NodeUse::Drained | NodeUse::Down))
@@ -189,6 +210,16 @@ fn expected(month: &SimulatedMonth, from: DateTime<Utc>, to: DateTime<Utc>) -> E
         .filter(|h| demand[*h as usize] > capacity[*h as usize])
         .collect();
     let _ = listings;
+    let partition_peak_hours = partition_demand
+        .iter()
+        .map(|(partition, demand)| {
+            let capacity = &partition_capacity[partition];
+            let hours = (0..24u32)
+                .filter(|h| demand[*h as usize] > capacity[*h as usize])
+                .collect();
+            (partition.clone(), hours)
+        })
+        .collect();
 
     Expected {
         still_waiting,
@@ -199,6 +230,7 @@ fn expected(month: &SimulatedMonth, from: DateTime<Utc>, to: DateTime<Utc>) -> E
         recoveries,
         idle_while_waiting,
         peak_hours,
+        partition_peak_hours,
         reserve_nodes,
         checkpoint_cost_minutes: nearest_rank(&loads, 0.5),
         failures_per_node_hour: recoveries as f64 / node_hours,
@@ -248,6 +280,21 @@ fn check_waits(report: &Value, expected: &Expected) {
     }
 }
 
+/// The hours of the peak windows of a report's (or a partition's) peaks.
+fn peak_hours(peaks: &Value) -> BTreeSet<u32> {
+    peaks["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|w| {
+            let start = w["hours"]["start"].as_u64().unwrap() as u32;
+            let end = w["hours"]["end"].as_u64().unwrap() as u32;
+            let len = (end + 24 - start) % 24;
+            (0..len).map(move |i| (start + i) % 24)
+        })
+        .collect()
+}
+
 fn check(report: &Value, expected: &Expected) {
     check_waits(report, expected);
     assert_eq!(report["lost"]["spans"], expected.lost_spans);
@@ -272,18 +319,15 @@ fn check(report: &Value, expected: &Expected) {
         expected.idle_while_waiting,
         "GPUs idle while jobs wait",
     );
-    let printed_peaks: BTreeSet<u32> = report["peaks"]["windows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|w| {
-            let start = w["hours"]["start"].as_u64().unwrap() as u32;
-            let end = w["hours"]["end"].as_u64().unwrap() as u32;
-            let len = (end + 24 - start) % 24;
-            (0..len).map(move |i| (start + i) % 24)
-        })
-        .collect();
-    assert_eq!(printed_peaks, expected.peak_hours);
+    assert_eq!(peak_hours(&report["peaks"]), expected.peak_hours);
+    for partition in report["peaks"]["partitions"].as_array().unwrap() {
+        let name = partition["partition"].as_str().unwrap();
+        assert_eq!(
+            peak_hours(partition),
+            expected.partition_peak_hours[name],
+            "{name}"
+        );
+    }
     let recommendations = &report["recommendations"];
     assert_eq!(
         recommendations["reserve_pool"]["nodes"],
@@ -328,6 +372,8 @@ fn capacity_over_a_simulated_month_matches_the_history_it_came_from() {
     assert!(expected.lost_spans >= 5);
     assert!(expected.idle_while_waiting > 0.0);
     assert!(!expected.peak_hours.is_empty());
+    // The train partition peaks longer than the cluster as a whole: debug nodes sit idle meanwhile.
+    assert!(expected.partition_peak_hours["train"].len() > expected.peak_hours.len());
     check(&report, &expected);
     assert_eq!(report["window"]["from"], "2026-02-02T00:00:00Z");
 }

@@ -1,7 +1,7 @@
 //! Peak demand: the GPUs asked for (running and waiting) by hour of day against the GPUs in service,
 //! and the runs of hours where demand exceeds them.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use chrono::{DateTime, Timelike, Utc};
 use serde::Serialize;
@@ -24,6 +24,18 @@ pub struct PeakReport {
     /// Runs of consecutive peak hours, largest demand first.
     pub windows: Vec<PeakWindow>,
     /// The [`QUIET_SLOT_HOURS`] consecutive hours of least demand.
+    pub quiet_slot: Option<HourSpan>,
+    /// The same for each partition the jobs named: its jobs against its nodes.
+    pub partitions: Vec<PartitionPeaks>,
+}
+
+/// Demand and peaks of one partition: its jobs against the nodes listed in it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PartitionPeaks {
+    pub partition: String,
+    pub demand_by_hour: Vec<f64>,
+    pub capacity_by_hour: Vec<Option<f64>>,
+    pub windows: Vec<PeakWindow>,
     pub quiet_slot: Option<HourSpan>,
 }
 
@@ -57,8 +69,61 @@ pub struct PeakWindow {
 }
 
 pub fn peaks(history: &CapacityHistory, window: &Window) -> PeakReport {
+    let all = hourly(history, window, |_| true, |_| true);
+    let partitions: BTreeSet<&str> = history
+        .queue
+        .iter()
+        .filter(|s| window.contains(s.time))
+        .filter_map(|s| s.partition.as_deref())
+        .collect();
+    let partitions = partitions
+        .into_iter()
+        .map(|partition| {
+            let hours = hourly(
+                history,
+                window,
+                |job| job.partition.as_deref() == Some(partition),
+                // A node listed without a partition serves every one.
+                |node| node.partition.as_deref().is_none_or(|p| p == partition),
+            );
+            PartitionPeaks {
+                partition: partition.to_string(),
+                windows: hours.windows(),
+                quiet_slot: hours.quiet_slot(),
+                demand_by_hour: hours.demand,
+                capacity_by_hour: hours.capacity,
+            }
+        })
+        .collect();
+    PeakReport {
+        windows: all.windows(),
+        quiet_slot: all.quiet_slot(),
+        demand_by_hour: all.demand,
+        capacity_by_hour: all.capacity,
+        partitions,
+    }
+}
+
+/// Demand and capacity by hour of day, of the jobs and nodes the filters keep.
+struct Hourly {
+    demand: Vec<f64>,
+    capacity: Vec<Option<f64>>,
+    /// Some listing of the jobs fell in the window.
+    listed: bool,
+}
+
+fn hourly(
+    history: &CapacityHistory,
+    window: &Window,
+    job: impl Fn(&super::QueueSample) -> bool,
+    node: impl Fn(&super::NodeSample) -> bool,
+) -> Hourly {
     let mut demand: BTreeMap<DateTime<Utc>, f64> = BTreeMap::new();
-    for sample in history.queue.iter().filter(|s| window.contains(s.time)) {
+    for sample in history
+        .queue
+        .iter()
+        .filter(|s| window.contains(s.time) && job(s))
+    {
         *demand.entry(sample.time).or_default() += f64::from(sample.gpus);
     }
     // An instant with no job listed asked for nothing: it still counts, with zero.
@@ -69,9 +134,6 @@ pub fn peaks(history: &CapacityHistory, window: &Window) -> PeakReport {
         demand_sum[hour] += demand.get(&instant.time).copied().unwrap_or(0.0) * instant.seconds;
         demand_weight[hour] += instant.seconds;
     }
-    let demand_by_hour: Vec<f64> = (0..24)
-        .map(|h| ratio(demand_sum[h], demand_weight[h]).unwrap_or(0.0))
-        .collect();
 
     let mut capacity_sum = [0.0f64; 24];
     let mut capacity_weight = [0.0f64; 24];
@@ -83,44 +145,54 @@ pub fn peaks(history: &CapacityHistory, window: &Window) -> PeakReport {
             capacity_weight[hour] += sample.seconds;
         }
         // A node listed under two partitions is counted once.
-        if sample.state.in_service() && seen.insert((sample.time, sample.node.as_str())) {
+        if node(sample)
+            && sample.state.in_service()
+            && seen.insert((sample.time, sample.node.as_str()))
+        {
             capacity_sum[hour] += f64::from(sample.gpus) * sample.seconds;
         }
     }
-    let capacity_by_hour: Vec<Option<f64>> = (0..24)
-        .map(|h| ratio(capacity_sum[h], capacity_weight[h]))
-        .collect();
+    Hourly {
+        demand: (0..24)
+            .map(|h| ratio(demand_sum[h], demand_weight[h]).unwrap_or(0.0))
+            .collect(),
+        capacity: (0..24)
+            .map(|h| ratio(capacity_sum[h], capacity_weight[h]))
+            .collect(),
+        listed: demand_weight.iter().any(|w| *w > 0.0),
+    }
+}
 
-    let day_mean = demand_by_hour.iter().sum::<f64>() / 24.0;
-    let is_peak: Vec<bool> = (0..24)
-        .map(|h| match capacity_by_hour[h] {
-            Some(capacity) => demand_by_hour[h] > capacity,
-            None => day_mean > 0.0 && demand_by_hour[h] >= PEAK_OVER_MEAN * day_mean,
-        })
-        .collect();
-    let mut windows: Vec<PeakWindow> = runs(&is_peak)
-        .into_iter()
-        .map(|hours| {
-            let demand: Vec<f64> = hours.hours().map(|h| demand_by_hour[h as usize]).collect();
-            let capacity: Option<Vec<f64>> = hours
-                .hours()
-                .map(|h| capacity_by_hour[h as usize])
-                .collect();
-            PeakWindow {
-                hours,
-                mean_demand_gpus: super::stats::mean(&demand),
-                mean_capacity_gpus: capacity.map(|c| super::stats::mean(&c)),
-            }
-        })
-        .collect();
-    windows.sort_by(|a, b| b.mean_demand_gpus.total_cmp(&a.mean_demand_gpus));
-    let quiet_slot = (demand_weight.iter().any(|w| *w > 0.0))
-        .then(|| quietest(&demand_by_hour, QUIET_SLOT_HOURS));
-    PeakReport {
-        demand_by_hour,
-        capacity_by_hour,
-        windows,
-        quiet_slot,
+impl Hourly {
+    /// Runs of hours whose demand exceeds the capacity, largest demand first.
+    fn windows(&self) -> Vec<PeakWindow> {
+        let day_mean = self.demand.iter().sum::<f64>() / 24.0;
+        let is_peak: Vec<bool> = (0..24)
+            .map(|h| match self.capacity[h] {
+                Some(capacity) => self.demand[h] > capacity,
+                None => day_mean > 0.0 && self.demand[h] >= PEAK_OVER_MEAN * day_mean,
+            })
+            .collect();
+        let mut windows: Vec<PeakWindow> = runs(&is_peak)
+            .into_iter()
+            .map(|hours| {
+                let demand: Vec<f64> = hours.hours().map(|h| self.demand[h as usize]).collect();
+                let capacity: Option<Vec<f64>> =
+                    hours.hours().map(|h| self.capacity[h as usize]).collect();
+                PeakWindow {
+                    hours,
+                    mean_demand_gpus: super::stats::mean(&demand),
+                    mean_capacity_gpus: capacity.map(|c| super::stats::mean(&c)),
+                }
+            })
+            .collect();
+        windows.sort_by(|a, b| b.mean_demand_gpus.total_cmp(&a.mean_demand_gpus));
+        windows
+    }
+
+    fn quiet_slot(&self) -> Option<HourSpan> {
+        self.listed
+            .then(|| quietest(&self.demand, QUIET_SLOT_HOURS))
     }
 }
 

@@ -24,9 +24,15 @@ pub struct Recommendations {
     pub sentences: Vec<String>,
 }
 
+/// The peak the advice is about: of the cluster's and each partition's, the one that exceeds its GPUs
+/// in service the most.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PeakAdvice {
+    /// `None`: every partition together.
+    pub partition: Option<String>,
     pub peak: super::peaks::HourSpan,
+    pub mean_demand_gpus: f64,
+    pub mean_capacity_gpus: Option<f64>,
     pub quiet: super::peaks::HourSpan,
     /// Mean wait of the attempts submitted in the peak and the quiet hours, in minutes.
     pub peak_wait_minutes: Option<f64>,
@@ -74,13 +80,19 @@ pub fn recommend(
     let reserve_pool = reserve_pool(quarantines, window);
     let checkpoints = checkpoint_advice(history, window);
     let mut sentences = Vec::new();
-    match (&peak_hours, peaks.windows.first()) {
-        (Some(advice), Some(peak)) => {
+    match &peak_hours {
+        Some(advice) => {
             let demand = format!(
-                "Peak hours: {} asks for {:.0} GPUs on average{}; jobs submitted then wait {}.",
+                "Peak hours{}: {} asks for {:.0} GPUs on average{}; jobs submitted then wait {}.",
+                advice
+                    .partition
+                    .as_ref()
+                    .map(|p| format!(" of partition {p}"))
+                    .unwrap_or_default(),
                 advice.peak,
-                peak.mean_demand_gpus,
-                peak.mean_capacity_gpus
+                advice.mean_demand_gpus,
+                advice
+                    .mean_capacity_gpus
                     .map(|c| format!(" against {c:.0} in service"))
                     .unwrap_or_default(),
                 minutes_text(advice.peak_wait_minutes),
@@ -103,7 +115,7 @@ pub fn recommend(
                 )
             });
         }
-        _ => sentences.push(
+        None => sentences.push(
             "No hour of the day asked for more GPUs than were in service: no time slots are needed."
                 .to_string(),
         ),
@@ -187,17 +199,45 @@ fn plural(n: usize) -> &'static str {
 }
 
 fn minutes_text(minutes: Option<f64>) -> String {
-    minutes.map_or_else(|| "(no jobs)".to_string(), |m| format!("{m:.0} min"))
+    match minutes {
+        None => "(no jobs)".to_string(),
+        Some(m) if m >= 120.0 => format!("{:.1} h", m / 60.0),
+        Some(m) => format!("{m:.0} min"),
+    }
 }
 
 fn peak_advice(waits: &WaitReport, peaks: &PeakReport) -> Option<PeakAdvice> {
-    let peak = peaks.windows.first()?.hours;
-    let quiet = peaks.quiet_slot?;
+    let excess = |window: &super::peaks::PeakWindow| {
+        window.mean_demand_gpus - window.mean_capacity_gpus.unwrap_or(0.0)
+    };
+    // The cluster's peak and each partition's; the one most over its GPUs in service is advised on.
+    let cluster = peaks
+        .windows
+        .first()
+        .map(|window| (None, window, peaks.quiet_slot, &waits.all.by_hour));
+    let partitions = peaks.partitions.iter().filter_map(|p| {
+        let window = p.windows.first()?;
+        let waits = waits
+            .partitions
+            .iter()
+            .find(|w| w.partition == p.partition)?;
+        Some((
+            Some(p.partition.clone()),
+            window,
+            p.quiet_slot,
+            &waits.by_hour,
+        ))
+    });
+    let (partition, window, quiet, by_hour) = cluster
+        .into_iter()
+        .chain(partitions)
+        .max_by(|a, b| excess(a.1).total_cmp(&excess(b.1)))?;
+    let quiet = quiet?;
     let mean_wait = |span: super::peaks::HourSpan| {
         let mut total = 0.0;
         let mut count = 0usize;
         for hour in span.hours() {
-            if let Some(Some(wait)) = waits.all.by_hour.get(hour as usize) {
+            if let Some(Some(wait)) = by_hour.get(hour as usize) {
                 total += wait;
                 count += 1;
             }
@@ -205,9 +245,12 @@ fn peak_advice(waits: &WaitReport, peaks: &PeakReport) -> Option<PeakAdvice> {
         (count > 0).then(|| total / count as f64)
     };
     Some(PeakAdvice {
-        peak,
+        partition,
+        peak: window.hours,
+        mean_demand_gpus: window.mean_demand_gpus,
+        mean_capacity_gpus: window.mean_capacity_gpus,
+        peak_wait_minutes: mean_wait(window.hours),
         quiet,
-        peak_wait_minutes: mean_wait(peak),
         quiet_wait_minutes: mean_wait(quiet),
     })
 }

@@ -266,8 +266,10 @@ fn recommendations_carry_their_formulas_figures() {
     close(one.interval_minutes, (2.0f64 * 4.0 * 26.0 * 60.0).sqrt());
     let peak = recommendations.peak_hours.unwrap();
     assert_eq!(peak.peak.start, 9);
-    // Submitted at 09:00: 60, 20 and 5 min.
-    close(peak.peak_wait_minutes.unwrap(), 85.0 / 3.0);
+    // The train partition is further over (32 asked for against 16) than the cluster (32 against
+    // 24); its jobs submitted at 09:00 waited 60 and 20 min.
+    assert_eq!(peak.partition.as_deref(), Some("train"));
+    close(peak.peak_wait_minutes.unwrap(), 40.0);
     assert_eq!(recommendations.sentences.len(), 4);
     assert!(recommendations.sentences[0].contains("09:00–10:00 UTC"));
     assert!(recommendations.sentences[1].contains("keep 1 node spare"));
@@ -339,4 +341,38 @@ fn a_node_listed_without_a_partition_can_run_any_waiting_job() {
     let report = build(&history, day(), saved::DEFAULT_BASELINE, at("03T00:00"));
     // n2 and n3 (8 free GPUs each) both count now.
     close(report.idle.idle_while_waiting_gpu_hours, 16.0);
+}
+
+#[test]
+fn a_partition_can_peak_while_the_cluster_does_not() {
+    let mut history = monday();
+    // Two more debug nodes idle at 09:00: 40 GPUs in service against 32 asked for, but the train
+    // partition's 16 (n1, n2) against its jobs' 32.
+    for name in ["n5", "n6"] {
+        history
+            .nodes
+            .push(node("02T09:00", name, "debug", NodeUse::Idle, None));
+    }
+    let report = build(&history, day(), saved::DEFAULT_BASELINE, at("03T00:00"));
+    assert!(report.peaks.windows.is_empty());
+    let train = report
+        .peaks
+        .partitions
+        .iter()
+        .find(|p| p.partition == "train")
+        .unwrap();
+    close(train.demand_by_hour[9], 32.0);
+    close(train.capacity_by_hour[9].unwrap(), 16.0);
+    assert_eq!(
+        train.windows[0].hours,
+        peaks::HourSpan { start: 9, end: 10 }
+    );
+    let advice = report.recommendations.peak_hours.unwrap();
+    assert_eq!(advice.partition.as_deref(), Some("train"));
+    // Train jobs submitted at 09:00 waited 60 and 20 min.
+    close(advice.peak_wait_minutes.unwrap(), 40.0);
+    assert!(
+        report.recommendations.sentences[0]
+            .starts_with("Peak hours of partition train: 09:00–10:00 UTC")
+    );
 }
