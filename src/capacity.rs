@@ -269,7 +269,10 @@ pub fn text(report: &CapacityReport) -> String {
         "  {:<12} {:>8} {:>8} {:>9} {:>9} {:>9}",
         "partition", "started", "waiting", "mean", "median", "p90"
     );
-    for waits in std::iter::once(&report.waits.all).chain(&report.waits.partitions) {
+    for waits in std::iter::once(&report.waits.all)
+        .chain(&report.waits.partitions)
+        .chain(std::iter::once(&report.waits.requeued))
+    {
         let _ = writeln!(
             out,
             "  {:<12} {:>8} {:>8} {:>9} {:>9} {:>9}",
@@ -350,7 +353,10 @@ pub fn markdown(report: &CapacityReport) -> String {
         out,
         "| partition | started | still waiting | mean | median | p90 |\n|---|---:|---:|---:|---:|---:|"
     );
-    for waits in std::iter::once(&report.waits.all).chain(&report.waits.partitions) {
+    for waits in std::iter::once(&report.waits.all)
+        .chain(&report.waits.partitions)
+        .chain(std::iter::once(&report.waits.requeued))
+    {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} |",

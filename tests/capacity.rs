@@ -62,6 +62,8 @@ fn nearest_rank(values: &[f64], q: f64) -> f64 {
 /// The figures of the window `[from, to)` worked out from the generated records.
 struct Expected {
     waits: Vec<(String, u32, f64)>,
+    /// Minutes the requeued attempts waited.
+    requeued_waits: Vec<f64>,
     still_waiting: usize,
     lost_gpu_hours: f64,
     lost_spans: usize,
@@ -82,6 +84,7 @@ fn expected(month: &SimulatedMonth, from: DateTime<Utc>, to: DateTime<Utc>) -> E
     let overlap = |a: DateTime<Utc>, b: DateTime<Utc>| hours(b.min(to) - a.max(from)).max(0.0);
 
     let mut waits = Vec::new();
+    let mut requeued_waits = Vec::new();
     let mut still_waiting = 0;
     let mut saved_hours = 0.0;
     let mut saved_gpu_hours = 0.0;
@@ -92,11 +95,13 @@ fn expected(month: &SimulatedMonth, from: DateTime<Utc>, to: DateTime<Utc>) -> E
         for (index, attempt) in job.attempts.iter().enumerate() {
             if inside(attempt.submitted) {
                 match attempt.started.filter(|s| *s < to) {
-                    Some(start) => waits.push((
-                        job.partition.clone(),
-                        attempt.submitted.hour(),
-                        hours(start - attempt.submitted) * 60.0,
-                    )),
+                    Some(start) => {
+                        let minutes = hours(start - attempt.submitted) * 60.0;
+                        waits.push((job.partition.clone(), attempt.submitted.hour(), minutes));
+                        if index > 0 {
+                            requeued_waits.push(minutes);
+                        }
+                    }
                     None => still_waiting += 1,
                 }
             }
@@ -235,6 +240,7 @@ fn expected(month: &SimulatedMonth, from: DateTime<Utc>, to: DateTime<Utc>) -> E
         checkpoint_cost_minutes: nearest_rank(&loads, 0.5),
         failures_per_node_hour: recoveries as f64 / node_hours,
         waits,
+        requeued_waits,
     }
 }
 
@@ -254,6 +260,15 @@ fn check_waits(report: &Value, expected: &Expected) {
         "median wait",
     );
     close(&all["p90_minutes"], nearest_rank(&minutes, 0.9), "p90 wait");
+    let requeued = &report["waits"]["requeued"];
+    assert_eq!(requeued["started"], expected.requeued_waits.len());
+    if !expected.requeued_waits.is_empty() {
+        close(
+            &requeued["median_minutes"],
+            nearest_rank(&expected.requeued_waits, 0.5),
+            "median wait of requeued attempts",
+        );
+    }
     for partition in ["train", "debug"] {
         let of: Vec<&(String, u32, f64)> =
             expected.waits.iter().filter(|w| w.0 == partition).collect();
@@ -370,6 +385,7 @@ fn capacity_over_a_simulated_month_matches_the_history_it_came_from() {
         expected.recoveries
     );
     assert!(expected.lost_spans >= 5);
+    assert!(!expected.requeued_waits.is_empty());
     assert!(expected.idle_while_waiting > 0.0);
     assert!(!expected.peak_hours.is_empty());
     // The train partition peaks longer than the cluster as a whole: debug nodes sit idle meanwhile.

@@ -63,7 +63,7 @@ impl Pane {
             Pane::Notifications => "Notifications",
             Pane::Log => "Log",
             Pane::Compare => "Compare",
-            Pane::Capacity => "Capacity",
+            Pane::Capacity => "Usage",
         }
     }
 
@@ -78,7 +78,7 @@ impl Pane {
             Pane::Notifications => "Note",
             Pane::Log => "Log",
             Pane::Compare => "Cmp",
-            Pane::Capacity => "Cap",
+            Pane::Capacity => "Use",
         }
     }
 }

@@ -30,6 +30,8 @@ pub struct QueueWait {
     pub gpus: u32,
     pub submitted: DateTime<Utc>,
     pub started: Option<DateTime<Utc>>,
+    /// A requeue or resubmission of a failed attempt: its wait is part of a recovery's downtime.
+    pub requeued: bool,
 }
 
 /// One listing of the jobs: it stands for the `seconds` that ended at `time`.

@@ -24,6 +24,7 @@ fn wait(partition: &str, submitted: &str, started: Option<&str>) -> QueueWait {
         gpus: 8,
         submitted: at(submitted),
         started: started.map(at),
+        requeued: false,
     }
 }
 
@@ -375,4 +376,16 @@ fn a_partition_can_peak_while_the_cluster_does_not() {
         report.recommendations.sentences[0]
             .starts_with("Peak hours of partition train: 09:00–10:00 UTC")
     );
+}
+
+#[test]
+fn requeued_attempts_waits_are_shown_apart() {
+    let mut history = monday();
+    history.waits[1].requeued = true;
+    let report = build(&history, day(), saved::DEFAULT_BASELINE, at("03T00:00"));
+    let requeued = &report.waits.requeued;
+    assert_eq!((requeued.started, requeued.still_waiting), (1, 0));
+    close(requeued.median_minutes, 20.0);
+    // Still counted with every other attempt.
+    assert_eq!(report.waits.all.started, 4);
 }

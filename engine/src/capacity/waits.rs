@@ -15,6 +15,9 @@ pub struct WaitReport {
     pub all: PartitionWaits,
     /// Each partition, by name (`-` for jobs that named none).
     pub partitions: Vec<PartitionWaits>,
+    /// The requeued (or resubmitted) attempts alone: the queue's part of recovering a failure, which
+    /// a reserve pool shortens.
+    pub requeued: PartitionWaits,
     /// The share of pending job-hours under each reason the scheduler gave, largest first.
     pub reasons: Vec<ReasonShare>,
 }
@@ -49,6 +52,8 @@ pub const NO_PARTITION: &str = "-";
 pub fn waits(history: &CapacityHistory, window: &Window) -> WaitReport {
     let mut by_partition: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
     let mut waiting: BTreeMap<String, usize> = BTreeMap::new();
+    let mut requeued: Vec<(u32, f64)> = Vec::new();
+    let mut requeued_waiting = 0;
     for wait in history
         .waits
         .iter()
@@ -62,12 +67,16 @@ pub fn waits(history: &CapacityHistory, window: &Window) -> WaitReport {
         match wait.started.filter(|start| *start < window.to) {
             Some(start) => {
                 let minutes = hours(start - wait.submitted).max(0.0) * 60.0;
-                by_partition
-                    .entry(partition)
-                    .or_default()
-                    .push((hour_of_day(wait.submitted), minutes));
+                let row = (hour_of_day(wait.submitted), minutes);
+                by_partition.entry(partition).or_default().push(row);
+                if wait.requeued {
+                    requeued.push(row);
+                }
             }
-            None => *waiting.entry(partition).or_default() += 1,
+            None => {
+                *waiting.entry(partition).or_default() += 1;
+                requeued_waiting += usize::from(wait.requeued);
+            }
         }
     }
     let names: Vec<String> = by_partition
@@ -88,6 +97,7 @@ pub fn waits(history: &CapacityHistory, window: &Window) -> WaitReport {
     WaitReport {
         all: summarise("all", &every, waiting.values().sum()),
         partitions,
+        requeued: summarise("requeued", &requeued, requeued_waiting),
         reasons: reasons(history, window),
     }
 }

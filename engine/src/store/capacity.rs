@@ -63,6 +63,27 @@ impl Db<'_> {
         Ok(())
     }
 
+    /// Forgets the listings recorded before `before`; how many listings of the jobs went.
+    pub fn forget_listings_before(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
+        let before = time_to_text(before);
+        let gone = self.conn.execute(
+            "DELETE FROM capacity_listings WHERE time < ?1",
+            params![before],
+        )?;
+        self.conn
+            .execute("DELETE FROM capacity_jobs WHERE time < ?1", params![before])?;
+        self.conn.execute(
+            "DELETE FROM capacity_nodes WHERE time < ?1",
+            params![before],
+        )?;
+        Ok(gone)
+    }
+
+    /// When the jobs were first recorded, if ever.
+    pub fn first_job_listing(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        self.last_time("SELECT MIN(time) FROM capacity_listings")
+    }
+
     /// When the jobs were last recorded, if ever.
     pub fn last_job_listing(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
         self.last_time("SELECT MAX(time) FROM capacity_listings")
@@ -178,6 +199,7 @@ impl Db<'_> {
                         gpus: attempt.gpus,
                         submitted,
                         started: attempt.start_time,
+                        requeued: attempt.index > 0,
                     });
                 }
                 if let (Some(start), Some(end)) =
@@ -276,5 +298,23 @@ mod tests {
                 .iter()
                 .all(|r| r.end - r.start >= TimeDelta::zero())
         );
+    }
+
+    #[test]
+    fn listings_before_a_time_are_forgotten_with_their_jobs_and_nodes() {
+        let start = chrono::DateTime::parse_from_rfc3339("2026-03-02T00:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let month = simulated::month(3, start, 2);
+        let mut store = Store::open_in_memory().unwrap();
+        month.store(&mut store).unwrap();
+        let cut = start + TimeDelta::days(1);
+        let gone = store.db().forget_listings_before(cut).unwrap();
+        assert_eq!(gone, 24 * 12);
+        assert_eq!(store.db().first_job_listing().unwrap(), Some(cut));
+        let left = store.db().capacity_history(start, month.end).unwrap();
+        assert_eq!(left.instants.len(), 24 * 12);
+        assert!(left.queue.iter().all(|s| s.time >= cut));
+        assert!(left.nodes.iter().all(|s| s.time >= cut));
     }
 }

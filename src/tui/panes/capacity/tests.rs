@@ -31,7 +31,7 @@ fn without_listings_the_pane_says_what_it_waits_for() {
     let app = shown(&snapshot, monday());
     let text = render(&app, &snapshot, monday(), 120, 30);
     assert!(text.contains("no capacity history yet"), "{text}");
-    assert!(text.contains("9 Capacity"), "{text}");
+    assert!(text.contains("9 Usage"), "{text}");
 }
 
 #[test]
