@@ -129,8 +129,10 @@ pub struct RecoveryTime {
     pub failed_at: DateTime<Utc>,
     /// GPUs of the failed attempt.
     pub gpus: u32,
-    /// Detection, analysis and the requeue itself: the part a person would do by hand.
-    pub response: TimeDelta,
+    /// Detection, analysis and the requeue itself: the part a person would do by hand; `None` when
+    /// runguard's restart did not complete (the scheduler restarted the job by itself, the action
+    /// was rejected, or it is still under way): runguard saved nothing there.
+    pub response: Option<TimeDelta>,
     /// The time from the next start to training again (the checkpoint load), when measured.
     pub checkpoint_load: Option<TimeDelta>,
 }

@@ -13,7 +13,7 @@ pub const DEFAULT_BASELINE: TimeDelta = TimeDelta::hours(2);
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SavedReport {
-    /// Recoveries of failures inside the window.
+    /// Recoveries of failures inside the window that runguard's restart completed.
     pub recoveries: usize,
     pub baseline_minutes: f64,
     /// Mean detection + analysis + requeue time runguard took.
@@ -25,28 +25,29 @@ pub struct SavedReport {
 }
 
 pub fn saved(recoveries: &[RecoveryTime], window: &Window, baseline: TimeDelta) -> SavedReport {
-    let in_window: Vec<&RecoveryTime> = recoveries
+    let responses: Vec<(TimeDelta, u32)> = recoveries
         .iter()
         .filter(|r| window.contains(r.failed_at))
+        .filter_map(|r| Some((r.response?, r.gpus)))
         .collect();
     let baseline_hours = hours(baseline);
     let mut saved_hours = 0.0;
     let mut saved_gpu_hours = 0.0;
     let mut response_hours = 0.0;
-    for recovery in &in_window {
-        let response = hours(recovery.response).max(0.0);
+    for (response, gpus) in &responses {
+        let response = hours(*response).max(0.0);
         response_hours += response;
         let saved = (baseline_hours - response).max(0.0);
         saved_hours += saved;
-        saved_gpu_hours += saved * f64::from(recovery.gpus);
+        saved_gpu_hours += saved * f64::from(*gpus);
     }
     SavedReport {
-        recoveries: in_window.len(),
+        recoveries: responses.len(),
         baseline_minutes: baseline_hours * 60.0,
-        mean_response_minutes: if in_window.is_empty() {
+        mean_response_minutes: if responses.is_empty() {
             0.0
         } else {
-            response_hours * 60.0 / in_window.len() as f64
+            response_hours * 60.0 / responses.len() as f64
         },
         saved_hours,
         saved_gpu_hours,

@@ -62,7 +62,7 @@ fn recovery(failed: &str, response_minutes: i64, gpus: u32, load_minutes: i64) -
     RecoveryTime {
         failed_at: at(failed),
         gpus,
-        response: TimeDelta::minutes(response_minutes),
+        response: Some(TimeDelta::minutes(response_minutes)),
         checkpoint_load: Some(TimeDelta::minutes(load_minutes)),
     }
 }
@@ -388,4 +388,22 @@ fn requeued_attempts_waits_are_shown_apart() {
     close(requeued.median_minutes, 20.0);
     // Still counted with every other attempt.
     assert_eq!(report.waits.all.started, 4);
+}
+
+#[test]
+fn a_recovery_runguard_did_not_restart_saved_nothing() {
+    let mut history = monday();
+    history.recoveries[0].response = None;
+    let report = build(&history, day(), saved::DEFAULT_BASELINE, at("03T00:00"));
+    // Only the 150 min response is left, which saved nothing; the failure still counts for λ.
+    assert_eq!(report.saved.recoveries, 1);
+    close(report.saved.saved_hours, 0.0);
+    close(
+        report
+            .recommendations
+            .checkpoints
+            .unwrap()
+            .failures_per_node_hour,
+        2.0 / 52.0,
+    );
 }

@@ -8,7 +8,7 @@ use super::{Db, StoreError, time_from_text, time_to_text};
 use crate::capacity::{
     CapacityHistory, Instant, NodeSample, NodeUse, QueueSample, QueueWait, RecoveryTime, RunSpan,
 };
-use crate::model::{Attempt, WorkflowId};
+use crate::model::{ActionState, Attempt, WorkflowId};
 use crate::report::WorkflowHistory;
 use crate::report::downtime::{self, GapKind};
 
@@ -231,11 +231,21 @@ impl Db<'_> {
                 workflow,
             };
             for recovery in downtime::recoveries(&full, to) {
-                let response = [GapKind::Detection, GapKind::Analysis, GapKind::Requeue]
-                    .into_iter()
-                    .filter_map(|kind| recovery.gap(kind))
-                    .map(|gap| gap.duration())
-                    .fold(chrono::TimeDelta::zero(), |sum, d| sum + d);
+                // Only a restart runguard completed saved anything.
+                let restarted = full.actions.iter().any(|action| {
+                    action.attempt_index == recovery.failed_attempt
+                        && action.kind.restarts_the_run()
+                        && action.state == ActionState::Done
+                }) && recovery
+                    .gap(GapKind::Requeue)
+                    .is_some_and(|gap| !gap.ongoing);
+                let response = restarted.then(|| {
+                    [GapKind::Detection, GapKind::Analysis, GapKind::Requeue]
+                        .into_iter()
+                        .filter_map(|kind| recovery.gap(kind))
+                        .map(|gap| gap.duration())
+                        .fold(chrono::TimeDelta::zero(), |sum, d| sum + d)
+                });
                 history.recoveries.push(RecoveryTime {
                     failed_at: recovery.failed_at,
                     gpus: gpus_of.get(&recovery.failed_attempt).copied().unwrap_or(0),
@@ -288,7 +298,7 @@ mod tests {
                 .iter()
                 .find(|r| r.failed_at == ended)
                 .unwrap();
-            assert_eq!(recovery.response, failure.requeued - ended);
+            assert_eq!(recovery.response, Some(failure.requeued - ended));
         }
         let attempts: usize = month.jobs.iter().map(|j| j.attempts.len()).sum();
         assert_eq!(history.waits.len(), attempts);
