@@ -99,3 +99,16 @@ fn the_engine_records_a_listing_the_pane_reads() {
     let text = render(&app, &snapshot, now, 140, 44);
     assert!(text.contains("queue wait median"), "{text}");
 }
+
+#[test]
+fn a_small_terminal_still_shows_the_pane_and_its_figures() {
+    let week = simulated::month(5, monday(), 7);
+    let mut store = Store::open_in_memory().unwrap();
+    week.store(&mut store).unwrap();
+    let mut snapshot = Snapshot::default();
+    ensure(&mut snapshot, &store.db()).unwrap();
+    let app = shown(&snapshot, week.end);
+    let text = render(&app, &snapshot, week.end, 60, 20);
+    assert!(text.contains("Capacity"), "{text}");
+    assert!(text.contains("queue wait"), "{text}");
+}
