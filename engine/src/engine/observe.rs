@@ -193,8 +193,6 @@ impl Engine {
         for snapshot in &snapshots {
             self.observe_job(snapshot, now)?;
         }
-        crate::capacity::sampler::sample(&mut self.store, self.backend.as_ref(), &snapshots, now)
-            .await?;
         self.check_nodes(now).await?;
         // Attempts still in flight that the listing no longer shows: ask for them one by one.
         let listed: HashSet<&str> = snapshots.iter().map(|s| s.job_id.as_str()).collect();
@@ -231,6 +229,8 @@ impl Engine {
                 }
             }
         }
+        crate::capacity::sampler::sample(&mut self.store, self.backend.as_ref(), &snapshots, now)
+            .await?;
         Ok(())
     }
 
