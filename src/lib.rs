@@ -2,6 +2,7 @@
 //! engine from a config, headless mode, the cockpit, and the text renderings of status, explain, eval and
 //! the recovery report. The binary (`main.rs`) is the command line over these.
 
+pub mod capacity;
 pub mod compose;
 pub mod headless;
 pub mod nodes;

@@ -81,6 +81,10 @@ enum Command {
         #[arg(long)]
         markdown: bool,
     },
+    /// Capacity planning over the recorded history: queue wait by partition and hour of day, peak
+    /// demand, GPUs idle while jobs wait, capacity lost to quarantined nodes, the downtime runguard
+    /// saved, and recommendations.
+    Capacity(runguard::capacity::CapacityArgs),
     /// Approve a proposed action (the running engine executes it on its next tick).
     Approve {
         /// Action id (see `runguard status`).
@@ -243,6 +247,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Status { workflow, json } => print_status(&config, &store_path, workflow, json),
+        Command::Capacity(args) => runguard::capacity::run(&store_path, &args),
         Command::Report { id, json, markdown } => {
             let format = if json {
                 ReportFormat::Json

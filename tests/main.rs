@@ -17,6 +17,7 @@ mod support;
 #[cfg(feature = "sim")]
 mod alerts;
 mod attempt_logs;
+mod capacity;
 #[cfg(feature = "sim")]
 mod cli;
 #[cfg(feature = "sim")]

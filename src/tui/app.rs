@@ -38,10 +38,11 @@ pub enum Pane {
     Log,
     Compare,
     Nodes,
+    Capacity,
 }
 
 impl Pane {
-    pub const ALL: [Pane; 9] = [
+    pub const ALL: [Pane; 10] = [
         Pane::Overview,
         Pane::Details,
         Pane::Charts,
@@ -51,6 +52,7 @@ impl Pane {
         Pane::Log,
         Pane::Compare,
         Pane::Nodes,
+        Pane::Capacity,
     ];
 
     pub fn title(self) -> &'static str {
@@ -64,6 +66,7 @@ impl Pane {
             Pane::Log => "Log",
             Pane::Compare => "Compare",
             Pane::Nodes => "Nodes",
+            Pane::Capacity => "Usage",
         }
     }
 
@@ -79,6 +82,7 @@ impl Pane {
             Pane::Log => "Log",
             Pane::Compare => "Cmp",
             Pane::Nodes => "Node",
+            Pane::Capacity => "Use",
         }
     }
 }

@@ -207,6 +207,7 @@ pub static KEYS: &[Binding] = &[
     B::new(&[ch('7')], PANES, A::Show(Pane::Log)).help_with_previous(),
     B::new(&[ch('8')], PANES, A::Show(Pane::Compare)).help_with_previous(),
     B::new(&[ch('9')], PANES, A::Show(Pane::Nodes)).help_with_previous(),
+    B::new(&[ch('0')], PANES, A::Show(Pane::Capacity)).help_with_previous(),
     B::new(&[ch('L')], PANES, A::Show(Pane::Log)).help("the focused attempt's log"),
     B::new(&[ch('c')], PANES, A::Show(Pane::Compare)).help("compare the selected attempts side by side"),
     B::new(&[ch('n')], PANES, A::NextError).help("log: next / previous error, follow the end"),
@@ -359,12 +360,15 @@ pub fn label(bindings: &[&Binding]) -> String {
     parts.join(" ")
 }
 
-/// Keys joined by `/`, a repeated `Ctrl-` left out (`Ctrl-d/u`), consecutive digits as a range.
+/// Keys joined by `/`, a repeated `Ctrl-` left out (`Ctrl-d/u`), consecutive digits as a range in
+/// keyboard order (`1-9`, and `1-0` when 0 follows 9 as it does on the keyboard).
 fn join(keys: impl Iterator<Item = Key>) -> String {
     let keys: Vec<Key> = keys.collect();
     let digits: Option<Vec<u32>> = keys
         .iter()
         .map(|k| match k.code {
+            // On the keyboard 0 comes after 9.
+            KeyCode::Char('0') if !k.ctrl => Some(10),
             KeyCode::Char(c) if !k.ctrl => c.to_digit(10),
             _ => None,
         })
@@ -373,7 +377,7 @@ fn join(keys: impl Iterator<Item = Key>) -> String {
         && digits.len() > 2
         && digits.windows(2).all(|w| w[1] == w[0] + 1)
     {
-        return format!("{}-{}", digits[0], digits[digits.len() - 1]);
+        return format!("{}-{}", digits[0], digits[digits.len() - 1] % 10);
     }
     let mut text = String::new();
     for (at, key) in keys.iter().enumerate() {

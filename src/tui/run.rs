@@ -258,7 +258,8 @@ async fn interact(
                 }
             }
             _ = refresh.tick() => {
-                let fresh = Snapshot::load(&store.db(), policy, focus(app, &snapshot))?;
+                let mut fresh = Snapshot::load(&store.db(), policy, focus(app, &snapshot))?;
+                fresh.capacity = snapshot.capacity.take();
                 if app.pane == Pane::Log {
                     reload_log(app, &fresh, terminal, clock);
                 }
@@ -281,6 +282,9 @@ fn ensure_shown(
 ) -> Result<(), StoreError> {
     if let Some(view) = &app.report {
         snapshot.ensure_detail(&store.db(), policy, view.workflow_id)?;
+    }
+    if app.pane == Pane::Capacity {
+        super::panes::capacity::ensure(snapshot, &store.db())?;
     }
     if app.pane != Pane::Compare {
         return Ok(());

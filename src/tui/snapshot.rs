@@ -52,6 +52,8 @@ pub struct Snapshot {
     pub notifications: Vec<Notification>,
     /// The node ledger, quarantined nodes first.
     pub nodes: Vec<crate::nodes::NodeView>,
+    /// The capacity report, read while its pane is shown (see `panes::capacity::ensure`).
+    pub capacity: Option<std::sync::Arc<runguard_engine::capacity::CapacityReport>>,
 }
 
 impl Snapshot {
@@ -127,6 +129,7 @@ impl Snapshot {
             recent_actions: db.recent_finished_actions(50)?,
             notifications: db.notifications(500)?,
             nodes: load_nodes(db)?,
+            capacity: None,
         };
         if let Some(id) = focus {
             snapshot.ensure_detail(db, policy, id)?;

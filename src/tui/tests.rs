@@ -115,7 +115,7 @@ fn setup() -> (tempfile::TempDir, Snapshot, DateTime<Utc>) {
 fn the_overview_shows_the_failed_attempt_with_its_anomaly_marker_and_attribution() {
     let (_dir, snapshot, now) = setup();
     let app = App::new("alice".into(), true);
-    let text = render(&app, &snapshot, now, 120, 30);
+    let text = render(&app, &snapshot, now, 130, 30);
     assert!(text.contains("1 Workflows"), "{text}");
     assert!(text.contains("5 Approvals (2)"), "{text}");
     assert!(text.contains("JOB.ATT"), "{text}");

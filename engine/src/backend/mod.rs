@@ -326,6 +326,12 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
 
+    /// Every node with its partition, state and GPUs, for the capacity report, when the backend can
+    /// tell (`None` when it cannot).
+    async fn node_inventory(&self) -> Result<Option<crate::capacity::NodeListing>, BackendError> {
+        Ok(None)
+    }
+
     /// Nodes of `partition` that can run jobs now, when the backend can tell (`None` when it cannot).
     async fn usable_nodes(
         &self,

@@ -229,6 +229,8 @@ impl Engine {
                 }
             }
         }
+        crate::capacity::sampler::sample(&mut self.store, self.backend.as_ref(), &snapshots, now)
+            .await?;
         Ok(())
     }
 

@@ -9,6 +9,7 @@
 mod actions;
 mod alerts;
 mod attempts;
+mod capacity;
 mod columns;
 mod commands;
 mod db;

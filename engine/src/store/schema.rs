@@ -267,4 +267,32 @@ pub const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE commands ADD COLUMN node TEXT;
     "#,
+    // 11: capacity planning. Each listing of the jobs (when, and the seconds it stands for) with every
+    // job it showed, and each listing of the nodes with their state and GPUs.
+    r#"
+    CREATE TABLE IF NOT EXISTS capacity_listings (
+        time TEXT PRIMARY KEY,
+        seconds REAL NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS capacity_jobs (
+        time TEXT NOT NULL,
+        job_id TEXT NOT NULL,
+        partition TEXT,
+        pending INTEGER NOT NULL,
+        reason TEXT,
+        gpus INTEGER NOT NULL,
+        PRIMARY KEY (time, job_id)
+    );
+    CREATE TABLE IF NOT EXISTS capacity_nodes (
+        time TEXT NOT NULL,
+        seconds REAL NOT NULL,
+        node TEXT NOT NULL,
+        partition TEXT NOT NULL,
+        state TEXT NOT NULL,
+        gpus INTEGER NOT NULL,
+        gpus_allocated INTEGER NOT NULL,
+        reason TEXT,
+        PRIMARY KEY (time, node, partition)
+    );
+    "#,
 ];

@@ -49,9 +49,19 @@ fn lists(label: &str, key: Key) -> bool {
             || (key.ctrl && Some(token) == name.strip_prefix("Ctrl-"))
             || match (token.split_once('-'), key.code) {
                 (Some((from, to)), KeyCode::Char(c)) if c.is_ascii_digit() => {
+                    // In keyboard order: 0 after 9.
+                    let place =
+                        |d: &str| d.parse::<u32>().ok().map(|n| if n == 0 { 10 } else { n });
+                    let key = if c == '0' {
+                        10
+                    } else {
+                        c.to_digit(10).unwrap_or(0)
+                    };
                     from.len() == 1
                         && to.len() == 1
-                        && (from..=to).contains(&c.to_string().as_str())
+                        && place(from)
+                            .zip(place(to))
+                            .is_some_and(|(from, to)| (from..=to).contains(&key))
                 }
                 _ => false,
             }
@@ -129,7 +139,7 @@ fn the_help_shows_keys_together_and_marks_what_acts_on_the_cluster() {
     assert_eq!(row("move").keys, "j/k ↓/↑");
     assert_eq!(row("page, also").keys, "Ctrl-d/u Ctrl-f/b");
     assert_eq!(row("first").keys, "g/G Home/End");
-    assert_eq!(row("the pane of that number").keys, "1-9");
+    assert_eq!(row("the pane of that number").keys, "1-0");
     assert_eq!(row("details").keys, "Enter/l");
     assert_eq!(row("quit").keys, "q/Ctrl-c");
     let decide = row("approve / reject the proposed action");

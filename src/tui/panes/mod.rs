@@ -1,6 +1,7 @@
 //! One file per pane; [`draw`] lays out the frame: tabs, the focused pane, the status line, overlays.
 
 pub mod approvals;
+pub mod capacity;
 pub mod charts;
 pub mod compare;
 pub mod details;
@@ -72,6 +73,7 @@ pub fn draw(
         Pane::Notifications => notifications::draw(frame, body, &view),
         Pane::Compare => compare::draw(frame, body, &view),
         Pane::Nodes => nodes::draw(frame, body, &view),
+        Pane::Capacity => capacity::draw(frame, body, &view),
         Pane::Log => {
             let evidence = app
                 .focused(snapshot, now)
@@ -108,7 +110,8 @@ fn draw_tabs(frame: &mut Frame<'_>, area: Rect, app: &App, snapshot: &Snapshot, 
                 } else {
                     pane.title()
                 };
-                let mut title = format!("{} {name}", n + 1);
+                // The tenth pane is on key 0.
+                let mut title = format!("{} {name}", (n + 1) % 10);
                 if *pane == Pane::Approvals && !snapshot.approvals.is_empty() {
                     title.push_str(&format!(" ({})", snapshot.approvals.len()));
                 }

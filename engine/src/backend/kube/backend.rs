@@ -254,7 +254,7 @@ impl KubeBackend {
         self.logs.following()
     }
 
-    fn values(stores: &[Watched]) -> Vec<Value> {
+    pub(super) fn values(stores: &[Watched]) -> Vec<Value> {
         stores
             .iter()
             .flat_map(|watched| watched.store.state())
@@ -738,6 +738,10 @@ impl Backend for KubeBackend {
         watched.extend(job_refs.iter().filter_map(|reference| {
             WorkloadRef::parse(reference, &self.default_namespace).map(|r| r.id())
         }));
+    }
+
+    async fn node_inventory(&self) -> Result<Option<crate::capacity::NodeListing>, BackendError> {
+        Ok(self.node_listing())
     }
 
     async fn usable_nodes(

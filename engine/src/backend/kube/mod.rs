@@ -3,6 +3,7 @@
 pub mod backend;
 mod drain;
 mod errors;
+mod inventory;
 pub mod logs;
 pub mod recreate;
 mod specs;

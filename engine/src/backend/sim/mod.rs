@@ -12,6 +12,7 @@ mod cluster;
 mod error;
 mod faults;
 mod files;
+mod inventory;
 mod progress;
 mod scenario;
 mod state;
@@ -272,6 +273,10 @@ impl Backend for SimCluster {
     fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String {
         let core = crate::sync::lock(&self.core);
         core.world.command_for(kind, params)
+    }
+
+    async fn node_inventory(&self) -> Result<Option<crate::capacity::NodeListing>, BackendError> {
+        self.at_now(|world, _, _| Ok(Some(world.node_listing())))
     }
 
     fn node_log(&self, node: &str) -> Option<PathBuf> {

@@ -93,6 +93,11 @@ pub trait SlurmApi: Send + Sync {
         &self,
         nodes: &[String],
     ) -> Result<Vec<(String, String, String)>, BackendError>;
+    /// Every node with its partition, state and GPUs, for the capacity report; `None` when this way
+    /// of reaching the controller cannot list them.
+    async fn node_inventory(&self) -> Result<Option<crate::capacity::NodeListing>, BackendError> {
+        Ok(None)
+    }
 
     /// The ended attempts of a job the controller no longer lists, oldest first, from accounting
     /// (`sacct`) or the jobcomp file; `None` when the cluster keeps neither.

@@ -656,6 +656,10 @@ impl Backend for SlurmBackend {
     ) -> Result<Option<Vec<String>>, BackendError> {
         self.api.usable_nodes(partition).await.map(Some)
     }
+
+    async fn node_inventory(&self) -> Result<Option<crate::capacity::NodeListing>, BackendError> {
+        self.api.node_inventory().await
+    }
 }
 
 #[cfg(test)]

@@ -473,6 +473,11 @@ impl SlurmApi for SlurmCli {
         Ok(node_reason_lines(&text))
     }
 
+    async fn node_inventory(&self) -> Result<Option<crate::capacity::NodeListing>, BackendError> {
+        let text = self.run(&super::inventory::argv()).await?;
+        Ok(Some(super::inventory::read(&text)))
+    }
+
     async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError> {
         let mut command = argv(&["sinfo", "--noheader", "--Node", "--format=%N %t"]);
         if let Some(partition) = partition {

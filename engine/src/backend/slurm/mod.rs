@@ -6,6 +6,7 @@ pub mod backend;
 pub mod cli;
 pub mod comment;
 pub mod hostlist;
+pub mod inventory;
 pub mod jobcomp;
 pub mod json;
 pub mod rest;

@@ -88,6 +88,20 @@ fn gpus(tres: &str) -> Option<u32> {
     })
 }
 
+/// GPUs per node from `tres_per_node`: `gres:gpu:2` (22.05), `gres/gpu:a100:2` (24.11).
+fn gpus_per_node(tres: &str) -> Option<u32> {
+    tres.split(',').find_map(|item| {
+        let item = item
+            .strip_prefix("gres:")
+            .or_else(|| item.strip_prefix("gres/"))?;
+        let mut parts = item.split(':');
+        if parts.next()? != "gpu" {
+            return None;
+        }
+        parts.next_back()?.parse().ok()
+    })
+}
+
 /// `afterok:4201(unfulfilled)` → "4201".
 fn upstream(dependency: &str) -> Option<String> {
     let (_, rest) = dependency.split_once(':')?;
@@ -160,9 +174,14 @@ pub(crate) fn job_from_value(value: &serde_json::Value) -> Result<SlurmJob, Stri
     let node_count = number(value, "node_count")
         .unwrap_or(nodes.len() as i64)
         .max(0) as u32;
+    // A cluster that does not account GPUs as a TRES still says what each node was asked for.
     let gpus_total = text(value, "tres_alloc_str")
         .or_else(|| text(value, "tres_req_str"))
         .and_then(gpus)
+        .or_else(|| {
+            let per_node = text(value, "tres_per_node").and_then(gpus_per_node)?;
+            per_node.checked_mul(node_count.max(1))
+        })
         .unwrap_or(0);
     let enrolment = comment::parse(text(value, "comment").unwrap_or(""));
     let limits = match &enrolment {
@@ -391,5 +410,13 @@ mod tests {
         let (_, warnings) = parse(&text).unwrap();
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].contains("v0.0.44"), "{warnings:?}");
+    }
+
+    #[test]
+    fn gpus_per_node_when_the_cluster_does_not_account_them() {
+        assert_eq!(gpus_per_node("gres:gpu:2"), Some(2));
+        assert_eq!(gpus_per_node("gres/gpu:a100:4"), Some(4));
+        assert_eq!(gpus_per_node("gres/shard:2,gres/gpu:1"), Some(1));
+        assert_eq!(gpus_per_node(""), None);
     }
 }

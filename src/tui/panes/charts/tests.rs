@@ -62,7 +62,8 @@ fn keys_3_and_4_open_the_charts_and_the_timeline_and_the_others_move_up() {
             "Notifications",
             "Log",
             "Compare",
-            "Nodes"
+            "Nodes",
+            "Usage"
         ]
     );
     assert_eq!(key('7'), Some(UiAction::Show(Pane::Log)));
