@@ -701,14 +701,18 @@ async fn a_real_cluster_is_read_and_never_written_when_one_is_given() {
             job.job_id
         );
     }
-    let usable = backend
-        .usable_nodes(None)
-        .await
-        .unwrap()
-        .unwrap_or_default();
-    println!(
-        "{} workloads opted in; {} usable nodes",
-        jobs.len(),
-        usable.len()
-    );
+    for job in &jobs {
+        let capacity = backend
+            .usable_nodes(&job.job_id, &job.spec)
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        println!(
+            "{}: {} nodes can take it now, {} fit it",
+            job.job_id,
+            capacity.now.len(),
+            capacity.fitting.len()
+        );
+    }
+    println!("{} workloads opted in", jobs.len());
 }

@@ -24,10 +24,12 @@ use super::errors::{action_error, api_error};
 use super::logs::{Follow, LogHub};
 use super::recreate::{clean, next_incarnation, spec_diff};
 use super::workload::{
-    self, PodIndex, WorkloadKind, WorkloadRef, at, enrolled, evidence, node_usable, pods_of,
+    self, PodIndex, WorkloadKind, WorkloadRef, at, enrolled, evidence, placement, pods_of,
     snapshot, str_at,
 };
-use crate::backend::{ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot};
+use crate::backend::{
+    ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot, NodeCapacity,
+};
 use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, SpecChange};
 use crate::sync::lock;
@@ -742,16 +744,29 @@ impl Backend for KubeBackend {
 
     async fn usable_nodes(
         &self,
-        _partition: Option<&str>,
-    ) -> Result<Option<Vec<String>>, BackendError> {
+        job_id: &str,
+        _spec: &crate::model::JobSpec,
+    ) -> Result<Option<NodeCapacity>, BackendError> {
+        let reference = self.reference(job_id)?;
+        // The workload as it is, else as it was saved: which nodes suit it depends on its templates.
+        let workload = match self.cached_workload(&reference) {
+            Some(workload) => workload,
+            None => match self.current_spec(&reference).await {
+                Ok(workload) => workload,
+                Err(BackendError::NoSuchJob(_)) => return Ok(None),
+                Err(err) => return Err(err),
+            },
+        };
+        let replicas = placement::replicas(reference.kind, &workload);
+        if replicas.is_empty() {
+            return Ok(None);
+        }
         let nodes = Self::values(std::slice::from_ref(&self.nodes));
-        Ok(Some(
-            nodes
-                .iter()
-                .filter(|node| node_usable(node))
-                .filter_map(|node| str_at(node, "/metadata/name").map(str::to_string))
-                .collect(),
-        ))
+        Ok(Some(placement::capacity(
+            &replicas,
+            &nodes,
+            placement::elastic_min(reference.kind, &workload),
+        )))
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod evidence;
 mod nodes;
+pub mod placement;
 mod pods;
 pub mod snapshot;
 
@@ -11,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 pub use evidence::{EvidenceLine, evidence};
-pub use nodes::{node_readiness, node_usable};
+pub use nodes::node_readiness;
 pub use pods::{PodIndex, pod_ended, pods_of, ranked};
 pub use snapshot::{excluded_nodes, snapshot};
 

@@ -134,16 +134,6 @@ fn a_rayjob_is_its_cluster_s_pods_head_first() {
 }
 
 #[test]
-fn only_ready_schedulable_untainted_nodes_are_usable() {
-    let usable: Vec<String> = nodes()
-        .iter()
-        .filter(|node| node_usable(node))
-        .filter_map(|node| str_at(node, "/metadata/name").map(str::to_string))
-        .collect();
-    assert_eq!(usable, ["gpu-node-1", "gpu-node-5", "gpu-spot-1"]);
-}
-
-#[test]
 fn references_parse_with_or_without_a_namespace() {
     let reference = WorkloadRef::parse("PyTorchJobs/llama", "ml").unwrap_or_else(|| unreachable!());
     assert_eq!(reference.id(), "pytorchjob/ml/llama");
