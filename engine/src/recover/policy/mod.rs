@@ -105,9 +105,10 @@ pub fn decide(
     let limit = policy.requeue_limit(workflow);
     let culprit = attribution.culprit.node.clone();
     let mut exclude = attempt.excluded_nodes.clone();
-    // A preempted or timed-out job's node is a victim of the scheduler, not a culprit.
+    // Only a fault of the node itself keeps the job off it: a preempted job's node is a victim of the
+    // scheduler, and a DataLoader or CUDA OOM happened on a rank's node, not because of it.
     if let Some(node) = &culprit
-        && attribution.component != Component::Scheduler
+        && faults_the_node(attribution.component)
         && !exclude.contains(node)
     {
         exclude.push(node.clone());
@@ -319,6 +320,19 @@ pub fn decide(
         summary,
         waiting_for_capacity,
     }
+}
+
+/// Whether a failure of `component` is the node's fault (its GPUs, links, disks or itself), so that
+/// the job is kept off the culprit node.
+fn faults_the_node(component: Component) -> bool {
+    matches!(
+        component,
+        Component::Gpu
+            | Component::Network
+            | Component::Storage
+            | Component::Infrastructure
+            | Component::None
+    )
 }
 
 /// The spec changes of the first recommended fix that names any the backend can make. A failure a

@@ -410,3 +410,37 @@ fn a_stopped_hang_cancels_the_job_that_still_holds_its_nodes() {
     );
     assert_eq!(decision.intents[0].kind, ActionKind::Cancel);
 }
+
+#[test]
+fn a_failure_of_the_job_s_own_making_keeps_its_node() {
+    let mut oom = attribution("dataloader_oom", Component::HostMemory, true);
+    oom.remedies = vec![remedy(
+        "recreate_with_patch",
+        serde_json::json!({"num_workers": 4}),
+    )];
+    let mut recreating = policy();
+    recreating.capabilities.recreate = true;
+    let decision = decide_with(&workflow(), JobState::Failed, &oom, &recreating);
+    let restart = &decision.intents[0];
+    assert_eq!(restart.kind, ActionKind::Recreate, "{decision:#?}");
+    assert_eq!(
+        restart.params.exclude_nodes,
+        ["node-02"],
+        "only the earlier exclusion: node-07 ran the rank, it did not fail it"
+    );
+    for component in [
+        Component::GpuMemory,
+        Component::Application,
+        Component::Data,
+    ] {
+        let cause = attribution("x", component, true);
+        let decision = decide_with(&workflow(), JobState::Failed, &cause, &policy());
+        assert!(
+            !decision
+                .intents
+                .iter()
+                .any(|i| i.params.exclude_nodes.contains(&"node-07".to_string())),
+            "{component:?}: {decision:#?}"
+        );
+    }
+}

@@ -20,6 +20,8 @@ use serde_json::{Value, json};
 use crate::kube_fake::{FakeKube, RecordedRequest};
 use crate::support::EngineRig;
 
+mod gpu_pool;
+
 /// Real-time bound for anything to happen; never a measure of speed.
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -42,13 +44,27 @@ impl Cluster {
         Self::start_with(fixtures, true, adjust).await
     }
 
+    /// On a GKE-shaped pool of four H100 nodes, each tainted `nvidia.com/gpu=present:NoSchedule`.
+    async fn on_gpu_pool(fixtures: &[&str], adjust: impl FnOnce(&mut Config)) -> Self {
+        Self::start_on("gke-gpu-pool-nodes.json", fixtures, false, adjust).await
+    }
+
     async fn start_with(
         fixtures: &[&str],
         healthy_nodes: bool,
         adjust: impl FnOnce(&mut Config),
     ) -> Self {
+        Self::start_on("nodes.json", fixtures, healthy_nodes, adjust).await
+    }
+
+    async fn start_on(
+        nodes: &str,
+        fixtures: &[&str],
+        healthy_nodes: bool,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Self {
         let kube = FakeKube::start();
-        kube.load_fixture("nodes.json");
+        kube.load_fixture(nodes);
         for fixture in fixtures {
             kube.load_fixture(fixture);
         }
