@@ -367,7 +367,22 @@ impl KubeBackend {
     }
 
     fn wanted(&self, reference: &WorkloadRef, workload: &Value) -> bool {
+        // A TrainJob's JobSet is watched as its TrainJob.
+        if reference.kind == WorkloadKind::JobSet && workload::owned_by(workload, "TrainJob") {
+            return false;
+        }
         enrolled(workload) || lock(&self.watched).contains(&reference.id())
+    }
+
+    /// The JobSet that runs a TrainJob's pods (it has the TrainJob's name), as the watchers have it.
+    pub(super) fn jobset_of(&self, reference: &WorkloadRef) -> Option<Value> {
+        if reference.kind != WorkloadKind::TrainJob {
+            return None;
+        }
+        self.cached_workload(&WorkloadRef {
+            kind: WorkloadKind::JobSet,
+            ..reference.clone()
+        })
     }
 
     fn log_path(&self, reference: &WorkloadRef, restart: u32) -> PathBuf {
@@ -543,7 +558,15 @@ impl Backend for KubeBackend {
             )));
         }
         let restart = workload::restart_count(&current) + 1;
-        let manifest = next_incarnation(reference.kind, &current, restart, exclude, changes);
+        let jobset = self.jobset_of(&reference);
+        let manifest = next_incarnation(
+            reference.kind,
+            &current,
+            jobset.as_ref(),
+            restart,
+            exclude,
+            changes,
+        );
         let request = Self::recreate_request(&reference);
         let api = self.workload_api(&reference);
         // Pods of the old incarnation on a node that is gone never finish terminating: they are
@@ -698,6 +721,7 @@ impl Backend for KubeBackend {
                     let next = next_incarnation(
                         reference.kind,
                         &current,
+                        self.jobset_of(&reference).as_ref(),
                         restart,
                         &params.exclude_nodes,
                         &params.changes,
@@ -757,7 +781,11 @@ impl Backend for KubeBackend {
                 Err(err) => return Err(err),
             },
         };
-        let replicas = placement::replicas(reference.kind, &workload);
+        // A TrainJob's pods are its JobSet's: without it, which nodes suit them cannot be told.
+        let replicas = match self.jobset_of(&reference) {
+            Some(jobset) => placement::replicas(WorkloadKind::JobSet, &jobset),
+            None => placement::replicas(reference.kind, &workload),
+        };
         if replicas.is_empty() {
             return Ok(None);
         }

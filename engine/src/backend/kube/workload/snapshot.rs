@@ -65,6 +65,37 @@ pub(super) fn workload_state(
             }
             (JobState::Pending, "Pending".into(), None)
         }
+        WorkloadKind::JobSet | WorkloadKind::TrainJob => {
+            let (done, children) = match kind {
+                WorkloadKind::JobSet => ("Completed", "/status/replicatedJobsStatus"),
+                _ => ("Complete", "/status/jobsStatus"),
+            };
+            if let Some(found) = true_condition(done) {
+                return (JobState::Completed, done.to_string(), reason_of(found));
+            }
+            if let Some(failed) = true_condition("Failed") {
+                return (JobState::Failed, "Failed".into(), reason_of(failed));
+            }
+            if let Some(suspended) = true_condition("Suspended") {
+                return (
+                    JobState::Pending,
+                    "Suspended".into(),
+                    reason_of(suspended).or(Some("Suspended".into())),
+                );
+            }
+            // Running once any of its Jobs is ready (its pods run); an active Job may still have
+            // every pod pending.
+            let running = at(workload, children)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|child| child.get("ready").and_then(Value::as_u64).unwrap_or(0) > 0);
+            if running {
+                (JobState::Running, "Running".into(), None)
+            } else {
+                (JobState::Pending, "Pending".into(), None)
+            }
+        }
         WorkloadKind::RayJob => {
             let deployment = str_at(workload, "/status/jobDeploymentStatus").unwrap_or_default();
             let job = str_at(workload, "/status/jobStatus").unwrap_or_default();
@@ -199,7 +230,13 @@ pub fn snapshot(
             reason = Some("Unschedulable".to_string());
         }
     }
-    let templates = kind.templates(workload);
+    // A TrainJob's one template is its trainer's, as the job sets it over its runtime's.
+    let trainer =
+        (kind == WorkloadKind::TrainJob).then(|| super::trainjob::trainer_template(workload));
+    let templates = match &trainer {
+        Some((template, nodes)) => vec![(template, *nodes)],
+        None => kind.templates(workload),
+    };
     let exit_code = match state {
         JobState::Completed => Some(0),
         _ if state.is_failure() => pods
