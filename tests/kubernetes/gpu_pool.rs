@@ -315,3 +315,188 @@ async fn a_dataloader_oom_on_a_tainted_pool_proposes_its_fix_and_excludes_no_nod
         assert!(spec["affinity"].is_null(), "no node excluded: {spec}");
     }
 }
+
+/// What Kubeflow Trainer and JobSet make of a re-created TrainJob: its JobSet (the runtime's
+/// template with the job's patches), and one pod per node, pending until `nodes` places them.
+fn trainjob_children(kube: &FakeKube, name: &str, nodes: Option<[&str; 3]>) {
+    let trainjob = kube
+        .get("TrainJob", "ml", name)
+        .unwrap_or_else(|| panic!("{name} was not re-created"));
+    let trainjob_uid = trainjob["metadata"]["uid"].clone();
+    let jobset_uid = format!("jobset-{}", trainjob_uid.as_str().unwrap_or_default());
+    // The pod spec as JobSet would run it: the runtime's, with every patch's node affinity.
+    let mut pod_spec = json!({
+        "containers": [trainjob["spec"]["trainer"].clone()],
+        "nodeSelector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    });
+    pod_spec["containers"][0]["name"] = json!("node");
+    for patch in trainjob["spec"]["runtimePatches"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let patched = &patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+            ["spec"]["template"]["spec"]["affinity"];
+        if !patched.is_null() {
+            pod_spec["affinity"] = patched.clone();
+        }
+    }
+    let ready = u64::from(nodes.is_some());
+    kube.apply(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": name, "namespace": "ml", "uid": jobset_uid,
+                     "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                          "name": name, "uid": trainjob_uid, "controller": true}]},
+        "spec": {"replicatedJobs": [{"name": "node", "replicas": 1, "template": {"spec": {
+            "parallelism": 3, "completions": 3, "completionMode": "Indexed",
+            "template": {"spec": pod_spec}}}}]},
+        "status": {"restarts": 0, "replicatedJobsStatus": [{"name": "node", "ready": ready, "active": 1,
+                                                            "succeeded": 0, "failed": 0, "suspended": 0}]},
+    }));
+    for index in 0..3 {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": format!("{name}-node-0-{index}-r{index}"), "namespace": "ml",
+                "uid": format!("{jobset_uid}-{index}"),
+                "labels": {"jobset.sigs.k8s.io/jobset-name": name,
+                           "jobset.sigs.k8s.io/jobset-uid": jobset_uid,
+                           "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                           "jobset.sigs.k8s.io/job-index": "0",
+                           "batch.kubernetes.io/job-completion-index": index.to_string()},
+            },
+            "spec": pod_spec.clone(),
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/4 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) were unschedulable, 2 node(s) didn't have free ports or resources."}]},
+        });
+        if let Some(nodes) = nodes {
+            pod["spec"]["nodeName"] = json!(nodes[index]);
+            pod["status"] = json!({"phase": "Running", "containerStatuses": [{
+                "name": "node", "ready": true, "restartCount": 0, "image": "ghcr.io/acme/qwen-sft:2026.02",
+                "state": {"running": {"startedAt": chrono::Utc::now().to_rfc3339()}},
+            }]});
+        }
+        kube.apply(pod);
+    }
+    kube.modify("TrainJob", "ml", name, |job| {
+        job["status"] = json!({"jobsStatus": [{"name": "node", "ready": ready, "active": 1,
+                                               "succeeded": 0, "failed": 0, "suspended": 0}]});
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_lost_under_a_trainjob_on_a_tainted_pool_re_creates_it_to_wait_for_capacity() {
+    let mut cluster = Cluster::on_gpu_pool(&["trainjob-running.json"], |config| {
+        config.recovery.whitelist = vec![ActionKind::Requeue, ActionKind::Cancel];
+        config.detect.stuck_pending_secs = 1;
+    })
+    .await;
+    cordon(&cluster.kube, "gpu-node-4", true);
+    let status = cluster
+        .until("enrolled", |status| {
+            has_workflow(status, "qwen-sft")
+                && workflow(status, "qwen-sft").attempts[0].nodes
+                    == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
+        })
+        .await;
+    assert_eq!(
+        status.workflows.len(),
+        1,
+        "its JobSet is watched as the TrainJob, not enrolled again: {:#?}",
+        status.workflows
+    );
+    let view = workflow(&status, "qwen-sft");
+    assert_eq!(view.attempts[0].job_id, "trainjob/ml/qwen-sft");
+    assert_eq!(view.workflow.spec.nodes, 3);
+    assert_eq!(view.workflow.spec.gpus_per_node, 8);
+
+    lose(&cluster.kube, "gpu-node-3");
+    let status = cluster
+        .until("the re-creation", |status| {
+            workflow(status, "qwen-sft")
+                .actions
+                .iter()
+                .any(|a| a.kind == ActionKind::Requeue && a.state == ActionState::Done)
+        })
+        .await;
+    let view = workflow(&status, "qwen-sft");
+    assert_eq!(view.attributions[0].category, "node_failure", "{view:#?}");
+    assert_eq!(
+        view.attributions[0].culprit.node.as_deref(),
+        Some("gpu-node-3")
+    );
+    let reason = view.workflow.status_reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with("waiting for capacity: 2 of the 3 nodes in partition ml"),
+        "{reason}"
+    );
+    let writes = cluster.writes();
+    assert_eq!(
+        write_summary(&writes),
+        vec![
+            "DELETE /apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs/qwen-sft",
+            "DELETE /api/v1/namespaces/ml/pods/qwen-sft-node-0-2-m3z8w",
+            "POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs",
+        ]
+    );
+    let created = writes[2].body.clone().unwrap_or_default();
+    assert_eq!(created["metadata"]["labels"][QUEUE_LABEL], "research");
+    assert_eq!(created["spec"]["trainer"]["numNodes"], 3);
+    let patches = created["spec"]["runtimePatches"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(patches.len(), 2, "{patches:#?}");
+    assert_eq!(
+        patches[0]["manager"], "kueue.x-k8s.io/manager",
+        "Kueue's patch is kept"
+    );
+    assert_eq!(patches[1]["manager"], "runguard.io/recovery");
+    let spec = &patches[1]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+        ["spec"]["template"]["spec"];
+    let terms = hostname_exclusions(spec);
+    assert!(
+        terms.contains(
+            r#""key":"cloud.google.com/gke-nodepool","operator":"In","values":["a3-research"]"#
+        ) && terms.contains(
+            r#"{"key":"kubernetes.io/hostname","operator":"NotIn","values":["gpu-node-3"]}"#
+        ),
+        "the runtime's affinity with the exclusion merged in: {terms}"
+    );
+
+    // Trainer and JobSet make the new incarnation; the scheduler cannot place it yet.
+    trainjob_children(&cluster.kube, "qwen-sft", None);
+    cluster
+        .until("the new incarnation reported stuck pending", |status| {
+            let view = workflow(status, "qwen-sft");
+            view.attempts.len() == 2
+                && view.attempts[1].state == JobState::Pending
+                && view
+                    .anomalies
+                    .iter()
+                    .any(|a| a.kind == AnomalyKind::StuckPending && a.attempt_index == 1)
+        })
+        .await;
+
+    cordon(&cluster.kube, "gpu-node-4", false);
+    trainjob_children(
+        &cluster.kube,
+        "qwen-sft",
+        Some(["gpu-node-1", "gpu-node-2", "gpu-node-4"]),
+    );
+    let status = cluster
+        .until("running again away from gpu-node-3", |status| {
+            let view = workflow(status, "qwen-sft");
+            view.attempts.len() == 2 && view.attempts[1].state == JobState::Running
+        })
+        .await;
+    let view = workflow(&status, "qwen-sft");
+    assert_eq!(
+        view.attempts[1].nodes,
+        ["gpu-node-1", "gpu-node-2", "gpu-node-4"]
+    );
+    assert_eq!(view.attempts[1].excluded_nodes, ["gpu-node-3"]);
+    assert_ne!(view.workflow.status, WorkflowStatus::Completed);
+}
