@@ -23,6 +23,7 @@ use super::KubernetesConfig;
 use super::errors::{action_error, api_error};
 use super::logs::{Follow, LogHub};
 use super::recreate::{clean, next_incarnation, spec_diff};
+use super::suspend;
 use super::workload::{
     self, PodIndex, WorkloadKind, WorkloadRef, at, enrolled, evidence, placement, pods_of,
     snapshot, str_at,
@@ -586,6 +587,11 @@ impl Backend for KubeBackend {
             })
             .filter_map(|pod| str_at(pod, "/metadata/name").map(str::to_string))
             .collect();
+        if let Some(patch) = suspend::in_place_patch(reference.kind, &current, &manifest) {
+            return self
+                .restart_in_place(&reference, &patch, &stuck, restart, exclude, changes)
+                .await;
+        }
         match api
             .delete(&reference.name, &DeleteParams::background())
             .await
@@ -726,6 +732,13 @@ impl Backend for KubeBackend {
                         &params.exclude_nodes,
                         &params.changes,
                     );
+                    if let Some(patch) = suspend::in_place_patch(reference.kind, &current, &next) {
+                        // Suspended with its new spec for Kueue to admit again, not re-created.
+                        command = format!(
+                            "{}; Kueue admits it again and resumes it",
+                            Self::in_place_request(&reference, &patch)
+                        );
+                    }
                     command.push_str(" with the spec changed:\n");
                     command.push_str(&spec_diff(&clean(reference.kind, &current), &next));
                 }

@@ -6,6 +6,7 @@ mod errors;
 pub mod logs;
 pub mod recreate;
 mod specs;
+mod suspend;
 pub mod workload;
 
 pub use crate::config::KubernetesConfig;
