@@ -21,6 +21,7 @@ use crate::kube_fake::{FakeKube, RecordedRequest};
 use crate::support::EngineRig;
 
 mod gpu_pool;
+mod ray_cluster;
 
 /// Real-time bound for anything to happen; never a measure of speed.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -710,9 +711,16 @@ async fn a_real_cluster_is_read_and_never_written_when_one_is_given() {
             job.restart_count
         );
         assert!(
-            ["job/", "pytorchjob/", "rayjob/"]
-                .iter()
-                .any(|kind| job.job_id.starts_with(kind)),
+            [
+                "job/",
+                "pytorchjob/",
+                "rayjob/",
+                "jobset/",
+                "trainjob/",
+                "raycluster/"
+            ]
+            .iter()
+            .any(|kind| job.job_id.starts_with(kind)),
             "{}",
             job.job_id
         );

@@ -372,6 +372,10 @@ impl KubeBackend {
         if reference.kind == WorkloadKind::JobSet && workload::owned_by(workload, "TrainJob") {
             return false;
         }
+        // A RayJob's cluster is watched as its RayJob.
+        if reference.kind == WorkloadKind::RayCluster && workload::owned_by(workload, "RayJob") {
+            return false;
+        }
         enrolled(workload) || lock(&self.watched).contains(&reference.id())
     }
 

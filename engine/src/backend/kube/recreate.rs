@@ -250,7 +250,9 @@ pub fn next_incarnation(
         ensure(&mut manifest, &["metadata", "annotations"]).and_then(Value::as_object_mut)
     {
         annotations.insert(RESTART_ANNOTATION.to_string(), json!(restart.to_string()));
-        if kind == WorkloadKind::RayJob && changes.contains(&SpecChange::RayGcsFaultTolerance) {
+        if matches!(kind, WorkloadKind::RayJob | WorkloadKind::RayCluster)
+            && changes.contains(&SpecChange::RayGcsFaultTolerance)
+        {
             annotations.insert("ray.io/ft-enabled".to_string(), json!("true"));
         }
     }

@@ -18,15 +18,18 @@ pub enum WorkloadKind {
     /// Kubeflow Trainer v2's TrainJob (trainer.kubeflow.org/v1alpha1): a runtime's JobSet with the
     /// job's trainer settings; its pods are its JobSet's.
     TrainJob,
+    /// KubeRay's RayCluster (ray.io/v1) run on its own, without a RayJob: watched for its head and GCS.
+    RayCluster,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 5] = [
+    pub const ALL: [WorkloadKind; 6] = [
         Self::Job,
         Self::PyTorchJob,
         Self::RayJob,
         Self::JobSet,
         Self::TrainJob,
+        Self::RayCluster,
     ];
 
     /// The name used in job ids and on the command line.
@@ -37,6 +40,7 @@ impl WorkloadKind {
             Self::RayJob => "rayjob",
             Self::JobSet => "jobset",
             Self::TrainJob => "trainjob",
+            Self::RayCluster => "raycluster",
         }
     }
 
@@ -47,6 +51,7 @@ impl WorkloadKind {
             Self::RayJob => "RayJob",
             Self::JobSet => "JobSet",
             Self::TrainJob => "TrainJob",
+            Self::RayCluster => "RayCluster",
         }
     }
 
@@ -54,7 +59,7 @@ impl WorkloadKind {
         match self {
             Self::Job => "batch",
             Self::PyTorchJob => "kubeflow.org",
-            Self::RayJob => "ray.io",
+            Self::RayJob | Self::RayCluster => "ray.io",
             Self::JobSet => "jobset.x-k8s.io",
             Self::TrainJob => "trainer.kubeflow.org",
         }
@@ -75,6 +80,7 @@ impl WorkloadKind {
             Self::RayJob => "rayjobs",
             Self::JobSet => "jobsets",
             Self::TrainJob => "trainjobs",
+            Self::RayCluster => "rayclusters",
         }
     }
 
@@ -124,14 +130,20 @@ impl WorkloadKind {
                 .filter_map(|role| at(workload, &format!("/spec/pytorchReplicaSpecs/{role}")))
                 .filter_map(|spec| spec.get("template").map(|t| (t, replicas(spec))))
                 .collect(),
-            Self::RayJob => {
+            Self::RayJob | Self::RayCluster => {
+                let cluster = if self == Self::RayJob {
+                    at(workload, "/spec/rayClusterSpec")
+                } else {
+                    at(workload, "/spec")
+                };
+                let Some(cluster) = cluster else {
+                    return Vec::new();
+                };
                 let mut templates = Vec::new();
-                if let Some(head) = at(workload, "/spec/rayClusterSpec/headGroupSpec/template") {
+                if let Some(head) = at(cluster, "/headGroupSpec/template") {
                     templates.push((head, 1));
                 }
-                if let Some(groups) =
-                    at(workload, "/spec/rayClusterSpec/workerGroupSpecs").and_then(Value::as_array)
-                {
+                if let Some(groups) = at(cluster, "/workerGroupSpecs").and_then(Value::as_array) {
                     for group in groups {
                         if let Some(template) = group.get("template") {
                             templates.push((template, replicas(group)));
@@ -172,10 +184,13 @@ impl WorkloadKind {
                     .collect(),
                 None => Vec::new(),
             },
-            Self::RayJob => {
-                let Some(cluster) = workload
-                    .pointer_mut("/spec/rayClusterSpec")
-                    .and_then(Value::as_object_mut)
+            Self::RayJob | Self::RayCluster => {
+                let pointer = if self == Self::RayJob {
+                    "/spec/rayClusterSpec"
+                } else {
+                    "/spec"
+                };
+                let Some(cluster) = workload.pointer_mut(pointer).and_then(Value::as_object_mut)
                 else {
                     return Vec::new();
                 };

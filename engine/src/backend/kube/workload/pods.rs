@@ -166,6 +166,16 @@ pub fn pods_of<'a>(kind: WorkloadKind, workload: &Value, index: &PodIndex<'a>) -
                         u64::from(label(pod, REPLICATED_JOB_LABEL) != Some(TRAINER_REPLICATED_JOB));
                     jobset_order(pod, position)
                 }
+                WorkloadKind::RayCluster => {
+                    if label(pod, "ray.io/cluster") != Some(name) || !owned_by_this_incarnation(pod)
+                    {
+                        return None;
+                    }
+                    match label(pod, "ray.io/node-type") {
+                        Some("head") => 0,
+                        _ => 1_000,
+                    }
+                }
                 WorkloadKind::RayJob => {
                     if ray_cluster.is_some() && label(pod, "ray.io/cluster") == ray_cluster {
                         match label(pod, "ray.io/node-type") {
