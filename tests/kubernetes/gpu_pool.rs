@@ -220,7 +220,9 @@ async fn a_node_lost_under_a_pytorchjob_on_a_tainted_pool_re_creates_it_to_wait_
     let status = cluster
         .until("running again away from gpu-node-3", |status| {
             let view = workflow(status, "llama-pretrain");
-            view.attempts.len() == 2 && view.attempts[1].state == JobState::Running
+            view.attempts.len() == 2
+                && view.attempts[1].state == JobState::Running
+                && view.workflow.status == WorkflowStatus::Enabled
         })
         .await;
     let view = workflow(&status, "llama-pretrain");
@@ -229,7 +231,11 @@ async fn a_node_lost_under_a_pytorchjob_on_a_tainted_pool_re_creates_it_to_wait_
         ["gpu-node-1", "gpu-node-2", "gpu-node-4"]
     );
     assert_eq!(view.attempts[1].excluded_nodes, ["gpu-node-3"]);
-    assert_ne!(view.workflow.status, WorkflowStatus::Completed);
+    assert_eq!(
+        view.workflow.status_reason.as_deref(),
+        Some("attempt 1 running on gpu-node-1,gpu-node-2,gpu-node-4"),
+        "no longer waiting"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -511,7 +517,9 @@ async fn a_node_lost_under_a_queued_trainjob_suspends_it_away_from_the_node_to_w
     let status = cluster
         .until("running again away from gpu-node-3", |status| {
             let view = workflow(status, "qwen-sft");
-            view.attempts.len() == 2 && view.attempts[1].state == JobState::Running
+            view.attempts.len() == 2
+                && view.attempts[1].state == JobState::Running
+                && view.workflow.status == WorkflowStatus::Enabled
         })
         .await;
     let view = workflow(&status, "qwen-sft");
@@ -520,5 +528,9 @@ async fn a_node_lost_under_a_queued_trainjob_suspends_it_away_from_the_node_to_w
         ["gpu-node-1", "gpu-node-2", "gpu-node-4"]
     );
     assert_eq!(view.attempts[1].excluded_nodes, ["gpu-node-3"]);
-    assert_ne!(view.workflow.status, WorkflowStatus::Completed);
+    assert_eq!(
+        view.workflow.status_reason.as_deref(),
+        Some("attempt 1 running on gpu-node-1,gpu-node-2,gpu-node-4"),
+        "no longer waiting"
+    );
 }

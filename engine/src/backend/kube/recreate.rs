@@ -616,4 +616,72 @@ mod tests {
             "unchanged lines far from a change stay out: {diff}"
         );
     }
+
+    #[test]
+    fn a_jobset_is_kept_off_the_excluded_nodes_in_every_replicated_job_within_its_own_affinity() {
+        let jobset = json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "sweep", "namespace": "ml", "uid": "u1", "resourceVersion": "9",
+                         "labels": {"kueue.x-k8s.io/queue-name": "research"}},
+            "spec": {"replicatedJobs": [
+                {"name": "driver", "replicas": 1, "template": {"spec": {"template": {"spec": {
+                    "containers": [{"name": "driver", "image": "sweep:1"}]}}}}},
+                {"name": "workers", "replicas": 4, "template": {"spec": {"parallelism": 2, "template": {"spec": {
+                    "containers": [{"name": "w", "image": "sweep:1", "args": ["--num_workers=8"]}],
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["a3"]}]}]}}},
+                }}}}},
+            ]},
+            "status": {"restarts": 0},
+        });
+        let next = next_incarnation(
+            WorkloadKind::JobSet,
+            &jobset,
+            None,
+            1,
+            &["gpu-node-3".to_string()],
+            &[SpecChange::DataLoaderWorkers { workers: 4 }],
+        );
+        assert!(next.get("status").is_none());
+        assert_eq!(
+            next["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+            "research"
+        );
+        for job in next["spec"]["replicatedJobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let spec = &job["template"]["spec"]["template"]["spec"];
+            let terms =
+                spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                    ["nodeSelectorTerms"]
+                    .to_string();
+            assert!(
+                terms.contains(
+                    r#"{"key":"kubernetes.io/hostname","operator":"NotIn","values":["gpu-node-3"]}"#
+                ),
+                "{}: {terms}",
+                job["name"]
+            );
+        }
+        let workers = &next["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"];
+        let terms = workers["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"]
+            .to_string();
+        assert!(
+            terms.contains("gke-nodepool"),
+            "the user's term is kept: {terms}"
+        );
+        assert_eq!(workers["containers"][0]["args"][0], "--num_workers=4");
+        assert_eq!(
+            WorkloadKind::JobSet
+                .templates(&next)
+                .iter()
+                .map(|(_, n)| n)
+                .sum::<u32>(),
+            9
+        );
+    }
 }
