@@ -322,7 +322,7 @@ async fn a_dataloader_oom_on_a_tainted_pool_proposes_its_fix_and_excludes_no_nod
     }
 }
 
-/// What Kubeflow Trainer and JobSet make of a TrainJob's new incarnation: its JobSet (the runtime's
+/// What Kubeflow Trainer and JobSet make of a re-created TrainJob: its JobSet (the runtime's
 /// template with the job's patches), and one pod per node, pending until `nodes` places them.
 fn trainjob_children(kube: &FakeKube, name: &str, nodes: Option<[&str; 3]>) {
     let trainjob = kube
@@ -393,7 +393,7 @@ fn trainjob_children(kube: &FakeKube, name: &str, nodes: Option<[&str; 3]>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_lost_under_a_queued_trainjob_suspends_it_away_from_the_node_to_wait_for_capacity() {
+async fn a_node_lost_under_a_trainjob_on_a_tainted_pool_re_creates_it_to_wait_for_capacity() {
     let mut cluster = Cluster::on_gpu_pool(&["trainjob-running.json"], |config| {
         config.recovery.whitelist = vec![ActionKind::Requeue, ActionKind::Cancel];
         config.detect.stuck_pending_secs = 1;
@@ -438,32 +438,20 @@ async fn a_node_lost_under_a_queued_trainjob_suspends_it_away_from_the_node_to_w
         reason.starts_with("waiting for capacity: 2 of the 3 nodes in partition ml"),
         "{reason}"
     );
-    // Queued in Kueue and still running: suspended with its new spec rather than re-created.
+    // Queued in Kueue, but a resume would not carry a node exclusion to the JobSet's Jobs: re-created.
     let writes = cluster.writes();
     assert_eq!(
         write_summary(&writes),
         vec![
-            "PATCH /apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs/qwen-sft",
+            "DELETE /apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs/qwen-sft",
             "DELETE /api/v1/namespaces/ml/pods/qwen-sft-node-0-2-m3z8w",
+            "POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs",
         ]
     );
-    let patch = writes[0].body.clone().unwrap_or_default();
-    assert_eq!(patch["spec"]["suspend"], true, "{patch:#}");
-    assert_eq!(
-        patch["metadata"]["annotations"]["runguard.io/restart-count"],
-        "1"
-    );
-    assert!(
-        patch["metadata"].get("labels").is_none() && patch["spec"].get("runtimeRef").is_none(),
-        "only the restart and the pods' spec are patched: {patch:#}"
-    );
-    let patched = cluster
-        .kube
-        .get("TrainJob", "ml", "qwen-sft")
-        .unwrap_or_default();
-    assert_eq!(patched["metadata"]["labels"][QUEUE_LABEL], "research");
-    assert_eq!(patched["spec"]["trainer"]["numNodes"], 3);
-    let patches = patched["spec"]["runtimePatches"]
+    let created = writes[2].body.clone().unwrap_or_default();
+    assert_eq!(created["metadata"]["labels"][QUEUE_LABEL], "research");
+    assert_eq!(created["spec"]["trainer"]["numNodes"], 3);
+    let patches = created["spec"]["runtimePatches"]
         .as_array()
         .cloned()
         .unwrap_or_default();
@@ -484,15 +472,6 @@ async fn a_node_lost_under_a_queued_trainjob_suspends_it_away_from_the_node_to_w
         ),
         "the runtime's affinity with the exclusion merged in: {terms}"
     );
-
-    // Trainer suspends its JobSet (the pods go); Kueue queues the changed pod sets, admits them and
-    // resumes the job.
-    for pod in ["qwen-sft-node-0-0-x7k2p", "qwen-sft-node-0-1-b9q4d"] {
-        cluster.kube.delete("Pod", "ml", pod);
-    }
-    cluster.kube.modify("TrainJob", "ml", "qwen-sft", |job| {
-        job["spec"]["suspend"] = json!(false);
-    });
 
     // Trainer and JobSet make the new incarnation; the scheduler cannot place it yet.
     trainjob_children(&cluster.kube, "qwen-sft", None);

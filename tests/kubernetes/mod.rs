@@ -21,6 +21,7 @@ use crate::kube_fake::{FakeKube, RecordedRequest};
 use crate::support::EngineRig;
 
 mod gpu_pool;
+mod kueue;
 mod ray_cluster;
 
 /// Real-time bound for anything to happen; never a measure of speed.

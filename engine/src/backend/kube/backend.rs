@@ -591,7 +591,9 @@ impl Backend for KubeBackend {
             })
             .filter_map(|pod| str_at(pod, "/metadata/name").map(str::to_string))
             .collect();
-        if let Some(patch) = suspend::in_place_patch(reference.kind, &current, &manifest) {
+        if let Some(patch) =
+            suspend::in_place_patch(reference.kind, &current, &manifest, exclude, changes)
+        {
             return self
                 .restart_in_place(&reference, &patch, &stuck, restart, exclude, changes)
                 .await;
@@ -736,7 +738,13 @@ impl Backend for KubeBackend {
                         &params.exclude_nodes,
                         &params.changes,
                     );
-                    if let Some(patch) = suspend::in_place_patch(reference.kind, &current, &next) {
+                    if let Some(patch) = suspend::in_place_patch(
+                        reference.kind,
+                        &current,
+                        &next,
+                        &params.exclude_nodes,
+                        &params.changes,
+                    ) {
                         // Suspended with its new spec for Kueue to admit again, not re-created.
                         command = format!(
                             "{}; Kueue admits it again and resumes it",
