@@ -536,13 +536,19 @@ async fn pods_pending_on_gpus_are_reported_as_stuck_with_the_scheduler_s_words()
         "lastTimestamp": chrono::Utc::now().to_rfc3339(),
     }));
     let status = cluster
-        .until("the stuck-pending warning", |status| {
-            has_workflow(status, "big-run")
-                && workflow(status, "big-run")
-                    .anomalies
-                    .iter()
-                    .any(|a| a.kind == AnomalyKind::StuckPending)
-        })
+        .until(
+            "the stuck-pending warning and the scheduler's reason",
+            |status| {
+                // The pod may be seen after the workload, so the reason may come after the warning.
+                has_workflow(status, "big-run")
+                    && workflow(status, "big-run")
+                        .anomalies
+                        .iter()
+                        .any(|a| a.kind == AnomalyKind::StuckPending)
+                    && workflow(status, "big-run").attempts[0].reason.as_deref()
+                        == Some("Unschedulable")
+            },
+        )
         .await;
     let view = workflow(&status, "big-run");
     assert_eq!(view.attempts[0].reason.as_deref(), Some("Unschedulable"));
@@ -677,6 +683,33 @@ async fn expired_credentials_move_the_workflows_to_credential_error_until_they_w
         })
         .await;
     assert!(cluster.backend.following() <= 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinds_whose_crds_are_not_installed_are_skipped_without_waiting_for_them() {
+    let kube = FakeKube::start();
+    kube.load_fixture("nodes.json");
+    kube.load_fixture("pytorchjob-running.json");
+    // A cluster with the training operator but neither JobSet, Trainer nor KubeRay.
+    for plural in ["jobsets", "trainjobs", "rayjobs", "rayclusters"] {
+        kube.without_kind(plural);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.kubernetes.kubeconfig = Some(kube.kubeconfig(dir.path()));
+    // Far beyond the deadline: a listing that waited for a missing kind would never answer in time.
+    config.kubernetes.sync_timeout_secs = 3_600;
+    let backend = KubeBackend::connect(&config.kubernetes, dir.path().join("kube"))
+        .await
+        .unwrap();
+    for listing in 0..2 {
+        let jobs = tokio::time::timeout(DEADLINE, backend.list_jobs())
+            .await
+            .unwrap_or_else(|_| panic!("listing {listing} waited for a kind the cluster lacks"))
+            .unwrap();
+        let ids: Vec<&str> = jobs.iter().map(|job| job.job_id.as_str()).collect();
+        assert_eq!(ids, ["pytorchjob/ml/llama-pretrain"], "listing {listing}");
+    }
 }
 
 /// The same backend against a real cluster: `RUNGUARD_KUBECONFIG=~/.kube/config cargo test --test

@@ -48,11 +48,15 @@ struct WatchHealth {
     refused: HashMap<String, String>,
     /// Other errors, with their message.
     failing: HashMap<String, String>,
+    /// Kinds the API server does not serve (404: their CRD is not installed).
+    absent: BTreeSet<String>,
 }
 
 /// One resource watched in one namespace (or all).
 pub(super) struct Watched {
     pub(super) store: Store<DynamicObject>,
+    /// The stream's label in [`WatchHealth`].
+    label: String,
 }
 
 /// Kubernetes through its API server.
@@ -153,6 +157,7 @@ impl KubeBackend {
             let writer = reflector::store::Writer::new(resource.clone());
             let store = writer.as_reader();
             let health = Arc::clone(&health);
+            let watched_label = label.clone();
             let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
                 .default_backoff();
             tasks.push(tokio::spawn(async move {
@@ -163,6 +168,7 @@ impl KubeBackend {
                             Ok(_) => {
                                 health.refused.remove(&label);
                                 health.failing.remove(&label);
+                                health.absent.remove(&label);
                                 if wakes && let Some(waker) = lock(&waker).as_ref() {
                                     waker.notify_one();
                                 }
@@ -183,6 +189,9 @@ impl KubeBackend {
                                     Some((401 | 403, message)) => {
                                         health.refused.insert(label.clone(), message);
                                     }
+                                    Some((404, _)) => {
+                                        health.absent.insert(label.clone());
+                                    }
                                     _ => {
                                         health.failing.insert(label.clone(), err.to_string());
                                     }
@@ -193,7 +202,10 @@ impl KubeBackend {
                     })
                     .await;
             }));
-            Watched { store }
+            Watched {
+                store,
+                label: watched_label,
+            }
         };
         let mut workloads = Vec::new();
         for kind in WorkloadKind::ALL {
@@ -275,11 +287,21 @@ impl KubeBackend {
             .chain(self.events.iter())
             .chain(std::iter::once(&self.nodes));
         let timeout = Duration::from_secs(self.config.sync_timeout_secs.max(1));
-        for watched in all {
-            // A kind the cluster does not have (no CRD) never becomes ready and is skipped.
-            let ready = tokio::time::timeout(timeout, watched.store.wait_until_ready()).await;
-            if ready.is_err() {
-                break;
+        let deadline = tokio::time::Instant::now() + timeout;
+        'streams: for watched in all {
+            // A kind the cluster does not have (no CRD: the server answers 404) never becomes ready:
+            // it is skipped as soon as the server says so, not waited for on every listing.
+            loop {
+                if lock(&self.health).absent.contains(&watched.label) {
+                    break;
+                }
+                let step = Duration::from_millis(100)
+                    .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+                match tokio::time::timeout(step, watched.store.wait_until_ready()).await {
+                    Ok(_) => break,
+                    Err(_) if tokio::time::Instant::now() < deadline => {}
+                    Err(_) => break 'streams,
+                }
             }
         }
         // A watch that resumes after a refusal says nothing until an object changes: whether the
