@@ -2,7 +2,10 @@
 //! in-process API server of `tests/kube_fake/`, every pod writing a log line a second and the cluster
 //! sending events, watched by a real `runguard run --auto` process. Reports the engine process's CPU
 //! and memory while it follows all of it, and the time from a pod's terminal status arriving to the
-//! recovery action being proposed (the action's row in the store).
+//! recovery action being proposed (the action's row in the store). The nodes are a GPU pool as GKE
+//! runs one, each tainted `nvidia.com/gpu=present:NoSchedule`, and the workloads tolerate the taint,
+//! so each proposal matches the job's pods to every node; the time of that match alone for one job
+//! over the pool is reported too.
 //!
 //! `cargo bench --bench kube`.
 
@@ -29,7 +32,7 @@ fn node(name: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "spec": {},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
         "status": {
             "allocatable": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -45,7 +48,7 @@ fn job(number: usize) -> (Value, Vec<Value>) {
         "name": "pytorch", "image": "registry.example.com/train:1",
         "args": ["--num-workers", "8"],
         "resources": {"limits": {"nvidia.com/gpu": 8}},
-    }]}});
+    }], "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}});
     let workload = json!({
         "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
         "metadata": {"name": name, "namespace": "ml", "uid": uid,
@@ -155,6 +158,22 @@ impl Drop for Engine {
             .status();
         let _ = self.0.wait();
     }
+}
+
+/// The mean time to match one job's pods to every node of the pool (which can take it now, which
+/// could ever), over many runs.
+fn placement_time(nodes: &[Value]) -> (Duration, usize) {
+    use runguard_engine::backend::kube::workload::{WorkloadKind, placement};
+    let (workload, _) = job(0);
+    let replicas = placement::replicas(WorkloadKind::PyTorchJob, &workload);
+    const RUNS: u32 = 2_000;
+    let start = Instant::now();
+    let mut fitting = 0;
+    for _ in 0..RUNS {
+        let capacity = placement::capacity(&replicas, std::hint::black_box(nodes), None);
+        fitting = capacity.fitting.len();
+    }
+    (start.elapsed() / RUNS, fitting)
 }
 
 fn main() {
@@ -345,5 +364,13 @@ fn main() {
             .copied()
             .unwrap_or_default(),
         latencies.last().copied().unwrap_or_default()
+    );
+    let pool: Vec<Value> = (0..NODES)
+        .map(|index| node(&format!("gpu-{index:03}")))
+        .collect();
+    let (per_job, fitting) = placement_time(&pool);
+    println!(
+        "  matching one job's pods to the {NODES} tainted nodes: {:.1} µs ({fitting} fit)",
+        per_job.as_secs_f64() * 1e6
     );
 }

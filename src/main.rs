@@ -98,7 +98,8 @@ enum Command {
     /// Watch jobs by id besides those enrolled by their comment or partition; a running engine picks
     /// them up on its next tick.
     Watch {
-        /// Job ids (Slurm), or workloads as KIND/NAME (Kubernetes: job, pytorchjob, rayjob).
+        /// Job ids (Slurm), or workloads as KIND/NAME (Kubernetes: job, pytorchjob, trainjob, jobset,
+        /// rayjob, raycluster).
         #[arg(required_unless_present = "list")]
         jobs: Vec<String>,
         /// The namespace of KIND/NAME workloads (Kubernetes; default: "default").
@@ -316,7 +317,8 @@ fn run(cli: Cli) -> Result<()> {
                         runguard::compose::kube_watch_ref(job, &namespace)?.with_context(|| {
                             format!(
                                 "{job:?} is not a workload: KIND/NAME or KIND/NAMESPACE/NAME, \
-                                     KIND one of job, pytorchjob, rayjob"
+                                     KIND one of job, pytorchjob, trainjob, jobset, rayjob, \
+                                     raycluster"
                             )
                         })
                     })

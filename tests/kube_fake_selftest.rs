@@ -231,7 +231,21 @@ fn discovery_documents_describe_the_served_resources() {
         .iter()
         .map(|group| group["name"].as_str().unwrap())
         .collect();
-    assert_eq!(group_names, ["batch", "kubeflow.org", "ray.io"]);
+    assert_eq!(
+        group_names,
+        [
+            "batch",
+            "kubeflow.org",
+            "ray.io",
+            "jobset.x-k8s.io",
+            "trainer.kubeflow.org",
+            "kueue.x-k8s.io"
+        ]
+    );
+    assert_eq!(
+        groups["groups"][5]["preferredVersion"],
+        json!({"groupVersion": "kueue.x-k8s.io/v1beta2", "version": "v1beta2"})
+    );
     assert_eq!(
         groups["groups"][1]["preferredVersion"],
         json!({"groupVersion": "kubeflow.org/v1", "version": "v1"})

@@ -252,6 +252,60 @@ fn get_pytorchjobs_as_json_reads_the_custom_resources() {
 }
 
 #[test]
+fn trainjobs_jobsets_and_kueue_workloads_read_and_print_as_their_crds_declare() {
+    let Some(lab) = Lab::start() else { return };
+    lab.kube.load_fixture("trainjob-running.json");
+    let trainjobs = lab.json(&[
+        "get",
+        "trainjobs.trainer.kubeflow.org",
+        "-n",
+        "ml",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(item_names(&trainjobs), ["qwen-sft"]);
+    assert_eq!(trainjobs["items"][0]["spec"]["trainer"]["numNodes"], 3);
+    let jobset = lab.json(&["get", "jobset", "qwen-sft", "-n", "ml", "-o", "json"]);
+    assert_eq!(jobset["apiVersion"], "jobset.x-k8s.io/v1alpha2");
+    assert_eq!(jobset["metadata"]["ownerReferences"][0]["kind"], "TrainJob");
+    // The pods of the JobSet, by its label, as its controller selects them.
+    let pods = lab.json(&[
+        "get",
+        "pods",
+        "-n",
+        "ml",
+        "-l",
+        "jobset.sigs.k8s.io/jobset-name=qwen-sft",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(item_names(&pods).len(), 3);
+    // Kueue's short name and its printer columns.
+    let table = lab.stdout(&["get", "kwl", "-n", "ml"]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME", "QUEUE", "RESERVED", "IN", "ADMITTED", "FINISHED", "AGE"
+        ]
+    );
+    let row = lines.next().unwrap_or_default();
+    assert!(
+        row.starts_with("trainjob-qwen-sft-5b1e2")
+            && row.contains("research-h100")
+            && row.contains("True"),
+        "{table}"
+    );
+    let jobsets = lab.stdout(&["get", "jobsets", "-n", "ml"]);
+    assert!(jobsets.contains("SUSPENDED"), "{jobsets}");
+}
+
+#[test]
 fn a_label_selector_picks_the_worker_pods() {
     let Some(lab) = Lab::start() else { return };
     let names = lab.stdout(&[
@@ -460,6 +514,9 @@ fn kubectl_finds_the_resources_through_discovery() {
         "pytorchjobs.kubeflow.org",
         "rayjobs.ray.io",
         "rayclusters.ray.io",
+        "jobsets.jobset.x-k8s.io",
+        "trainjobs.trainer.kubeflow.org",
+        "workloads.kueue.x-k8s.io",
     ] {
         assert!(
             resources.lines().any(|line| line == expected),

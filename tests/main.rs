@@ -42,6 +42,8 @@ mod signatures;
 #[cfg(feature = "slurm")]
 mod slurm;
 #[cfg(feature = "slurm")]
+mod slurm_capacity;
+#[cfg(feature = "slurm")]
 mod slurm_ddp;
 #[cfg(feature = "slurm")]
 mod slurm_ledger;

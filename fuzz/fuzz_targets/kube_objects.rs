@@ -1,11 +1,12 @@
-//! Kubernetes objects as the API server lists them: workloads (Job, PyTorchJob, RayJob), their pods,
-//! nodes and events, read into job snapshots and evidence.
+//! Kubernetes objects as the API server lists them: workloads (Job, PyTorchJob, RayJob, JobSet,
+//! TrainJob, RayCluster), their pods, nodes and events, read into job snapshots, evidence and the
+//! nodes that can run them.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use runguard_engine::backend::kube::workload::{
     PodIndex, WorkloadKind, WorkloadRef, enrolled, evidence, excluded_nodes, node_readiness,
-    node_usable, pod_ended, pods_of, ranked, restart_count, snapshot,
+    placement, pod_ended, pods_of, ranked, restart_count, snapshot,
 };
 use serde_json::Value;
 
@@ -38,7 +39,6 @@ fuzz_target!(|data: &[u8]| {
     let (pods, nodes, events) = (of_kind("Pod"), of_kind("Node"), of_kind("Event"));
     for node in &nodes {
         let _ = node_readiness(node);
-        let _ = node_usable(node);
     }
     let index = PodIndex::new(&pods);
     for workload in &objects {
@@ -58,6 +58,14 @@ fuzz_target!(|data: &[u8]| {
                 assert!(!job.job_id.is_empty());
             }
             let _ = evidence(kind, workload, &mine, &nodes, &events);
+            // A node that can take the job now is one that fits it at all.
+            let capacity = placement::capacity(&placement::replicas(kind, workload), &nodes, None);
+            assert!(
+                capacity
+                    .now
+                    .iter()
+                    .all(|node| capacity.fitting.contains(node))
+            );
         }
     }
 });

@@ -369,6 +369,11 @@ preferences: {{}}
             .remove(&(verb.to_string(), resource.to_string()));
     }
 
+    /// Answers 404 to every request for `plural` (`trainjobs`), as a cluster without its CRD does.
+    pub fn without_kind(&self, plural: &str) {
+        lock(&self.shared.access).absent.insert(plural.to_string());
+    }
+
     /// While set, every request is refused with 401, as with expired credentials.
     pub fn unauthorized(&self, refuse: bool) {
         lock(&self.shared.access).unauthorized = refuse;

@@ -159,6 +159,45 @@ pub const RESOURCES: &[ResourceType] = &[
         subresources: &["status"],
         field_labels: &[],
     },
+    // The three below as their projects' published CRDs declare them (kubernetes-sigs/jobset
+    // `config/components/crd`, kubeflow/trainer `manifests/base/crds`, kubernetes-sigs/kueue
+    // `config/components/crd`, the served storage version of each).
+    ResourceType {
+        group: "jobset.x-k8s.io",
+        version: "v1alpha2",
+        plural: "jobsets",
+        singular: "jobset",
+        kind: "JobSet",
+        namespaced: true,
+        short_names: &[],
+        categories: &[],
+        subresources: &["status"],
+        field_labels: &[],
+    },
+    ResourceType {
+        group: "trainer.kubeflow.org",
+        version: "v1alpha1",
+        plural: "trainjobs",
+        singular: "trainjob",
+        kind: "TrainJob",
+        namespaced: true,
+        short_names: &[],
+        categories: &[],
+        subresources: &["status"],
+        field_labels: &[],
+    },
+    ResourceType {
+        group: "kueue.x-k8s.io",
+        version: "v1beta2",
+        plural: "workloads",
+        singular: "workload",
+        kind: "Workload",
+        namespaced: true,
+        short_names: &["kwl", "kueueworkload", "kueueworkloads"],
+        categories: &[],
+        subresources: &["status"],
+        field_labels: &[],
+    },
 ];
 
 /// Index of the namespaces resource, which the store consults when objects are created.

@@ -235,6 +235,16 @@ fn route(shared: &Arc<Shared>, request: &ApiRequest) -> Reply {
     if lock(&shared.access).unauthorized || wrong_credential {
         return Err(ApiError::unauthorized());
     }
+    // A kind whose CRD is not installed: no route to it.
+    let absent = {
+        let access = lock(&shared.access);
+        segments
+            .iter()
+            .any(|segment| access.absent.contains(*segment))
+    };
+    if matches!(segments.first(), Some(&"apis")) && absent {
+        return Err(ApiError::no_route());
+    }
     if request.method != Method::GET
         && matches!(segments.first(), Some(&"api" | &"apis"))
         && segments.len() <= 3

@@ -44,6 +44,8 @@ pub struct Access {
     pub forbidden: HashSet<(String, String)>,
     /// Every request is refused with 401, as with expired credentials.
     pub unauthorized: bool,
+    /// Resources (plurals) answered 404, as on a cluster without their CRD.
+    pub absent: HashSet<String>,
 }
 
 impl Access {

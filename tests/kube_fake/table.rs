@@ -176,7 +176,33 @@ fn columns(resource: &ResourceType) -> Vec<Value> {
             ),
             age,
         ],
-        "PyTorchJob" => vec![name, column("State", "", 0, ""), age],
+        "PyTorchJob" | "TrainJob" => vec![name, column("State", "", 0, ""), age],
+        "JobSet" => vec![
+            name,
+            column("TerminalState", "", 0, "Final state of JobSet"),
+            column("Restarts", "", 0, "Number of restarts"),
+            column("Completed", "", 0, ""),
+            column("Suspended", "", 0, "JobSet suspended"),
+            age,
+        ],
+        "Workload" => vec![
+            name,
+            column(
+                "Queue",
+                "",
+                0,
+                "Name of the queue this workload was submitted to",
+            ),
+            column(
+                "Reserved in",
+                "",
+                0,
+                "Name of the ClusterQueue where the workload is reserving quota",
+            ),
+            column("Admitted", "", 0, "Admission status"),
+            column("Finished", "", 0, "Workload finished"),
+            age,
+        ],
         "RayJob" => vec![
             name,
             column("Job Status", "", 0, ""),
@@ -357,7 +383,21 @@ fn kind_cells(resource: &ResourceType, object: &Value, now: DateTime<Utc>) -> Ve
             )),
             Value::Null,
         ],
-        "PyTorchJob" => {
+        "JobSet" => vec![
+            json!(text(&object["status"]["terminalState"])),
+            json!(text(&object["status"]["restarts"])),
+            json!(condition_status(object, "Completed")),
+            json!(text(&object["spec"]["suspend"])),
+            Value::Null,
+        ],
+        "Workload" => vec![
+            json!(text(&object["spec"]["queueName"])),
+            json!(text(&object["status"]["admission"]["clusterQueue"])),
+            json!(condition_status(object, "Admitted")),
+            json!(condition_status(object, "Finished")),
+            Value::Null,
+        ],
+        "PyTorchJob" | "TrainJob" => {
             let state = object["status"]["conditions"]
                 .as_array()
                 .and_then(|conditions| conditions.last())
@@ -372,6 +412,17 @@ fn kind_cells(resource: &ResourceType, object: &Value, now: DateTime<Utc>) -> Ve
         ],
         _ => vec![Value::Null],
     }
+}
+
+/// The status of the condition of type `kind`, as a printer column's JSONPath filter reads it.
+fn condition_status(object: &Value, kind: &str) -> String {
+    object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|condition| condition["type"] == kind)
+        .map(|condition| text(&condition["status"]))
+        .unwrap_or_default()
 }
 
 fn row(resource: &ResourceType, object: &Value, include: RowObject, now: DateTime<Utc>) -> Value {

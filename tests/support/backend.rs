@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use runguard_engine::backend::{
-    ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot,
+    ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot, NodeCapacity,
 };
 use runguard_engine::clock::Clock;
 use runguard_engine::model::BackendKind;
@@ -70,8 +70,12 @@ pub trait Script: Send + Sync + 'static {
         )))
     }
 
-    /// The nodes that can run jobs now; `None`: the scheduler cannot tell.
-    fn usable_nodes(&self, _partition: Option<&str>) -> Result<Option<Vec<String>>, BackendError> {
+    /// The nodes that could run the job now and ever; `None`: the scheduler cannot tell.
+    fn usable_nodes(
+        &self,
+        _job_id: &str,
+        _spec: &JobSpec,
+    ) -> Result<Option<NodeCapacity>, BackendError> {
         Ok(None)
     }
 }
@@ -107,7 +111,7 @@ pub enum Call {
     },
     Hold(String),
     Release(String),
-    UsableNodes(Option<String>),
+    UsableNodes(String),
     DeadNodes(Vec<String>),
     SetExclusions {
         job_id: String,
@@ -500,12 +504,13 @@ impl Backend for ScriptedBackend {
 
     async fn usable_nodes(
         &self,
-        partition: Option<&str>,
-    ) -> Result<Option<Vec<String>>, BackendError> {
-        self.answer(Call::UsableNodes(partition.map(str::to_string)))?;
+        job_id: &str,
+        spec: &JobSpec,
+    ) -> Result<Option<NodeCapacity>, BackendError> {
+        self.answer(Call::UsableNodes(job_id.to_string()))?;
         match self.inner() {
-            Some(inner) => inner.usable_nodes(partition).await,
-            None => self.script.usable_nodes(partition),
+            Some(inner) => inner.usable_nodes(job_id, spec).await,
+            None => self.script.usable_nodes(job_id, spec),
         }
     }
 }

@@ -111,7 +111,7 @@ pub struct Capabilities {
     pub drain: bool,
     /// Send a signal to a running job's processes (a checkpoint request).
     pub signal: bool,
-    /// Tell which nodes of a partition can run jobs now.
+    /// Tell which nodes can run a job now and which could ever run it ([`NodeCapacity`]).
     pub usable_nodes: bool,
     /// Change which nodes a pending job must avoid.
     pub update_exclusions: bool,
@@ -194,6 +194,36 @@ pub enum Hold {
     User,
     /// Held by an administrator.
     Admin,
+}
+
+/// The nodes that could run one job, as its scheduler would place it. The policy stops a recovery
+/// only when `fitting` (less the excluded nodes) is too small; when just `now` is, the job is restarted
+/// anyway and waits in the queue for a node to come back, an autoscaler to add one or another job to end.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCapacity {
+    /// Nodes that can take one of the job's replicas now: up, schedulable, matching it, with room.
+    pub now: Vec<String>,
+    /// Nodes that match the job whatever their state now (down, drained, cordoned or busy nodes
+    /// included): the most the pool could ever give it. Every node of `now` is in it.
+    pub fitting: Vec<String>,
+    /// The fewest nodes the job says it can run on (an elastic job's minimum), when it says so.
+    pub min_nodes: Option<u32>,
+}
+
+impl NodeCapacity {
+    /// How many of `now` and of `fitting` are left once `exclude` is taken out.
+    pub fn left(&self, exclude: &[String]) -> (u32, u32) {
+        let count = |nodes: &[String]| {
+            let left = nodes.iter().filter(|node| !exclude.contains(node)).count();
+            u32::try_from(left).unwrap_or(u32::MAX)
+        };
+        (count(&self.now), count(&self.fitting))
+    }
+
+    /// Whether `node` can take a replica of the job now.
+    pub fn usable_now(&self, node: &str) -> bool {
+        self.now.iter().any(|usable| usable == node)
+    }
 }
 
 /// What an executed action did.
@@ -332,11 +362,13 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
 
-    /// Nodes of `partition` that can run jobs now, when the backend can tell (`None` when it cannot).
+    /// The nodes that could run job `job_id` (whose saved spec is `spec`) now and ever, when the
+    /// backend can tell (`None` when it cannot).
     async fn usable_nodes(
         &self,
-        _partition: Option<&str>,
-    ) -> Result<Option<Vec<String>>, BackendError> {
+        _job_id: &str,
+        _spec: &JobSpec,
+    ) -> Result<Option<NodeCapacity>, BackendError> {
         Ok(None)
     }
 }

@@ -278,8 +278,9 @@ pub struct RecoveryConfig {
     pub whitelist: Vec<ActionKind>,
     /// Also propose draining the culprit node of a hardware failure.
     pub drain_culprit_nodes: bool,
-    /// Do not restart a job when fewer usable nodes than this remain in its partition once the bad ones
-    /// are excluded; 0 means the job's own node count.
+    /// Do not restart a job when fewer nodes than this could ever run it once the bad ones are
+    /// excluded (nodes down or drained now count: the job waits for them); 0 means the job's own node
+    /// count.
     pub min_nodes: u32,
     /// A recovery that has not brought the run back this long after the failure raises the watchdog
     /// alert (0: never).

@@ -211,7 +211,7 @@ impl Engine {
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
         let mut lines = self.store.db().evidence_lines(workflow.id, attempt.index)?;
-        let usable_nodes = self.usable_nodes(&workflow, now).await?;
+        let usable_nodes = self.usable_nodes(&workflow, &attempt.job_id, now).await?;
         // The scheduler's own verdict is evidence too (NODE_FAIL, OUT_OF_MEMORY, PREEMPTED...).
         let scheduler_requeued = attempt.state == JobState::Requeued;
         if attempt.state.is_terminal() || scheduler_requeued {
@@ -225,7 +225,7 @@ impl Engine {
         if (attempt.state == JobState::NodeFail || scheduler_requeued)
             && let Some(usable) = &usable_nodes
         {
-            for node in attempt.nodes.iter().filter(|node| !usable.contains(node)) {
+            for node in attempt.nodes.iter().filter(|node| !usable.usable_now(node)) {
                 lines.push(EvidenceLine {
                     time: now,
                     rank: None,
@@ -259,7 +259,7 @@ impl Engine {
             kind,
             &attribution,
             &self.policy,
-            usable_nodes.as_deref(),
+            usable_nodes.as_ref(),
         );
         if scheduler_requeued {
             for intent in &mut decision.intents {
@@ -290,18 +290,18 @@ impl Engine {
         self.note_incidents(incident.into_iter().collect(), now)
     }
 
-    /// The nodes of the workflow's partition that can run jobs now, when the backend can tell; a
+    /// The nodes that could run the workflow's job now and ever, when the backend can tell; a
     /// scheduler that cannot answer leaves the decision to the other rules.
     pub(super) async fn usable_nodes(
         &mut self,
         workflow: &Workflow,
+        job_id: &str,
         now: DateTime<Utc>,
-    ) -> Result<Option<Vec<String>>, EngineError> {
+    ) -> Result<Option<crate::backend::NodeCapacity>, EngineError> {
         if self.outage.is_some() {
             return Ok(None);
         }
-        let partition = workflow.spec.partition.as_deref();
-        match with_timeout(self.backend.usable_nodes(partition)).await {
+        match with_timeout(self.backend.usable_nodes(job_id, &workflow.spec)).await {
             Ok(nodes) => Ok(nodes),
             Err(err) => {
                 self.warn(

@@ -91,7 +91,10 @@ impl Engine {
                 db,
                 &mut workflow,
                 decision.status,
-                decision.stop_reason.clone(),
+                decision
+                    .stop_reason
+                    .clone()
+                    .or_else(|| decision.waiting_for_capacity.clone()),
                 now,
             )?;
             db.mark_attempt_handled(workflow.id, attempt.index)?;

@@ -23,11 +23,14 @@ use super::KubernetesConfig;
 use super::errors::{action_error, api_error};
 use super::logs::{Follow, LogHub};
 use super::recreate::{clean, next_incarnation, spec_diff};
+use super::suspend;
 use super::workload::{
-    self, PodIndex, WorkloadKind, WorkloadRef, at, enrolled, evidence, node_usable, pods_of,
+    self, PodIndex, WorkloadKind, WorkloadRef, at, enrolled, evidence, placement, pods_of,
     snapshot, str_at,
 };
-use crate::backend::{ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot};
+use crate::backend::{
+    ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot, NodeCapacity,
+};
 use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, SpecChange};
 use crate::sync::lock;
@@ -45,11 +48,15 @@ struct WatchHealth {
     refused: HashMap<String, String>,
     /// Other errors, with their message.
     failing: HashMap<String, String>,
+    /// Kinds the API server does not serve (404: their CRD is not installed).
+    absent: BTreeSet<String>,
 }
 
 /// One resource watched in one namespace (or all).
 pub(super) struct Watched {
     pub(super) store: Store<DynamicObject>,
+    /// The stream's label in [`WatchHealth`].
+    label: String,
 }
 
 /// Kubernetes through its API server.
@@ -150,6 +157,7 @@ impl KubeBackend {
             let writer = reflector::store::Writer::new(resource.clone());
             let store = writer.as_reader();
             let health = Arc::clone(&health);
+            let watched_label = label.clone();
             let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
                 .default_backoff();
             tasks.push(tokio::spawn(async move {
@@ -160,6 +168,7 @@ impl KubeBackend {
                             Ok(_) => {
                                 health.refused.remove(&label);
                                 health.failing.remove(&label);
+                                health.absent.remove(&label);
                                 if wakes && let Some(waker) = lock(&waker).as_ref() {
                                     waker.notify_one();
                                 }
@@ -180,6 +189,9 @@ impl KubeBackend {
                                     Some((401 | 403, message)) => {
                                         health.refused.insert(label.clone(), message);
                                     }
+                                    Some((404, _)) => {
+                                        health.absent.insert(label.clone());
+                                    }
                                     _ => {
                                         health.failing.insert(label.clone(), err.to_string());
                                     }
@@ -190,7 +202,10 @@ impl KubeBackend {
                     })
                     .await;
             }));
-            Watched { store }
+            Watched {
+                store,
+                label: watched_label,
+            }
         };
         let mut workloads = Vec::new();
         for kind in WorkloadKind::ALL {
@@ -272,11 +287,21 @@ impl KubeBackend {
             .chain(self.events.iter())
             .chain(std::iter::once(&self.nodes));
         let timeout = Duration::from_secs(self.config.sync_timeout_secs.max(1));
-        for watched in all {
-            // A kind the cluster does not have (no CRD) never becomes ready and is skipped.
-            let ready = tokio::time::timeout(timeout, watched.store.wait_until_ready()).await;
-            if ready.is_err() {
-                break;
+        let deadline = tokio::time::Instant::now() + timeout;
+        'streams: for watched in all {
+            // A kind the cluster does not have (no CRD: the server answers 404) never becomes ready:
+            // it is skipped as soon as the server says so, not waited for on every listing.
+            loop {
+                if lock(&self.health).absent.contains(&watched.label) {
+                    break;
+                }
+                let step = Duration::from_millis(100)
+                    .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+                match tokio::time::timeout(step, watched.store.wait_until_ready()).await {
+                    Ok(_) => break,
+                    Err(_) if tokio::time::Instant::now() < deadline => {}
+                    Err(_) => break 'streams,
+                }
             }
         }
         // A watch that resumes after a refusal says nothing until an object changes: whether the
@@ -365,7 +390,26 @@ impl KubeBackend {
     }
 
     fn wanted(&self, reference: &WorkloadRef, workload: &Value) -> bool {
+        // A TrainJob's JobSet is watched as its TrainJob.
+        if reference.kind == WorkloadKind::JobSet && workload::owned_by(workload, "TrainJob") {
+            return false;
+        }
+        // A RayJob's cluster is watched as its RayJob.
+        if reference.kind == WorkloadKind::RayCluster && workload::owned_by(workload, "RayJob") {
+            return false;
+        }
         enrolled(workload) || lock(&self.watched).contains(&reference.id())
+    }
+
+    /// The JobSet that runs a TrainJob's pods (it has the TrainJob's name), as the watchers have it.
+    pub(super) fn jobset_of(&self, reference: &WorkloadRef) -> Option<Value> {
+        if reference.kind != WorkloadKind::TrainJob {
+            return None;
+        }
+        self.cached_workload(&WorkloadRef {
+            kind: WorkloadKind::JobSet,
+            ..reference.clone()
+        })
     }
 
     fn log_path(&self, reference: &WorkloadRef, restart: u32) -> PathBuf {
@@ -541,7 +585,15 @@ impl Backend for KubeBackend {
             )));
         }
         let restart = workload::restart_count(&current) + 1;
-        let manifest = next_incarnation(reference.kind, &current, restart, exclude, changes);
+        let jobset = self.jobset_of(&reference);
+        let manifest = next_incarnation(
+            reference.kind,
+            &current,
+            jobset.as_ref(),
+            restart,
+            exclude,
+            changes,
+        );
         let request = Self::recreate_request(&reference);
         let api = self.workload_api(&reference);
         // Pods of the old incarnation on a node that is gone never finish terminating: they are
@@ -561,6 +613,13 @@ impl Backend for KubeBackend {
             })
             .filter_map(|pod| str_at(pod, "/metadata/name").map(str::to_string))
             .collect();
+        if let Some(patch) =
+            suspend::in_place_patch(reference.kind, &current, &manifest, exclude, changes)
+        {
+            return self
+                .restart_in_place(&reference, &patch, &stuck, restart, exclude, changes)
+                .await;
+        }
         match api
             .delete(&reference.name, &DeleteParams::background())
             .await
@@ -696,10 +755,24 @@ impl Backend for KubeBackend {
                     let next = next_incarnation(
                         reference.kind,
                         &current,
+                        self.jobset_of(&reference).as_ref(),
                         restart,
                         &params.exclude_nodes,
                         &params.changes,
                     );
+                    if let Some(patch) = suspend::in_place_patch(
+                        reference.kind,
+                        &current,
+                        &next,
+                        &params.exclude_nodes,
+                        &params.changes,
+                    ) {
+                        // Suspended with its new spec for Kueue to admit again, not re-created.
+                        command = format!(
+                            "{}; Kueue admits it again and resumes it",
+                            Self::in_place_request(&reference, &patch)
+                        );
+                    }
                     command.push_str(" with the spec changed:\n");
                     command.push_str(&spec_diff(&clean(reference.kind, &current), &next));
                 }
@@ -746,16 +819,33 @@ impl Backend for KubeBackend {
 
     async fn usable_nodes(
         &self,
-        _partition: Option<&str>,
-    ) -> Result<Option<Vec<String>>, BackendError> {
+        job_id: &str,
+        _spec: &crate::model::JobSpec,
+    ) -> Result<Option<NodeCapacity>, BackendError> {
+        let reference = self.reference(job_id)?;
+        // The workload as it is, else as it was saved: which nodes suit it depends on its templates.
+        let workload = match self.cached_workload(&reference) {
+            Some(workload) => workload,
+            None => match self.current_spec(&reference).await {
+                Ok(workload) => workload,
+                Err(BackendError::NoSuchJob(_)) => return Ok(None),
+                Err(err) => return Err(err),
+            },
+        };
+        // A TrainJob's pods are its JobSet's: without it, which nodes suit them cannot be told.
+        let replicas = match self.jobset_of(&reference) {
+            Some(jobset) => placement::replicas(WorkloadKind::JobSet, &jobset),
+            None => placement::replicas(reference.kind, &workload),
+        };
+        if replicas.is_empty() {
+            return Ok(None);
+        }
         let nodes = Self::values(std::slice::from_ref(&self.nodes));
-        Ok(Some(
-            nodes
-                .iter()
-                .filter(|node| node_usable(node))
-                .filter_map(|node| str_at(node, "/metadata/name").map(str::to_string))
-                .collect(),
-        ))
+        Ok(Some(placement::capacity(
+            &replicas,
+            &nodes,
+            placement::elastic_min(reference.kind, &workload),
+        )))
     }
 }
 

@@ -7,6 +7,7 @@ mod inventory;
 pub mod logs;
 pub mod recreate;
 mod specs;
+mod suspend;
 pub mod workload;
 
 pub use crate::config::KubernetesConfig;

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::workload::{HOSTNAME_LABEL, RESTART_ANNOTATION, WorkloadKind};
+use super::workload::{HOSTNAME_LABEL, RESTART_ANNOTATION, WorkloadKind, trainjob};
 use crate::model::SpecChange;
 
 /// Metadata the server owns: a create with them is refused or meaningless.
@@ -235,10 +235,12 @@ fn apply_to_template(template: &mut Value, change: &SpecChange) {
 }
 
 /// The manifest to create: `current` cleaned, counted as restart `restart`, away from `exclude`, with
-/// `changes` applied to every pod template.
+/// `changes` applied to every pod template. A TrainJob's pods are its JobSet's (`jobset`, when it is
+/// still there): their affinity is where its exclusions are merged in.
 pub fn next_incarnation(
     kind: WorkloadKind,
     current: &Value,
+    jobset: Option<&Value>,
     restart: u32,
     exclude: &[String],
     changes: &[SpecChange],
@@ -248,7 +250,9 @@ pub fn next_incarnation(
         ensure(&mut manifest, &["metadata", "annotations"]).and_then(Value::as_object_mut)
     {
         annotations.insert(RESTART_ANNOTATION.to_string(), json!(restart.to_string()));
-        if kind == WorkloadKind::RayJob && changes.contains(&SpecChange::RayGcsFaultTolerance) {
+        if matches!(kind, WorkloadKind::RayJob | WorkloadKind::RayCluster)
+            && changes.contains(&SpecChange::RayGcsFaultTolerance)
+        {
             annotations.insert("ray.io/ft-enabled".to_string(), json!("true"));
         }
     }
@@ -267,7 +271,29 @@ pub fn next_incarnation(
             apply_to_template(template, change);
         }
     }
+    if kind == WorkloadKind::TrainJob {
+        trainjob::exclude_nodes(&mut manifest, jobset, exclude);
+        apply_to_trainer(&mut manifest, changes);
+    }
     manifest
+}
+
+/// A TrainJob's changes go to its trainer, which sets the training container over the runtime's.
+fn apply_to_trainer(manifest: &mut Value, changes: &[SpecChange]) {
+    if changes.is_empty() {
+        return;
+    }
+    let Some(trainer) = ensure(manifest, &["spec", "trainer"]) else {
+        return;
+    };
+    // The trainer has a container's image, command, args and env: changed as one.
+    let mut template = json!({"spec": {"containers": [trainer.clone()]}});
+    for change in changes {
+        apply_to_template(&mut template, change);
+    }
+    if let Some(changed) = template.pointer("/spec/containers/0") {
+        *trainer = changed.clone();
+    }
 }
 
 /// Adds `kubernetes.io/hostname NotIn exclude` to every required node-selector term of a pod template
@@ -421,7 +447,7 @@ mod tests {
 
     #[test]
     fn the_next_incarnation_drops_server_fields_and_counts_the_restart() {
-        let next = next_incarnation(WorkloadKind::PyTorchJob, &pytorchjob(), 2, &[], &[]);
+        let next = next_incarnation(WorkloadKind::PyTorchJob, &pytorchjob(), None, 2, &[], &[]);
         assert!(next.get("status").is_none());
         let metadata = &next["metadata"];
         for key in [
@@ -439,7 +465,14 @@ mod tests {
     #[test]
     fn every_template_excludes_the_nodes_keeping_its_own_terms() {
         let exclude = vec!["n2".to_string(), "n5".to_string()];
-        let next = next_incarnation(WorkloadKind::PyTorchJob, &pytorchjob(), 1, &exclude, &[]);
+        let next = next_incarnation(
+            WorkloadKind::PyTorchJob,
+            &pytorchjob(),
+            None,
+            1,
+            &exclude,
+            &[],
+        );
         for role in ["Master", "Worker"] {
             let template = &next["spec"]["pytorchReplicaSpecs"][role]["template"];
             assert_eq!(
@@ -457,7 +490,7 @@ mod tests {
             "{worker_terms:#}"
         );
         // Excluding again adds nothing twice.
-        let again = next_incarnation(WorkloadKind::PyTorchJob, &next, 2, &exclude, &[]);
+        let again = next_incarnation(WorkloadKind::PyTorchJob, &next, None, 2, &exclude, &[]);
         let values = &again["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["affinity"]
             ["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
             [0]["matchExpressions"][0]["values"];
@@ -483,7 +516,14 @@ mod tests {
                 effect: Some("NoSchedule".to_string()),
             },
         ];
-        let next = next_incarnation(WorkloadKind::PyTorchJob, &pytorchjob(), 1, &[], &changes);
+        let next = next_incarnation(
+            WorkloadKind::PyTorchJob,
+            &pytorchjob(),
+            None,
+            1,
+            &[],
+            &changes,
+        );
         let master = &next["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"];
         assert_eq!(
             master["containers"][0]["args"],
@@ -526,7 +566,7 @@ mod tests {
                 }}, "spec": {"containers": [{"name": "main"}]}},
             },
         });
-        let next = next_incarnation(WorkloadKind::Job, &job, 1, &[], &[]);
+        let next = next_incarnation(WorkloadKind::Job, &job, None, 1, &[], &[]);
         assert!(next["spec"].get("selector").is_none());
         assert_eq!(
             next["spec"]["template"]["metadata"]["labels"],
@@ -544,6 +584,7 @@ mod tests {
         let next = next_incarnation(
             WorkloadKind::RayJob,
             &ray,
+            None,
             1,
             &[],
             &[SpecChange::RayGcsFaultTolerance],
@@ -560,6 +601,7 @@ mod tests {
         let after = next_incarnation(
             WorkloadKind::PyTorchJob,
             &before,
+            None,
             1,
             &["n2".to_string()],
             &[SpecChange::DataLoaderWorkers { workers: 2 }],
@@ -572,6 +614,74 @@ mod tests {
         assert!(
             !diff.contains("train:1"),
             "unchanged lines far from a change stay out: {diff}"
+        );
+    }
+
+    #[test]
+    fn a_jobset_is_kept_off_the_excluded_nodes_in_every_replicated_job_within_its_own_affinity() {
+        let jobset = json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "sweep", "namespace": "ml", "uid": "u1", "resourceVersion": "9",
+                         "labels": {"kueue.x-k8s.io/queue-name": "research"}},
+            "spec": {"replicatedJobs": [
+                {"name": "driver", "replicas": 1, "template": {"spec": {"template": {"spec": {
+                    "containers": [{"name": "driver", "image": "sweep:1"}]}}}}},
+                {"name": "workers", "replicas": 4, "template": {"spec": {"parallelism": 2, "template": {"spec": {
+                    "containers": [{"name": "w", "image": "sweep:1", "args": ["--num_workers=8"]}],
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": "cloud.google.com/gke-nodepool", "operator": "In", "values": ["a3"]}]}]}}},
+                }}}}},
+            ]},
+            "status": {"restarts": 0},
+        });
+        let next = next_incarnation(
+            WorkloadKind::JobSet,
+            &jobset,
+            None,
+            1,
+            &["gpu-node-3".to_string()],
+            &[SpecChange::DataLoaderWorkers { workers: 4 }],
+        );
+        assert!(next.get("status").is_none());
+        assert_eq!(
+            next["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+            "research"
+        );
+        for job in next["spec"]["replicatedJobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let spec = &job["template"]["spec"]["template"]["spec"];
+            let terms =
+                spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                    ["nodeSelectorTerms"]
+                    .to_string();
+            assert!(
+                terms.contains(
+                    r#"{"key":"kubernetes.io/hostname","operator":"NotIn","values":["gpu-node-3"]}"#
+                ),
+                "{}: {terms}",
+                job["name"]
+            );
+        }
+        let workers = &next["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"];
+        let terms = workers["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"]
+            .to_string();
+        assert!(
+            terms.contains("gke-nodepool"),
+            "the user's term is kept: {terms}"
+        );
+        assert_eq!(workers["containers"][0]["args"][0], "--num_workers=4");
+        assert_eq!(
+            WorkloadKind::JobSet
+                .templates(&next)
+                .iter()
+                .map(|(_, n)| n)
+                .sum::<u32>(),
+            9
         );
     }
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use super::jobcomp::JobCompRecord;
 use super::squeue::SlurmJob;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, NodeCapacity};
 
 /// One change runguard makes to Slurm.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,8 +81,9 @@ pub trait SlurmApi: Send + Sync {
     /// The exact command or request `operation` runs, for approvals and the journal.
     fn describe(&self, operation: &Operation) -> String;
 
-    /// Nodes of `partition` (all partitions when `None`) that can run jobs now: not down, drained or failing.
-    async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError>;
+    /// The nodes of `partition` (all partitions when `None`): all of them, and those that can run jobs
+    /// now (not down, drained or failing).
+    async fn usable_nodes(&self, partition: Option<&str>) -> Result<NodeCapacity, BackendError>;
 
     /// Each of `nodes` with the controller's compact word for its state (`alloc`, `mix*`, `down*`...).
     async fn node_states(&self, nodes: &[String]) -> Result<Vec<(String, String)>, BackendError>;

@@ -14,7 +14,9 @@ use super::comment::Enrolment;
 use super::jobcomp::JobCompRecord;
 use super::squeue::SlurmJob;
 use super::words;
-use crate::backend::{ActionOutcome, Backend, BackendError, Can, Capabilities, Hold, JobSnapshot};
+use crate::backend::{
+    ActionOutcome, Backend, BackendError, Can, Capabilities, Hold, JobSnapshot, NodeCapacity,
+};
 use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits};
 use crate::sync::lock;
@@ -652,9 +654,13 @@ impl Backend for SlurmBackend {
 
     async fn usable_nodes(
         &self,
-        partition: Option<&str>,
-    ) -> Result<Option<Vec<String>>, BackendError> {
-        self.api.usable_nodes(partition).await.map(Some)
+        _job_id: &str,
+        spec: &JobSpec,
+    ) -> Result<Option<NodeCapacity>, BackendError> {
+        self.api
+            .usable_nodes(spec.partition.as_deref())
+            .await
+            .map(Some)
     }
 
     async fn node_inventory(&self) -> Result<Option<crate::capacity::NodeListing>, BackendError> {
@@ -699,8 +705,8 @@ mod tests {
         fn describe(&self, operation: &Operation) -> String {
             format!("{operation:?}")
         }
-        async fn usable_nodes(&self, _: Option<&str>) -> Result<Vec<String>, BackendError> {
-            Ok(Vec::new())
+        async fn usable_nodes(&self, _: Option<&str>) -> Result<NodeCapacity, BackendError> {
+            Ok(NodeCapacity::default())
         }
         async fn node_states(
             &self,

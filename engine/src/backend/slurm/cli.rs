@@ -13,7 +13,7 @@ use super::api::{Operation, SlurmApi};
 use super::jobcomp::{self, JobCompRecord};
 use super::squeue::{self, SlurmJob};
 use super::{hostlist, sacct, scontrol};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, NodeCapacity};
 use crate::sync::lock;
 use crate::telemetry::tail::read_end;
 
@@ -478,34 +478,49 @@ impl SlurmApi for SlurmCli {
         Ok(Some(super::inventory::read(&text)))
     }
 
-    async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError> {
+    async fn usable_nodes(&self, partition: Option<&str>) -> Result<NodeCapacity, BackendError> {
         let mut command = argv(&["sinfo", "--noheader", "--Node", "--format=%N %t"]);
         if let Some(partition) = partition {
             command.push(format!("--partition={partition}"));
         }
         let text = self.run(&command).await?;
-        let mut nodes = Vec::new();
-        for line in text.lines() {
-            let mut fields = line.split_whitespace();
-            let (Some(name), Some(state)) = (fields.next(), fields.next()) else {
-                continue;
-            };
-            if usable(state) {
-                // A node in several partitions is listed once per partition.
-                for node in hostlist::expand(name).unwrap_or_else(|_| vec![name.to_string()]) {
-                    if !nodes.contains(&node) {
-                        nodes.push(node);
-                    }
-                }
+        Ok(partition_capacity(&text))
+    }
+}
+
+/// The nodes `sinfo --Node --format='%N %t'` lists: every one could run a job of the partition once
+/// it is back (a down or drained node is returned to service), the usable ones can now.
+fn partition_capacity(text: &str) -> NodeCapacity {
+    let mut capacity = NodeCapacity::default();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(name), Some(state)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        // A node in several partitions is listed once per partition.
+        for node in hostlist::expand(name).unwrap_or_else(|_| vec![name.to_string()]) {
+            if usable(state) && !capacity.now.contains(&node) {
+                capacity.now.push(node.clone());
+            }
+            if !capacity.fitting.contains(&node) {
+                capacity.fitting.push(node);
             }
         }
-        Ok(nodes)
     }
+    capacity
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_node_of_the_partition_fits_and_the_usable_ones_can_run_now() {
+        let capacity = partition_capacity("n[1-2] alloc\nn3 drain\nn4 down*\nn1 alloc\nn5 drng\n");
+        assert_eq!(capacity.now, ["n1", "n2"]);
+        assert_eq!(capacity.fitting, ["n1", "n2", "n3", "n4", "n5"]);
+        assert_eq!(capacity.left(&["n2".to_string()]), (1, 4));
+    }
 
     #[test]
     fn node_states_read_as_sinfo_printed_them_with_a_node_frozen() {

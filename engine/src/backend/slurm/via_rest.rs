@@ -16,7 +16,7 @@ use super::cli::{SlurmCli, argv};
 use super::jobcomp::JobCompRecord;
 use super::rest::{JobUpdate, RestRequest, SlurmRest};
 use super::squeue::{self, SlurmJob};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, NodeCapacity};
 
 /// slurmrestd first, the command-line tools for what it cannot do.
 pub struct SlurmViaRest {
@@ -147,7 +147,7 @@ impl SlurmApi for SlurmViaRest {
         }
     }
 
-    async fn usable_nodes(&self, partition: Option<&str>) -> Result<Vec<String>, BackendError> {
+    async fn usable_nodes(&self, partition: Option<&str>) -> Result<NodeCapacity, BackendError> {
         self.cli.usable_nodes(partition).await
     }
 

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::backend::Capabilities;
+use crate::backend::{Capabilities, NodeCapacity};
 use crate::config::{RecoveryConfig, RecoveryMode};
 use crate::model::{
     ActionKind, ActionParams, AnomalyKind, Attempt, Attribution, Component, Remedy, RemedyKind,
@@ -111,27 +111,31 @@ pub struct Decision {
     pub failures_since_checkpoint: u32,
     /// Recovery stopped because of the crash-loop rule.
     pub crash_loop: bool,
+    /// The job is restarted although too few nodes can take it now: it waits in the queue for
+    /// capacity, and this says why (the workflow's status reason while it recovers).
+    pub waiting_for_capacity: Option<String>,
     /// One line for the journal.
     pub summary: String,
 }
 
 /// Decides what to do about the failure of `attempt` (the workflow's latest), attributed as `attribution`.
-/// `usable_nodes` are the nodes of the job's partition that can run jobs now, when the backend knows.
+/// `usable_nodes` are the nodes that could run the job now and ever, when the backend knows.
 pub fn decide(
     workflow: &Workflow,
     attempt: &Attempt,
     anomaly: AnomalyKind,
     attribution: &Attribution,
     policy: &Policy,
-    usable_nodes: Option<&[String]>,
+    usable_nodes: Option<&NodeCapacity>,
 ) -> Decision {
     let failures = workflow.failures_since_checkpoint.saturating_add(1);
     let limit = policy.requeue_limit(workflow);
     let culprit = attribution.culprit.node.clone();
     let mut exclude = attempt.excluded_nodes.clone();
-    // A preempted or timed-out job's node is a victim of the scheduler, not a culprit.
+    // Only a fault of the node itself keeps the job off it: a preempted job's node is a victim of the
+    // scheduler, and a DataLoader or CUDA OOM happened on a rank's node, not because of it.
     if let Some(node) = &culprit
-        && attribution.component != Component::Scheduler
+        && faults_the_node(attribution.component)
         && !exclude.contains(node)
     {
         exclude.push(node.clone());
@@ -142,13 +146,23 @@ pub fn decide(
             exclude.push(node.clone());
         }
     }
-    let needed = if policy.min_nodes > 0 {
-        policy.min_nodes
-    } else {
-        workflow.spec.nodes.max(1)
+    // An elastic job's own minimum, else the configured one, else the job's size.
+    let needed = match usable_nodes.and_then(|capacity| capacity.min_nodes) {
+        Some(elastic) => elastic.max(1),
+        None if policy.min_nodes > 0 => policy.min_nodes,
+        None => workflow.spec.nodes.max(1),
     };
-    let remaining = usable_nodes
-        .map(|usable| usable.iter().filter(|node| !exclude.contains(node)).count() as u32);
+    let left = usable_nodes.map(|capacity| capacity.left(&exclude));
+    let excluded = if exclude.is_empty() {
+        "nothing is".to_string()
+    } else {
+        format!(
+            "{} {}",
+            exclude.join(","),
+            if exclude.len() == 1 { "is" } else { "are" }
+        )
+    };
+    let partition = workflow.spec.partition.as_deref().unwrap_or("(default)");
     let where_ = culprit
         .as_deref()
         .map(|node| format!(" on {node}"))
@@ -181,22 +195,24 @@ pub fn decide(
                 .max_requeue_times
                 .map_or("unset".to_string(), |n| n.to_string())
         ))
-    } else if let Some(remaining) = remaining
-        && remaining < needed
+    } else if let Some((_, ever)) = left
+        && ever < needed
     {
+        // Only a pool that can never fit the job stops it: too few nodes now is a reason to wait.
         Some(format!(
-            "too few usable nodes: {remaining} left in partition {} once {} {} excluded, and the job \
-             needs at least {needed}; it is not restarted on fewer",
-            workflow.spec.partition.as_deref().unwrap_or("(default)"),
-            if exclude.is_empty() {
-                "nothing".to_string()
-            } else {
-                exclude.join(",")
-            },
-            if exclude.len() == 1 { "is" } else { "are" },
+            "too few usable nodes: {ever} left in partition {partition} that could ever run the job \
+             once {excluded} excluded, and it needs at least {needed}; it is not restarted on fewer"
         ))
     } else {
         None
+    };
+    let waiting_for_capacity = match left {
+        Some((now, ever)) if stop_reason.is_none() && now < needed => Some(format!(
+            "waiting for capacity: {now} of the {ever} nodes in partition {partition} that fit the \
+             job can take it now once {excluded} excluded, and it needs {needed}; it waits in the \
+             queue until nodes come back or free up"
+        )),
+        _ => None,
     };
 
     let intent = |kind: ActionKind, params: ActionParams, why: String| {
@@ -298,12 +314,16 @@ pub fn decide(
             anomaly.as_str()
         ),
         None => format!(
-            "attempt {} {}: {}",
+            "attempt {} {}: {}{}",
             attempt.index,
             anomaly.as_str(),
             intents
                 .first()
                 .map(|intent| intent.why.clone())
+                .unwrap_or_default(),
+            waiting_for_capacity
+                .as_deref()
+                .map(|waiting| format!("; {waiting}"))
                 .unwrap_or_default()
         ),
     };
@@ -320,7 +340,21 @@ pub fn decide(
         stop_reason,
         failures_since_checkpoint: failures,
         summary,
+        waiting_for_capacity,
     }
+}
+
+/// Whether a failure of `component` is the node's fault (its GPUs, links, disks or itself), so that
+/// the job is kept off the culprit node.
+fn faults_the_node(component: Component) -> bool {
+    matches!(
+        component,
+        Component::Gpu
+            | Component::Network
+            | Component::Storage
+            | Component::Infrastructure
+            | Component::None
+    )
 }
 
 /// The spec changes of the first recommended fix that names any the backend can make. A failure a

@@ -166,45 +166,125 @@ fn remedy_parameters_map_to_spec_changes() {
 }
 
 #[test]
-fn does_not_restart_on_fewer_nodes_than_the_job_needs() {
+fn does_not_restart_on_fewer_nodes_than_the_pool_could_ever_give_the_job() {
     let mut workflow = workflow();
     workflow.spec.nodes = 2;
     workflow.spec.partition = Some("gpu".into());
     let failed = attempt(JobState::Failed);
     let nccl = attribution("nccl_timeout", Component::Network, true);
-    let usable: Vec<String> = ["node-02", "node-07", "node-09", "node-11"]
-        .map(String::from)
-        .to_vec();
-    let decide_on = |policy: &Policy, usable: &[String]| {
+    let pool = |nodes: &[&str]| NodeCapacity {
+        now: nodes.iter().map(|node| node.to_string()).collect(),
+        fitting: nodes.iter().map(|node| node.to_string()).collect(),
+        min_nodes: None,
+    };
+    let decide_on = |policy: &Policy, capacity: &NodeCapacity| {
         decide(
             &workflow,
             &failed,
             AnomalyKind::Crash,
             &nccl,
             policy,
-            Some(usable),
+            Some(capacity),
         )
     };
-    // node-02 was excluded before and node-07 is the culprit: two usable nodes remain, enough.
-    let decision = decide_on(&policy(), &usable);
+    // node-02 was excluded before and node-07 is the culprit: two nodes remain, enough.
+    let four = pool(&["node-02", "node-07", "node-09", "node-11"]);
+    let decision = decide_on(&policy(), &four);
     assert_eq!(decision.status, WorkflowStatus::Recovering);
+    assert_eq!(decision.waiting_for_capacity, None);
 
-    // Only one would remain: the job is not restarted on fewer nodes than it needs.
-    let decision = decide_on(&policy(), &usable[..3]);
+    // Only one would ever remain: the job is not restarted on fewer nodes than it needs.
+    let three = pool(&["node-02", "node-07", "node-09"]);
+    let decision = decide_on(&policy(), &three);
     assert_eq!(decision.status, WorkflowStatus::Completed);
     let reason = decision.stop_reason.unwrap();
     assert!(
-        reason.contains("too few usable nodes: 1 left in partition gpu"),
+        reason.contains("too few usable nodes: 1 left in partition gpu that could ever run the job once node-02,node-07 are excluded"),
         "{reason}"
     );
     assert!(reason.contains("needs at least 2"), "{reason}");
     assert!(!decision.intents.iter().any(|i| i.kind.restarts_the_run()));
 
     // A configured minimum below the job's size lets it restart on what is left.
-    let mut elastic = policy();
-    elastic.min_nodes = 1;
-    let decision = decide_on(&elastic, &usable[..3]);
+    let mut smaller = policy();
+    smaller.min_nodes = 1;
+    let decision = decide_on(&smaller, &three);
     assert_eq!(decision.status, WorkflowStatus::Recovering);
+
+    // So does the job's own elastic minimum, which wins over the configured one.
+    let elastic = NodeCapacity {
+        min_nodes: Some(1),
+        ..three.clone()
+    };
+    assert_eq!(
+        decide_on(&policy(), &elastic).status,
+        WorkflowStatus::Recovering
+    );
+    let strict = NodeCapacity {
+        min_nodes: Some(2),
+        ..three
+    };
+    assert_eq!(
+        decide_on(&smaller, &strict).status,
+        WorkflowStatus::Completed
+    );
+}
+
+#[test]
+fn too_few_nodes_now_restarts_the_job_to_wait_for_capacity() {
+    let mut workflow = workflow();
+    workflow.spec.nodes = 3;
+    workflow.spec.partition = Some("research".into());
+    let failed = attempt(JobState::NodeFail);
+    let lost = attribution("node_failure", Component::Infrastructure, true);
+    // Five tainted GPU nodes fit the job; node-02 was excluded before, node-07 is the culprit and
+    // node-11 is cordoned: two can take it now, three could.
+    let capacity = NodeCapacity {
+        now: ["node-09", "node-12"].map(String::from).to_vec(),
+        fitting: ["node-02", "node-07", "node-09", "node-11", "node-12"]
+            .map(String::from)
+            .to_vec(),
+        min_nodes: None,
+    };
+    let decision = decide(
+        &workflow,
+        &failed,
+        AnomalyKind::Crash,
+        &lost,
+        &policy(),
+        Some(&capacity),
+    );
+    assert_eq!(decision.status, WorkflowStatus::Recovering, "{decision:#?}");
+    assert_eq!(decision.stop_reason, None);
+    assert!(decision.intents[0].kind.restarts_the_run());
+    assert_eq!(
+        decision.intents[0].params.exclude_nodes,
+        ["node-02", "node-07"]
+    );
+    let waiting = decision.waiting_for_capacity.clone().unwrap_or_default();
+    assert!(
+        waiting.starts_with("waiting for capacity: 2 of the 3 nodes in partition research"),
+        "{waiting}"
+    );
+    assert!(waiting.contains("needs 3"), "{waiting}");
+    assert!(decision.summary.contains(&waiting), "{}", decision.summary);
+
+    // Nothing fits now and nothing ever will once the culprit is gone: stop.
+    let gone = NodeCapacity {
+        now: Vec::new(),
+        fitting: ["node-07"].map(String::from).to_vec(),
+        min_nodes: None,
+    };
+    let decision = decide(
+        &workflow,
+        &failed,
+        AnomalyKind::Crash,
+        &lost,
+        &policy(),
+        Some(&gone),
+    );
+    assert_eq!(decision.status, WorkflowStatus::Completed);
+    assert_eq!(decision.waiting_for_capacity, None);
 }
 
 #[test]
@@ -329,4 +409,38 @@ fn a_stopped_hang_cancels_the_job_that_still_holds_its_nodes() {
         None,
     );
     assert_eq!(decision.intents[0].kind, ActionKind::Cancel);
+}
+
+#[test]
+fn a_failure_of_the_job_s_own_making_keeps_its_node() {
+    let mut oom = attribution("dataloader_oom", Component::HostMemory, true);
+    oom.remedies = vec![remedy(
+        "recreate_with_patch",
+        serde_json::json!({"num_workers": 4}),
+    )];
+    let mut recreating = policy();
+    recreating.capabilities.recreate = true;
+    let decision = decide_with(&workflow(), JobState::Failed, &oom, &recreating);
+    let restart = &decision.intents[0];
+    assert_eq!(restart.kind, ActionKind::Recreate, "{decision:#?}");
+    assert_eq!(
+        restart.params.exclude_nodes,
+        ["node-02"],
+        "only the earlier exclusion: node-07 ran the rank, it did not fail it"
+    );
+    for component in [
+        Component::GpuMemory,
+        Component::Application,
+        Component::Data,
+    ] {
+        let cause = attribution("x", component, true);
+        let decision = decide_with(&workflow(), JobState::Failed, &cause, &policy());
+        assert!(
+            !decision
+                .intents
+                .iter()
+                .any(|i| i.params.exclude_nodes.contains(&"node-07".to_string())),
+            "{component:?}: {decision:#?}"
+        );
+    }
 }

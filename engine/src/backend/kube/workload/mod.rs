@@ -3,15 +3,19 @@
 //! the objects as JSON, so they are tested on real-shaped fixtures without an API server.
 
 pub mod evidence;
+mod kind;
 mod nodes;
+pub mod placement;
 mod pods;
 pub mod snapshot;
+pub mod trainjob;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 pub use evidence::{EvidenceLine, evidence};
-pub use nodes::{node_readiness, node_usable};
+pub use kind::WorkloadKind;
+pub use nodes::node_readiness;
 pub use pods::{PodIndex, pod_ended, pods_of, ranked};
 pub use snapshot::{excluded_nodes, snapshot};
 
@@ -34,163 +38,6 @@ pub(super) const STUCK_WAITING: [&str; 5] = [
     "CreateContainerConfigError",
     "CreateContainerError",
 ];
-
-/// The kinds of workload runguard watches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum WorkloadKind {
-    /// batch/v1 Job.
-    Job,
-    /// Kubeflow training operator's PyTorchJob (kubeflow.org/v1).
-    PyTorchJob,
-    /// KubeRay's RayJob (ray.io/v1).
-    RayJob,
-}
-
-impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 3] = [Self::Job, Self::PyTorchJob, Self::RayJob];
-
-    /// The name used in job ids and on the command line.
-    pub fn short(self) -> &'static str {
-        match self {
-            Self::Job => "job",
-            Self::PyTorchJob => "pytorchjob",
-            Self::RayJob => "rayjob",
-        }
-    }
-
-    pub fn kind(self) -> &'static str {
-        match self {
-            Self::Job => "Job",
-            Self::PyTorchJob => "PyTorchJob",
-            Self::RayJob => "RayJob",
-        }
-    }
-
-    pub fn group(self) -> &'static str {
-        match self {
-            Self::Job => "batch",
-            Self::PyTorchJob => "kubeflow.org",
-            Self::RayJob => "ray.io",
-        }
-    }
-
-    pub fn version(self) -> &'static str {
-        "v1"
-    }
-
-    pub fn plural(self) -> &'static str {
-        match self {
-            Self::Job => "jobs",
-            Self::PyTorchJob => "pytorchjobs",
-            Self::RayJob => "rayjobs",
-        }
-    }
-
-    /// `kind`, its plural, or `plural.group` as kubectl accepts them.
-    pub fn parse(name: &str) -> Option<Self> {
-        let name = name.to_ascii_lowercase();
-        Self::ALL.into_iter().find(|kind| {
-            name == kind.short()
-                || name == kind.plural()
-                || name == format!("{}.{}", kind.short(), kind.group())
-                || name == format!("{}.{}", kind.plural(), kind.group())
-        })
-    }
-
-    /// The REST path of the collection in `namespace`, or of one object.
-    pub fn path(self, namespace: &str, name: Option<&str>) -> String {
-        let base = format!(
-            "/apis/{}/{}/namespaces/{namespace}/{}",
-            self.group(),
-            self.version(),
-            self.plural()
-        );
-        match name {
-            Some(name) => format!("{base}/{name}"),
-            None => base,
-        }
-    }
-
-    /// The pod templates of a workload with their replica counts.
-    pub fn templates(self, workload: &Value) -> Vec<(&Value, u32)> {
-        let replicas = |spec: &Value| {
-            spec.get("replicas")
-                .and_then(Value::as_u64)
-                .map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX))
-        };
-        match self {
-            Self::Job => {
-                let parallelism = at(workload, "/spec/parallelism")
-                    .and_then(Value::as_u64)
-                    .map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX));
-                at(workload, "/spec/template")
-                    .map(|template| vec![(template, parallelism)])
-                    .unwrap_or_default()
-            }
-            Self::PyTorchJob => ["Master", "Worker"]
-                .iter()
-                .filter_map(|role| at(workload, &format!("/spec/pytorchReplicaSpecs/{role}")))
-                .filter_map(|spec| spec.get("template").map(|t| (t, replicas(spec))))
-                .collect(),
-            Self::RayJob => {
-                let mut templates = Vec::new();
-                if let Some(head) = at(workload, "/spec/rayClusterSpec/headGroupSpec/template") {
-                    templates.push((head, 1));
-                }
-                if let Some(groups) =
-                    at(workload, "/spec/rayClusterSpec/workerGroupSpecs").and_then(Value::as_array)
-                {
-                    for group in groups {
-                        if let Some(template) = group.get("template") {
-                            templates.push((template, replicas(group)));
-                        }
-                    }
-                }
-                templates
-            }
-        }
-    }
-
-    /// The same, to change them (re-creation patches).
-    pub fn templates_mut(self, workload: &mut Value) -> Vec<&mut Value> {
-        match self {
-            Self::Job => workload.pointer_mut("/spec/template").into_iter().collect(),
-            Self::PyTorchJob => match workload
-                .pointer_mut("/spec/pytorchReplicaSpecs")
-                .and_then(Value::as_object_mut)
-            {
-                Some(specs) => specs
-                    .values_mut()
-                    .filter_map(|spec| spec.get_mut("template"))
-                    .collect(),
-                None => Vec::new(),
-            },
-            Self::RayJob => {
-                let Some(cluster) = workload
-                    .pointer_mut("/spec/rayClusterSpec")
-                    .and_then(Value::as_object_mut)
-                else {
-                    return Vec::new();
-                };
-                let mut templates = Vec::new();
-                for (key, value) in cluster.iter_mut() {
-                    match key.as_str() {
-                        "headGroupSpec" => templates.extend(value.get_mut("template")),
-                        "workerGroupSpecs" => {
-                            if let Some(groups) = value.as_array_mut() {
-                                templates.extend(
-                                    groups.iter_mut().filter_map(|g| g.get_mut("template")),
-                                );
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                templates
-            }
-        }
-    }
-}
 
 /// A workload's identity: `KIND/NAMESPACE/NAME` as a job id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -276,6 +123,17 @@ pub(super) fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
     at(object, "/metadata/annotations")
         .and_then(|annotations| annotations.get(key))
         .and_then(Value::as_str)
+}
+
+/// Whether an owner of `object` is of kind `kind` (a TrainJob's JobSet).
+pub fn owned_by(object: &Value, kind: &str) -> bool {
+    at(object, "/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|owners| {
+            owners
+                .iter()
+                .any(|owner| str_at(owner, "/kind") == Some(kind))
+        })
 }
 
 /// The workload opted in with its label.

@@ -8,12 +8,35 @@ use super::*;
 
 /// The pods of this incarnation of the workload, in rank order (rank = index).
 /// The labels by which the operators name a pod's workload (or Ray cluster).
-pub(super) const OWNER_LABELS: [&str; 4] = [
+pub(super) const OWNER_LABELS: [&str; 5] = [
     "training.kubeflow.org/job-name",
     "batch.kubernetes.io/job-name",
     "job-name",
     "ray.io/cluster",
+    JOBSET_NAME_LABEL,
 ];
+
+/// The JobSet labels of its pods (a TrainJob's JobSet has the TrainJob's name).
+const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
+const JOBSET_UID_LABEL: &str = "jobset.sigs.k8s.io/jobset-uid";
+const REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+const JOB_INDEX_LABEL: &str = "jobset.sigs.k8s.io/job-index";
+/// The replicated job of a Trainer runtime that runs the training (the others initialise).
+pub const TRAINER_REPLICATED_JOB: &str = "node";
+
+/// A JobSet pod's place: its replicated job's position, its Job's index, its completion index.
+fn jobset_order(pod: &Value, replicated_position: u64) -> u64 {
+    let number = |text: Option<&str>| text.and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+    let job_index = number(label(pod, JOB_INDEX_LABEL));
+    let completion = number(
+        annotation(pod, "batch.kubernetes.io/job-completion-index")
+            .or(label(pod, "batch.kubernetes.io/job-completion-index")),
+    );
+    replicated_position
+        .saturating_mul(1_000_000)
+        .saturating_add(job_index.saturating_mul(1_000))
+        .saturating_add(completion)
+}
 
 /// Pods by namespace and the workload (or Ray cluster) their labels name: a listing finds each
 /// workload's pods without looking at every pod for every workload.
@@ -104,6 +127,53 @@ pub fn pods_of<'a>(kind: WorkloadKind, workload: &Value, index: &PodIndex<'a>) -
                     match label(pod, "training.kubeflow.org/replica-type") {
                         Some(role) if role.eq_ignore_ascii_case("master") => index,
                         _ => 1_000_000 + index,
+                    }
+                }
+                WorkloadKind::JobSet => {
+                    if label(pod, JOBSET_NAME_LABEL) != Some(name) {
+                        return None;
+                    }
+                    // The pods of an earlier JobSet of the same name carry its uid.
+                    if let (Some(uid), Some(theirs)) = (uid, label(pod, JOBSET_UID_LABEL))
+                        && uid != theirs
+                    {
+                        return None;
+                    }
+                    let replicated = label(pod, REPLICATED_JOB_LABEL).unwrap_or_default();
+                    let position = at(workload, "/spec/replicatedJobs")
+                        .and_then(Value::as_array)
+                        .and_then(|jobs| {
+                            jobs.iter()
+                                .position(|job| str_at(job, "/name") == Some(replicated))
+                        })
+                        .unwrap_or(999);
+                    jobset_order(pod, position as u64)
+                }
+                WorkloadKind::TrainJob => {
+                    if label(pod, JOBSET_NAME_LABEL) != Some(name) {
+                        return None;
+                    }
+                    // Its JobSet is created after it: an older pod is a leftover of an earlier one.
+                    let created = time_at(workload, "/metadata/creationTimestamp");
+                    let pod_created = time_at(pod, "/metadata/creationTimestamp");
+                    if let (Some(created), Some(pod_created)) = (created, pod_created)
+                        && pod_created < created
+                    {
+                        return None;
+                    }
+                    // The trainer's nodes hold the ranks; initialisers come after them.
+                    let position =
+                        u64::from(label(pod, REPLICATED_JOB_LABEL) != Some(TRAINER_REPLICATED_JOB));
+                    jobset_order(pod, position)
+                }
+                WorkloadKind::RayCluster => {
+                    if label(pod, "ray.io/cluster") != Some(name) || !owned_by_this_incarnation(pod)
+                    {
+                        return None;
+                    }
+                    match label(pod, "ray.io/node-type") {
+                        Some("head") => 0,
+                        _ => 1_000,
                     }
                 }
                 WorkloadKind::RayJob => {

@@ -65,6 +65,57 @@ pub(super) fn workload_state(
             }
             (JobState::Pending, "Pending".into(), None)
         }
+        WorkloadKind::JobSet | WorkloadKind::TrainJob => {
+            let (done, children) = match kind {
+                WorkloadKind::JobSet => ("Completed", "/status/replicatedJobsStatus"),
+                _ => ("Complete", "/status/jobsStatus"),
+            };
+            if let Some(found) = true_condition(done) {
+                return (JobState::Completed, done.to_string(), reason_of(found));
+            }
+            if let Some(failed) = true_condition("Failed") {
+                return (JobState::Failed, "Failed".into(), reason_of(failed));
+            }
+            if let Some(suspended) = true_condition("Suspended") {
+                return (
+                    JobState::Pending,
+                    "Suspended".into(),
+                    reason_of(suspended).or(Some("Suspended".into())),
+                );
+            }
+            // Running once any of its Jobs is ready (its pods run); an active Job may still have
+            // every pod pending.
+            let running = at(workload, children)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|child| child.get("ready").and_then(Value::as_u64).unwrap_or(0) > 0);
+            if running {
+                (JobState::Running, "Running".into(), None)
+            } else {
+                (JobState::Pending, "Pending".into(), None)
+            }
+        }
+        // A Ray cluster is a service: it runs until its head (and GCS with it) is lost.
+        WorkloadKind::RayCluster => {
+            let state = str_at(workload, "/status/state").unwrap_or_default();
+            let reason = str_at(workload, "/status/reason").map(str::to_string);
+            if state == "failed" {
+                return (JobState::Failed, "failed".into(), reason);
+            }
+            if state == "suspended" || true_condition("RayClusterSuspended").is_some() {
+                return (
+                    JobState::Pending,
+                    "suspended".into(),
+                    Some("Suspended".into()),
+                );
+            }
+            if state == "ready" || true_condition("HeadPodReady").is_some() {
+                (JobState::Running, "ready".into(), None)
+            } else {
+                (JobState::Pending, "Provisioning".into(), reason)
+            }
+        }
         WorkloadKind::RayJob => {
             let deployment = str_at(workload, "/status/jobDeploymentStatus").unwrap_or_default();
             let job = str_at(workload, "/status/jobStatus").unwrap_or_default();
@@ -176,10 +227,28 @@ pub fn snapshot(
             let (status, node_reason, _) = node_readiness(node)?;
             (status != "True").then(|| (node_name.to_string(), node_reason))
         });
+        // A RayCluster's head that ended took the GCS with it: the cluster has failed, whatever its
+        // status says until KubeRay restarts the head.
+        let head_ended = (kind == WorkloadKind::RayCluster)
+            .then(|| {
+                pods.iter().find(|pod| {
+                    label(pod, "ray.io/node-type") == Some("head")
+                        && (str_at(pod, "/status/phase") == Some("Failed")
+                            || failed_container(pod).is_some_and(|_| pod_ended(pod)))
+                })
+            })
+            .flatten();
         if let Some((node, node_reason)) = lost_node {
             state = JobState::NodeFail;
             state_raw = "NodeNotReady".to_string();
             reason = Some(format!("node {node} is not ready ({node_reason})"));
+        } else if let Some(head) = head_ended {
+            state = JobState::Failed;
+            state_raw = "HeadPodFailed".to_string();
+            reason = Some(format!(
+                "head pod {} ended",
+                str_at(head, "/metadata/name").unwrap_or_default()
+            ));
         } else if let Some((waiting, _)) = pods.iter().find_map(|pod| stuck_container(pod)) {
             state = JobState::Failed;
             state_raw = waiting.clone();
@@ -199,7 +268,13 @@ pub fn snapshot(
             reason = Some("Unschedulable".to_string());
         }
     }
-    let templates = kind.templates(workload);
+    // A TrainJob's one template is its trainer's, as the job sets it over its runtime's.
+    let trainer =
+        (kind == WorkloadKind::TrainJob).then(|| super::trainjob::trainer_template(workload));
+    let templates = match &trainer {
+        Some((template, nodes)) => vec![(template, *nodes)],
+        None => kind.templates(workload),
+    };
     let exit_code = match state {
         JobState::Completed => Some(0),
         _ if state.is_failure() => pods

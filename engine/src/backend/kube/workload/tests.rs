@@ -134,16 +134,6 @@ fn a_rayjob_is_its_cluster_s_pods_head_first() {
 }
 
 #[test]
-fn only_ready_schedulable_untainted_nodes_are_usable() {
-    let usable: Vec<String> = nodes()
-        .iter()
-        .filter(|node| node_usable(node))
-        .filter_map(|node| str_at(node, "/metadata/name").map(str::to_string))
-        .collect();
-    assert_eq!(usable, ["gpu-node-1", "gpu-node-5", "gpu-spot-1"]);
-}
-
-#[test]
 fn references_parse_with_or_without_a_namespace() {
     let reference = WorkloadRef::parse("PyTorchJobs/llama", "ml").unwrap_or_else(|| unreachable!());
     assert_eq!(reference.id(), "pytorchjob/ml/llama");
@@ -153,4 +143,64 @@ fn references_parse_with_or_without_a_namespace() {
     );
     assert!(WorkloadRef::parse("deployment/web", "default").is_none());
     assert!(WorkloadRef::parse("job/../etc", "default").is_none());
+}
+
+#[test]
+fn a_trainjob_is_its_jobset_s_pods_in_completion_order_with_its_trainer_s_size() {
+    let objects = fixture(include_str!(
+        "../../../../../tests/fixtures/kube/trainjob-running.json"
+    ));
+    let of_kind = |kind: &str| {
+        objects
+            .iter()
+            .filter(|object| object["kind"] == kind)
+            .cloned()
+            .collect::<Vec<Value>>()
+    };
+    let (trainjob, jobset, pods) = (
+        of_kind("TrainJob")[0].clone(),
+        of_kind("JobSet")[0].clone(),
+        of_kind("Pod"),
+    );
+    let index = PodIndex::new(&pods);
+    let gke = fixture(include_str!(
+        "../../../../../tests/fixtures/kube/gke-gpu-pool-nodes.json"
+    ));
+    for (kind, workload) in [
+        (WorkloadKind::TrainJob, &trainjob),
+        (WorkloadKind::JobSet, &jobset),
+    ] {
+        let mine = pods_of(kind, workload, &index);
+        let nodes: Vec<&str> = mine
+            .iter()
+            .filter_map(|pod| str_at(pod, "/spec/nodeName"))
+            .collect();
+        assert_eq!(
+            nodes,
+            ["gpu-node-1", "gpu-node-2", "gpu-node-3"],
+            "{kind:?}"
+        );
+        let snapshot = snapshot(kind, workload, &mine, &gke, None, None)
+            .unwrap_or_else(|| unreachable!("a named workload"));
+        assert_eq!(snapshot.state, JobState::Running, "{kind:?}");
+        assert_eq!(snapshot.spec.nodes, 3, "{kind:?}");
+        assert_eq!(snapshot.spec.gpus_per_node, 8, "{kind:?}");
+        assert_eq!(snapshot.gpus, 24, "{kind:?}");
+    }
+    // The pods of an earlier JobSet of the same name are not this one's.
+    let mut other = jobset.clone();
+    other["metadata"]["uid"] = Value::from("another-incarnation");
+    assert!(pods_of(WorkloadKind::JobSet, &other, &index).is_empty());
+    // A failed JobSet says why, as evidence does.
+    let mut failed = jobset;
+    failed["status"]["conditions"] = serde_json::json!([{
+        "type": "Failed", "status": "True", "reason": "FailedJobs",
+        "message": "jobset failed due to reaching max number of restarts",
+    }]);
+    let lines = evidence(WorkloadKind::JobSet, &failed, &[], &gke, &[]);
+    assert!(
+        lines.iter().any(|line| line.text.contains("FailedJobs")
+            && line.text.contains("reaching max number of restarts")),
+        "{lines:?}"
+    );
 }

@@ -20,6 +20,10 @@ use serde_json::{Value, json};
 use crate::kube_fake::{FakeKube, RecordedRequest};
 use crate::support::EngineRig;
 
+mod gpu_pool;
+mod kueue;
+mod ray_cluster;
+
 /// Real-time bound for anything to happen; never a measure of speed.
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -42,13 +46,27 @@ impl Cluster {
         Self::start_with(fixtures, true, adjust).await
     }
 
+    /// On a GKE-shaped pool of four H100 nodes, each tainted `nvidia.com/gpu=present:NoSchedule`.
+    async fn on_gpu_pool(fixtures: &[&str], adjust: impl FnOnce(&mut Config)) -> Self {
+        Self::start_on("gke-gpu-pool-nodes.json", fixtures, false, adjust).await
+    }
+
     async fn start_with(
         fixtures: &[&str],
         healthy_nodes: bool,
         adjust: impl FnOnce(&mut Config),
     ) -> Self {
+        Self::start_on("nodes.json", fixtures, healthy_nodes, adjust).await
+    }
+
+    async fn start_on(
+        nodes: &str,
+        fixtures: &[&str],
+        healthy_nodes: bool,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Self {
         let kube = FakeKube::start();
-        kube.load_fixture("nodes.json");
+        kube.load_fixture(nodes);
         for fixture in fixtures {
             kube.load_fixture(fixture);
         }
@@ -518,13 +536,19 @@ async fn pods_pending_on_gpus_are_reported_as_stuck_with_the_scheduler_s_words()
         "lastTimestamp": chrono::Utc::now().to_rfc3339(),
     }));
     let status = cluster
-        .until("the stuck-pending warning", |status| {
-            has_workflow(status, "big-run")
-                && workflow(status, "big-run")
-                    .anomalies
-                    .iter()
-                    .any(|a| a.kind == AnomalyKind::StuckPending)
-        })
+        .until(
+            "the stuck-pending warning and the scheduler's reason",
+            |status| {
+                // The pod may be seen after the workload, so the reason may come after the warning.
+                has_workflow(status, "big-run")
+                    && workflow(status, "big-run")
+                        .anomalies
+                        .iter()
+                        .any(|a| a.kind == AnomalyKind::StuckPending)
+                    && workflow(status, "big-run").attempts[0].reason.as_deref()
+                        == Some("Unschedulable")
+            },
+        )
         .await;
     let view = workflow(&status, "big-run");
     assert_eq!(view.attempts[0].reason.as_deref(), Some("Unschedulable"));
@@ -661,6 +685,33 @@ async fn expired_credentials_move_the_workflows_to_credential_error_until_they_w
     assert!(cluster.backend.following() <= 3);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinds_whose_crds_are_not_installed_are_skipped_without_waiting_for_them() {
+    let kube = FakeKube::start();
+    kube.load_fixture("nodes.json");
+    kube.load_fixture("pytorchjob-running.json");
+    // A cluster with the training operator but neither JobSet, Trainer nor KubeRay.
+    for plural in ["jobsets", "trainjobs", "rayjobs", "rayclusters"] {
+        kube.without_kind(plural);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.kubernetes.kubeconfig = Some(kube.kubeconfig(dir.path()));
+    // Far beyond the deadline: a listing that waited for a missing kind would never answer in time.
+    config.kubernetes.sync_timeout_secs = 3_600;
+    let backend = KubeBackend::connect(&config.kubernetes, dir.path().join("kube"))
+        .await
+        .unwrap();
+    for listing in 0..2 {
+        let jobs = tokio::time::timeout(DEADLINE, backend.list_jobs())
+            .await
+            .unwrap_or_else(|_| panic!("listing {listing} waited for a kind the cluster lacks"))
+            .unwrap();
+        let ids: Vec<&str> = jobs.iter().map(|job| job.job_id.as_str()).collect();
+        assert_eq!(ids, ["pytorchjob/ml/llama-pretrain"], "listing {listing}");
+    }
+}
+
 /// The same backend against a real cluster: `RUNGUARD_KUBECONFIG=~/.kube/config cargo test --test
 /// integration real_cluster -- --nocapture` (optionally `RUNGUARD_KUBE_CONTEXT`, and
 /// `RUNGUARD_KUBE_NAMESPACE` to read one namespace). It only reads: the scenarios above shape the
@@ -694,21 +745,32 @@ async fn a_real_cluster_is_read_and_never_written_when_one_is_given() {
             job.restart_count
         );
         assert!(
-            ["job/", "pytorchjob/", "rayjob/"]
-                .iter()
-                .any(|kind| job.job_id.starts_with(kind)),
+            [
+                "job/",
+                "pytorchjob/",
+                "rayjob/",
+                "jobset/",
+                "trainjob/",
+                "raycluster/"
+            ]
+            .iter()
+            .any(|kind| job.job_id.starts_with(kind)),
             "{}",
             job.job_id
         );
     }
-    let usable = backend
-        .usable_nodes(None)
-        .await
-        .unwrap()
-        .unwrap_or_default();
-    println!(
-        "{} workloads opted in; {} usable nodes",
-        jobs.len(),
-        usable.len()
-    );
+    for job in &jobs {
+        let capacity = backend
+            .usable_nodes(&job.job_id, &job.spec)
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        println!(
+            "{}: {} nodes can take it now, {} fit it",
+            job.job_id,
+            capacity.now.len(),
+            capacity.fitting.len()
+        );
+    }
+    println!("{} workloads opted in", jobs.len());
 }
