@@ -18,6 +18,8 @@ mod support;
 mod alerts;
 mod attempt_logs;
 #[cfg(feature = "sim")]
+mod chaos;
+#[cfg(feature = "sim")]
 mod cli;
 #[cfg(feature = "sim")]
 mod cockpit;

@@ -9,6 +9,7 @@
 pub mod alert;
 pub mod attribute;
 pub mod backend;
+pub mod chaos;
 pub mod clock;
 pub mod config;
 pub mod detect;

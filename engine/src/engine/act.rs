@@ -36,8 +36,12 @@ impl Engine {
             action.state = ActionState::Executing;
             action.updated_at = now;
             self.store.write(|db| db.update_action(&action))?;
+            crate::chaos::point("action_executing");
 
             let execution = self.execute(&action).await;
+            if matches!(execution, Execution::Ran(_)) {
+                crate::chaos::point("action_ran");
+            }
             let now = self.clock.now();
             self.record_execution(action, execution, now)?;
         }

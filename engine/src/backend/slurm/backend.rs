@@ -392,6 +392,7 @@ impl Backend for SlurmBackend {
             job_id: job_id.to_string(),
         })
         .await?;
+        crate::chaos::point("requeue_held");
         if !exclude.is_empty() {
             self.perform(exclude_step).await?;
         }
