@@ -197,7 +197,7 @@ impl Sandbox {
         command.spawn().unwrap()
     }
 
-    /// Every workflow completed, no action waiting to run, no alert waiting to go out.
+    /// Every workflow completed, no action waiting to run, no alert waiting to be queued or to go out.
     pub fn settled(&self) -> bool {
         let Ok(conn) = rusqlite::Connection::open_with_flags(
             self.db(),
@@ -210,6 +210,11 @@ impl Sandbox {
             && count("SELECT COUNT(*) FROM workflows WHERE status != 'completed'") == 0
             && count("SELECT COUNT(*) FROM actions WHERE state IN ('approved', 'executing')") == 0
             && count("SELECT COUNT(*) FROM alert_deliveries WHERE state = 'pending'") == 0
+            // Every notification was turned into deliveries.
+            && count(
+                "SELECT COUNT(*) FROM notifications WHERE id > \
+                 (SELECT COALESCE(MAX(last_notification_id), 0) FROM alert_cursor)",
+            ) == 0
     }
 }
 
