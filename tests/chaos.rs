@@ -203,3 +203,185 @@ fn the_checker_catches_each_broken_guarantee() {
         );
     }
 }
+
+/// The Kubernetes API server gone in the middle of a recovery (the stand-in closing every
+/// connection), for `RUNGUARD_OUTAGE_SECS` (12; 120 for the two-minute case): the engine backs off
+/// instead of calling in a loop, runs nothing twice, and completes the recovery once it is back.
+#[cfg(feature = "kubernetes")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_api_gone_mid_recovery_is_backed_off_and_the_recovery_completes_after() {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use runguard_engine::backend::kube::KubeBackend;
+    use runguard_engine::clock::RealClock;
+    use runguard_engine::config::BackendKind;
+    use runguard_engine::model::{ActionKind, ActionState};
+    use serde_json::json;
+
+    use crate::kube_fake::FakeKube;
+    use crate::support::EngineRig;
+    use crate::support::backend::{Accepting, ScriptedBackend};
+
+    let outage = Duration::from_secs(
+        std::env::var("RUNGUARD_OUTAGE_SECS")
+            .ok()
+            .and_then(|secs| secs.parse().ok())
+            .unwrap_or(12),
+    );
+    let kube = FakeKube::start();
+    kube.load_fixture("nodes.json");
+    kube.load_fixture("pytorchjob-running.json");
+    // Healthy nodes to re-create the job on.
+    kube.modify("Node", "", "gpu-node-2", |node| {
+        let conditions = node["status"]["conditions"].as_array_mut().unwrap();
+        conditions.retain(|condition| condition["type"] != "GpuXidError");
+        node["spec"]["taints"] = json!([]);
+    });
+    let template = kube.get("Node", "", "gpu-node-1").unwrap();
+    for name in ["gpu-node-6", "gpu-node-7"] {
+        let mut node = template.clone();
+        node["metadata"] = json!({"name": name, "labels": {"kubernetes.io/hostname": name}});
+        kube.apply(node);
+    }
+    let mut rig = EngineRig::default();
+    let kubeconfig = kube.kubeconfig(rig.path());
+    rig.config.backend.kind = BackendKind::Kubernetes;
+    rig.config.kubernetes.kubeconfig = Some(kubeconfig);
+    rig.config.kubernetes.data_dir = Some(rig.path().join("kube"));
+    rig.config.kubernetes.sync_timeout_secs = 10;
+    rig.config.engine.poll_interval_secs = 1.0;
+    rig.config.engine.max_backoff_secs = 8;
+    rig.config.recovery.whitelist = vec![ActionKind::Requeue, ActionKind::Cancel];
+    let backend = Arc::new(
+        KubeBackend::connect(&rig.config.kubernetes, rig.path().join("kube"))
+            .await
+            .unwrap(),
+    );
+    // Recorded, to count the engine's own calls apart from the watchers' reconnections.
+    let recorded = Arc::new(ScriptedBackend::wrapping(
+        backend,
+        Accepting,
+        Arc::new(RealClock),
+    ));
+    let mut engine = rig.engine_in_real_time(Arc::clone(&recorded));
+    let requeues = |rig: &EngineRig, state: ActionState| {
+        rig.status()
+            .workflows
+            .iter()
+            .flat_map(|view| view.actions.iter())
+            .filter(|action| action.kind == ActionKind::Requeue && action.state == state)
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rig.status().workflows.is_empty() {
+        assert!(Instant::now() < deadline, "never enrolled");
+        engine.tick().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The node under the job is lost; the API server goes away as the engine comes to act on it.
+    kube.modify("Node", "", "gpu-spot-1", |node| {
+        for condition in node["status"]["conditions"].as_array_mut().unwrap() {
+            if condition["type"] == "Ready" {
+                *condition = json!({
+                    "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status.",
+                    "lastHeartbeatTime": "2025-06-10T09:00:00Z",
+                    "lastTransitionTime": "2025-06-10T09:00:40Z",
+                });
+            }
+        }
+    });
+    let writes_before = kube
+        .requests()
+        .iter()
+        .filter(|request| request.method != "GET")
+        .count();
+    // Down right after the first step of the re-creation (the old job deleted).
+    kube.refuse_connections_after_writes(1);
+    while !kube.is_refusing() {
+        assert!(Instant::now() < deadline, "the recovery never began");
+        engine.tick().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let down = Instant::now();
+    let calls_before = recorded.calls().len();
+    let mut ticks = 0;
+    while down.elapsed() < outage {
+        engine.tick().await.unwrap();
+        ticks += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused = kube.refused_connections();
+    let calls = recorded.calls().len() - calls_before;
+    let decided = requeues(&rig, ActionState::Approved);
+    kube.accept_connections();
+    eprintln!(
+        "outage of {} s: {ticks} engine ticks, {calls} scheduler calls by the engine, {refused} connections refused (the watchers' reconnections included)",
+        outage.as_secs()
+    );
+    assert_eq!(
+        decided,
+        1,
+        "the requeue is decided and waits: {:#?}",
+        rig.status().workflows
+    );
+    assert_eq!(requeues(&rig, ActionState::Done), 0);
+    // Backoff: the poll interval doubled after each failure up to the cap, so a few calls to reach
+    // the cap and then one per cap; never one per tick.
+    let poll = rig.config.engine.poll_interval_secs;
+    let cap = rig.config.engine.max_backoff_secs as f64;
+    let bound = 2 + (cap / poll).log2().ceil() as usize + (outage.as_secs_f64() / cap) as usize;
+    assert!(
+        (1..=bound).contains(&calls),
+        "{calls} scheduler calls in {} s of outage ({ticks} ticks), at most {bound} expected",
+        outage.as_secs()
+    );
+    assert!(refused > 0, "nothing tried to connect during the outage");
+
+    let back = Instant::now();
+    while requeues(&rig, ActionState::Done) == 0 {
+        assert!(
+            back.elapsed() < Duration::from_secs(60),
+            "the recovery did not complete: {:#?}",
+            rig.status().workflows
+        );
+        engine.tick().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "recovery completed {:.1} s after the API server came back",
+        back.elapsed().as_secs_f64()
+    );
+    for _ in 0..20 {
+        engine.tick().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let writes: Vec<String> = kube
+        .requests()
+        .iter()
+        .filter(|request| request.method != "GET")
+        .skip(writes_before)
+        .map(|request| format!("{} {}", request.method, request.path))
+        .collect();
+    assert_eq!(
+        writes,
+        vec![
+            // Answered; the server went down before the pod stuck on the lost node was deleted
+            // (its garbage collector took it with the job meanwhile).
+            "DELETE /apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/llama-pretrain",
+            // The re-creation finished from the saved spec: the delete asked again finds nothing
+            // (404), the new incarnation is created once.
+            "DELETE /apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/llama-pretrain",
+            "POST /apis/kubeflow.org/v1/namespaces/ml/pytorchjobs",
+        ],
+        "the re-creation finished once, nothing else written"
+    );
+    assert!(
+        kube.get("PyTorchJob", "ml", "llama-pretrain").is_some(),
+        "the job exists again"
+    );
+    assert_eq!(requeues(&rig, ActionState::Done), 1);
+    assert_eq!(requeues(&rig, ActionState::Approved), 0);
+}
