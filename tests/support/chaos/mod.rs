@@ -147,13 +147,21 @@ pub struct Outcome {
 pub struct Sandbox {
     pub dir: tempfile::TempDir,
     bin: PathBuf,
+    /// Set in every engine's environment (a Slurm cluster's `SLURM_CONF` and `PATH`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Sandbox {
     pub fn new(bin: &Path) -> Self {
+        Self::within(bin, &std::env::temp_dir())
+    }
+
+    /// A sandbox under `parent` (where a Slurm cluster's jobs can see it).
+    pub fn within(bin: &Path, parent: &Path) -> Self {
         Self {
-            dir: tempfile::tempdir().unwrap(),
+            dir: tempfile::tempdir_in(parent).unwrap(),
             bin: bin.to_path_buf(),
+            env: Vec::new(),
         }
     }
 
@@ -191,6 +199,9 @@ impl Sandbox {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
         for (key, value) in env {
             command.env(key, value);
         }
@@ -236,8 +247,6 @@ pub fn terminate(child: &mut Child) {
 
 /// Runs `trial` with the `runguard` binary at `bin`.
 pub fn run_sim_trial(bin: &Path, trial: &SimTrial) -> Outcome {
-    use std::os::unix::process::ExitStatusExt;
-
     let started = Instant::now();
     let sandbox = Sandbox::new(bin);
     let receiver = Receiver::start();
@@ -252,9 +261,44 @@ pub fn run_sim_trial(bin: &Path, trial: &SimTrial) -> Outcome {
         sandbox.dir.path().join("sim").display(),
         receiver.url()
     ));
+    let (stops, mut violations) = run_plan(&sandbox, &trial.kills);
+    let mut facts = Facts::default();
+    match check::read_sim_state(&sandbox.sim_state()) {
+        Ok(jobs) => {
+            for job in &jobs {
+                facts.injected.insert(job.job_id.clone(), trial.injected);
+            }
+            facts.jobs = jobs;
+        }
+        Err(err) => violations.push(err),
+    }
+    if let Err(err) = check::read_store(&sandbox.db(), &mut facts) {
+        violations.push(format!("reading the store: {err}"));
+    }
+    facts.received = receiver.by_key();
+    violations.extend(facts.violations());
+    let recovery_secs = recovery_secs(&sandbox.db());
+    if !violations.is_empty() && std::env::var_os("RUNGUARD_CHAOS_KEEP").is_some() {
+        let kept = sandbox.dir.keep();
+        violations.push(format!("sandbox kept at {}", kept.display()));
+    }
+    Outcome {
+        stops,
+        violations,
+        repeats: facts.repeats(),
+        recovery_secs,
+        wall: started.elapsed(),
+    }
+}
+
+/// Runs an engine per kill of `kills`, each stopped as planned, then a last one undisturbed until
+/// the sandbox is settled; what stopped each run, and what went wrong on the way.
+pub fn run_plan(sandbox: &Sandbox, kills: &[Kill]) -> (Vec<Stop>, Vec<String>) {
+    use std::os::unix::process::ExitStatusExt;
+
     let mut stops = Vec::new();
     let mut violations = Vec::new();
-    for (run, kill) in trial.kills.iter().enumerate() {
+    for (run, kill) in kills.iter().enumerate() {
         let env = match kill {
             Kill::At { .. } => vec![("RUNGUARD_CHAOS_ABORT_AT", kill.describe())],
             Kill::After(_) => Vec::new(),
@@ -288,7 +332,7 @@ pub fn run_sim_trial(bin: &Path, trial: &SimTrial) -> Outcome {
         stops.push(stop);
     }
     // The last run, undisturbed, to the end of the scenario.
-    let mut engine = sandbox.spawn(trial.kills.len(), &[]);
+    let mut engine = sandbox.spawn(kills.len(), &[]);
     let began = Instant::now();
     while !sandbox.settled() && began.elapsed() < TRIAL_DEADLINE {
         if let Ok(Some(status)) = engine.try_wait() {
@@ -301,33 +345,7 @@ pub fn run_sim_trial(bin: &Path, trial: &SimTrial) -> Outcome {
     if !sandbox.settled() {
         violations.push(format!("not settled after {} s", TRIAL_DEADLINE.as_secs()));
     }
-    let mut facts = Facts::default();
-    match check::read_sim_state(&sandbox.sim_state()) {
-        Ok(jobs) => {
-            for job in &jobs {
-                facts.injected.insert(job.job_id.clone(), trial.injected);
-            }
-            facts.jobs = jobs;
-        }
-        Err(err) => violations.push(err),
-    }
-    if let Err(err) = check::read_store(&sandbox.db(), &mut facts) {
-        violations.push(format!("reading the store: {err}"));
-    }
-    facts.received = receiver.by_key();
-    violations.extend(facts.violations());
-    let recovery_secs = recovery_secs(&sandbox.db());
-    if !violations.is_empty() && std::env::var_os("RUNGUARD_CHAOS_KEEP").is_some() {
-        let kept = sandbox.dir.keep();
-        violations.push(format!("sandbox kept at {}", kept.display()));
-    }
-    Outcome {
-        stops,
-        violations,
-        repeats: facts.repeats(),
-        recovery_secs,
-        wall: started.elapsed(),
-    }
+    (stops, violations)
 }
 
 /// Sim seconds from each recorded failure to the restart action that recovered it.
