@@ -170,9 +170,12 @@ fn the_checker_passes_a_clean_trial_and_counts_a_repeat_the_key_absorbs() {
     assert_eq!(facts.repeats(), 1);
 }
 
+/// A way to break clean facts, and the words of the violation it must raise.
+type Breakage = (&'static str, fn(&mut Facts));
+
 #[test]
 fn the_checker_catches_each_broken_guarantee() {
-    let broken: [(&str, fn(&mut Facts)); 9] = [
+    let broken: [Breakage; 9] = [
         ("restarted 2 times", |f| f.jobs[0].restart_count = 2),
         ("did not complete", |f| f.jobs[0].completed = false),
         ("left held", |f| f.jobs[0].held = true),
