@@ -42,7 +42,12 @@ pub fn plan(seed: u64) -> Vec<Kill> {
     (0..rng.range(1, 2))
         .map(|_| {
             if rng.unit() < 0.7 {
-                let point = POINTS[rng.range(0, POINTS.len() as u64 - 1) as usize];
+                // The point only a real scheduler has (a requeue in steps) gets a third of them.
+                let point = if rng.unit() < 0.33 {
+                    "requeue_held"
+                } else {
+                    POINTS[rng.range(0, POINTS.len() as u64 - 1) as usize]
+                };
                 let passage = match point {
                     "store_commit" => rng.range(1, 60),
                     "alert_sent" => rng.range(1, 3),
