@@ -81,7 +81,9 @@ fn on_slurm(trials: usize, seed: u64) -> Vec<(String, Outcome)> {
         println!("chaos: skipped, Slurm {release} is not installed");
         return Vec::new();
     }
-    let work = tempfile::tempdir().expect("a temporary directory");
+    let mut work = tempfile::tempdir().expect("a temporary directory");
+    // The trials' sandboxes live in it, where the jobs see them: kept with them when asked.
+    work.disable_cleanup(std::env::var_os("RUNGUARD_CHAOS_KEEP").is_some());
     let cluster = match lab::Cluster::start(&work.path().join("slurm"), &release, work.path(), &[])
     {
         Ok(cluster) => cluster,

@@ -307,6 +307,8 @@ impl Backend for SlurmBackend {
         match self.api.history(job_id).await {
             Ok(Some(attempts)) => Ok(snapshot_from_history(&attempts)),
             Ok(None) => Ok(None),
+            // A controller that does not answer says nothing of the job: not "gone".
+            Err(err) if err.is_transient() => Err(err),
             Err(err) => {
                 tracing::warn!(job_id, %err, "reading the job's history");
                 Ok(None)
