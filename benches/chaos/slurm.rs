@@ -33,6 +33,10 @@ fi
 srun -l bash -c 'sleep 3'
 "#;
 
+/// The engine's poll interval and backoff cap in the trials, seconds.
+const POLL_SECS: f64 = 1.0;
+const CAP_SECS: f64 = 30.0;
+
 /// How long a trial may take.
 const DEADLINE: Duration = Duration::from_secs(300);
 
@@ -74,7 +78,7 @@ fn setup(cluster: &Cluster, work: &Path, bin: &Path) -> Result<Setup, String> {
     sandbox.env = cluster.env().to_vec();
     let receiver = Receiver::start();
     sandbox.write_config(&format!(
-        "[engine]\npoll_interval_secs = 1.0\nmax_backoff_secs = 30\n\n[backend]\nkind = \"slurm\"\n\n\
+        "[engine]\npoll_interval_secs = {POLL_SECS:.1}\nmax_backoff_secs = {CAP_SECS}\n\n[backend]\nkind = \"slurm\"\n\n\
          [recovery]\nwhitelist = [\"requeue\"]\n\n\
          [alerts]\nretry_initial_secs = 1\nretry_max_secs = 2\nflush_on_exit_secs = 1\n\n\
          [[alerts.channels]]\nname = \"hook\"\nkind = \"webhook\"\nurl = \"{}\"\n",
@@ -308,6 +312,17 @@ pub fn outage(cluster: &Cluster, work: &Path, bin: &Path, outage: Duration) -> O
     let mut engine = setup.sandbox.spawn(1, &[]);
     std::thread::sleep(outage);
     let failed_calls = backend_warnings(&setup.sandbox.db()) - warnings_before;
+    // Backoff: the poll interval (1 s) doubled after each failure up to the cap (30 s): a few calls
+    // to reach the cap, then one per cap. Calling at every tick would be hundreds.
+    let bound = 2
+        + (POLL_SECS / CAP_SECS).log2().abs().ceil() as i64
+        + (outage.as_secs_f64() / CAP_SECS) as i64;
+    if failed_calls > bound {
+        violations.push(format!(
+            "{failed_calls} scheduler calls failed in {} s of outage, more than the backoff allows ({bound})",
+            outage.as_secs()
+        ));
+    }
     if let Err(err) = cluster.control("start-ctld") {
         violations.push(format!("start-ctld: {err}"));
     }
