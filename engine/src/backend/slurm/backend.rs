@@ -579,6 +579,8 @@ mod tests {
     struct Scripted {
         jobs: Vec<JobSnapshot>,
         performed: Mutex<Vec<Operation>>,
+        /// The history cannot be read (the controller, or accounting, does not answer).
+        history_down: bool,
     }
 
     #[async_trait]
@@ -615,6 +617,11 @@ mod tests {
             Ok(nodes.iter().map(|n| (n.clone(), "alloc".into())).collect())
         }
         async fn history(&self, _: &str) -> Result<Option<Vec<JobCompRecord>>, BackendError> {
+            if self.history_down {
+                return Err(BackendError::Unavailable(
+                    "scontrol show config: Unable to contact slurm controller".into(),
+                ));
+            }
             Ok(None)
         }
     }
@@ -647,12 +654,25 @@ mod tests {
         let api = Arc::new(Scripted {
             jobs,
             performed: Mutex::new(Vec::new()),
+            history_down: false,
         });
         let options = SlurmOptions {
             settle_timeout: Duration::ZERO,
             ..SlurmOptions::default()
         };
         (SlurmBackend::new(options, api.clone()), api)
+    }
+
+    #[tokio::test]
+    async fn a_job_not_listed_whose_history_cannot_be_read_is_not_taken_for_gone() {
+        let api = Arc::new(Scripted {
+            jobs: Vec::new(),
+            performed: Mutex::new(Vec::new()),
+            history_down: true,
+        });
+        let slurm = SlurmBackend::new(SlurmOptions::default(), api);
+        let err = slurm.job("7").await.unwrap_err();
+        assert!(err.is_transient(), "{err:?}");
     }
 
     #[tokio::test]
