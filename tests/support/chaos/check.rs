@@ -268,6 +268,7 @@ pub fn read_sim_state(path: &Path) -> Result<Vec<SchedulerJob>, String> {
             job_id: job["id"].to_string(),
             restart_count: job["restart_count"].as_u64().unwrap_or(u64::MAX) as u32,
             completed: job["phase"] == "Completed",
+            // The simulated scheduler has no holds: its requeue is one step.
             held: false,
         })
         .collect())
