@@ -122,6 +122,47 @@ fn a_seeded_random_trial_keeps_the_invariants() {
     );
 }
 
+#[test]
+fn an_engine_restarted_at_once_waits_for_the_lock_the_dead_one_left_behind() {
+    use runguard_engine::store::lock::EngineLock;
+
+    use crate::support::chaos::Sandbox;
+
+    let sandbox = Sandbox::new(Path::new(BIN));
+    sandbox.write_config(&format!(
+        "[sim]\nscenario = \"xid79\"\nspeed = {SPEED}.0\ndir = \"{}\"\n",
+        sandbox.dir.path().join("sim").display()
+    ));
+    // The lock is still held when the engine starts (as by a process the dead engine was
+    // starting), and let go a second later.
+    let held = EngineLock::acquire(&sandbox.db()).unwrap();
+    let mut engine = sandbox.spawn(0, &[]);
+    std::thread::sleep(Duration::from_secs(1));
+    drop(held);
+    let start = std::time::Instant::now();
+    let completed = || {
+        rusqlite::Connection::open(sandbox.db())
+            .and_then(|db| {
+                db.query_row(
+                    "SELECT COUNT(*) FROM workflows WHERE status = 'completed'",
+                    [],
+                    |row| row.get::<_, i64>(0),
+                )
+            })
+            .is_ok_and(|n| n > 0)
+    };
+    while !completed() {
+        assert!(
+            engine.try_wait().unwrap().is_none(),
+            "the engine gave up: {}",
+            std::fs::read_to_string(sandbox.dir.path().join("engine-0.log")).unwrap_or_default()
+        );
+        assert!(start.elapsed() < Duration::from_secs(120), "never settled");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    crate::support::chaos::terminate(&mut engine);
+}
+
 /// Facts of a clean trial: one job failed once and was requeued once, every alert arrived once.
 fn clean_facts() -> Facts {
     let mut facts = Facts {
