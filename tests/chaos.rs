@@ -103,9 +103,10 @@ fn killed_inside_store_writes_and_at_random_moments_loses_nothing() {
                 passage: 40,
             },
             Kill::After(Duration::from_millis(1500)),
+            // Low passages, so that a slow machine's engine, which ticks less often, passes them.
             Kill::At {
                 point: "store_commit",
-                passage: 150,
+                passage: 60,
             },
         ],
     ));
