@@ -97,6 +97,25 @@ impl Cluster {
         command
     }
 
+    /// The exports `start` printed (`SLURM_CONF`, and `PATH` for a release in its own root).
+    pub fn env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// `cluster.sh VERB DIR`: `stop-ctld`, `start-ctld`.
+    pub fn control(&self, verb: &str) -> Result<(), String> {
+        let output = Command::new("bash")
+            .args([CLUSTER_SH, verb])
+            .arg(&self.dir)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
+    }
+
     /// The cluster's `SLURM_CONF`.
     pub fn conf(&self) -> String {
         self.env

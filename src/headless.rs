@@ -1,13 +1,14 @@
 //! The headless frontend (`runguard run --auto`, `runguard demo`): the engine without a UI, its events
 //! logged as JSON lines (or as readable lines for the demo), stopped cleanly by SIGINT/SIGTERM.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use tokio::sync::broadcast;
 
 use runguard_engine::config::Config;
 use runguard_engine::engine::{EngineEvent, RunOutcome};
-use runguard_engine::store::lock::EngineLock;
+use runguard_engine::store::lock::{EngineLock, LockError};
 
 use crate::compose::{ComposeError, Services, build_engine};
 
@@ -35,7 +36,7 @@ pub struct HeadlessOptions {
 
 /// Runs the engine until a signal (or until settled); returns how it ended.
 pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome, ComposeError> {
-    let _lock = EngineLock::acquire(&options.store_path)?;
+    let _lock = acquire_lock(&options.store_path).await?;
     let mut engine = build_engine(
         config.clone(),
         &options.store_path,
@@ -55,6 +56,24 @@ pub async fn run(config: Config, options: HeadlessOptions) -> Result<RunOutcome,
     let outcome = outcome?;
     tracing::info!(outcome = ?outcome, "engine stopped; state is in the store");
     Ok(outcome)
+}
+
+/// How long a starting engine waits for the store's lock before saying who holds it.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// The store's lock. An engine restarted at once after a crash (a supervisor's restart) can find it
+/// still held for a moment by a process the dead engine was starting (between its fork and exec),
+/// so a held lock is tried again for a few seconds; a live engine still refuses this one after that.
+async fn acquire_lock(store: &Path) -> Result<EngineLock, ComposeError> {
+    let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match EngineLock::acquire(store) {
+            Err(LockError::Held { .. }) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return Ok(other?),
+        }
+    }
 }
 
 /// Resolves on the first SIGINT or SIGTERM.

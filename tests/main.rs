@@ -19,6 +19,8 @@ mod alerts;
 mod attempt_logs;
 mod capacity;
 #[cfg(feature = "sim")]
+mod chaos;
+#[cfg(feature = "sim")]
 mod cli;
 #[cfg(feature = "sim")]
 mod cockpit;

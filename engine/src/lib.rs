@@ -10,6 +10,7 @@ pub mod alert;
 pub mod attribute;
 pub mod backend;
 pub mod capacity;
+pub mod chaos;
 pub mod clock;
 pub mod config;
 pub mod detect;

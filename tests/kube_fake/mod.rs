@@ -107,11 +107,24 @@ async fn serve(
             _ = &mut stop => return,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                if shared.is_refusing() {
+                    shared.refused.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
                 let shared = shared.clone();
                 tokio::spawn(async move {
+                    let down = shared.clone();
                     let service = service_fn(move |request| server::handle(shared.clone(), request));
-                    // A client hanging up mid-request is its own business.
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                    // A client hanging up mid-request is its own business; a server going down
+                    // closes the connection, kept-alive or streaming.
+                    tokio::select! {
+                        _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service) => {}
+                        _ = async {
+                            while !down.down_for(Duration::from_millis(50)) {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                        } => {}
+                    }
                 });
             }
         }
@@ -352,6 +365,35 @@ preferences: {{}}
     /// must notice and resume.
     pub fn cut_log_streams(&self) {
         self.shared.cut_streams();
+    }
+
+    /// Goes down: every open connection is closed and every new one closed at once (counted), as
+    /// an API server that is gone, until [`FakeKube::accept_connections`].
+    pub fn refuse_connections(&self) {
+        self.shared.set_refusing(true);
+    }
+
+    /// Goes down like [`FakeKube::refuse_connections`] right after answering the next `writes`
+    /// requests that are not GETs: in the middle of what the client was doing.
+    pub fn refuse_connections_after_writes(&self, writes: usize) {
+        self.shared
+            .down_after_writes
+            .store(writes, Ordering::SeqCst);
+    }
+
+    /// Whether the server is down now.
+    pub fn is_refusing(&self) -> bool {
+        self.shared.is_refusing()
+    }
+
+    /// Comes back up.
+    pub fn accept_connections(&self) {
+        self.shared.set_refusing(false);
+    }
+
+    /// Connections closed while down.
+    pub fn refused_connections(&self) -> usize {
+        self.shared.refused.load(Ordering::SeqCst)
     }
 
     /// Refuses `verb` (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,

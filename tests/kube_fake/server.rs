@@ -172,6 +172,10 @@ pub async fn handle(
     shared: Arc<Shared>,
     request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
+    // Down: the request is never answered; the connection closes with the cut that took it down.
+    if shared.is_refusing() {
+        std::future::pending::<()>().await;
+    }
     let (parts, incoming) = request.into_parts();
     let body = incoming
         .collect()
@@ -209,6 +213,9 @@ pub async fn handle(
         }),
     });
     let response = route(&shared, &request).unwrap_or_else(|error| status_response(&error));
+    if request.method != Method::GET {
+        shared.write_answered();
+    }
     Ok(response)
 }
 

@@ -2,7 +2,7 @@
 //! open watch and log streams.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde_json::Value;
@@ -70,6 +70,14 @@ pub struct Shared {
     pub requests: Mutex<Vec<RecordedRequest>>,
     pub open_watches: AtomicUsize,
     pub open_log_follows: AtomicUsize,
+    /// The API server is down: every connection is closed as soon as it is made, and every open
+    /// one soon after (see [`Shared::down_for`]).
+    pub refusing: AtomicBool,
+    down_since: Mutex<Option<std::time::Instant>>,
+    /// Connections closed that way.
+    pub refused: AtomicUsize,
+    /// Writes still answered before the server goes down by itself (0: it does not).
+    pub down_after_writes: AtomicUsize,
     /// `127.0.0.1:PORT`, which `/api` reports.
     pub address: String,
 }
@@ -90,6 +98,10 @@ impl Shared {
             requests: Mutex::new(Vec::new()),
             open_watches: AtomicUsize::new(0),
             open_log_follows: AtomicUsize::new(0),
+            refusing: AtomicBool::new(false),
+            down_since: Mutex::new(None),
+            refused: AtomicUsize::new(0),
+            down_after_writes: AtomicUsize::new(0),
             address,
         }
     }
@@ -132,6 +144,35 @@ impl Shared {
 
     pub fn cut_streams(&self) {
         self.cuts.send_modify(|generation| *generation += 1);
+    }
+
+    /// Whether the server is down (see [`Shared::refusing`]).
+    pub fn is_refusing(&self) -> bool {
+        self.refusing.load(Ordering::SeqCst)
+    }
+
+    /// Counts a write answered; the last one [`Shared::down_after_writes`] allows takes the server
+    /// down just after its answer has gone out.
+    pub fn write_answered(self: &Arc<Self>) {
+        let left = self.down_after_writes.load(Ordering::SeqCst);
+        if left == 0 {
+            return;
+        }
+        self.down_after_writes.store(left - 1, Ordering::SeqCst);
+        if left == 1 {
+            self.set_refusing(true);
+        }
+    }
+
+    /// Goes down or comes back up.
+    pub fn set_refusing(&self, refusing: bool) {
+        *lock(&self.down_since) = refusing.then(std::time::Instant::now);
+        self.refusing.store(refusing, Ordering::SeqCst);
+    }
+
+    /// Down for `at_least` already: long enough for an answer given just before to have gone out.
+    pub fn down_for(&self, at_least: std::time::Duration) -> bool {
+        lock(&self.down_since).is_some_and(|since| since.elapsed() >= at_least)
     }
 
     pub fn record(&self, request: RecordedRequest) {

@@ -4,6 +4,8 @@
 #   tests/slurm/cluster.sh start DIR [RELEASE]   start it in DIR (prints the exports a caller must use)
 #   tests/slurm/cluster.sh stop DIR              stop what start started
 #   tests/slurm/cluster.sh status DIR            show the nodes
+#   tests/slurm/cluster.sh stop-ctld DIR         stop the controller only (the nodes and jobs go on)
+#   tests/slurm/cluster.sh start-ctld DIR        start it again, from its saved state
 #
 # RELEASE is one of
 #   22.05  (default) the host's own packages (Debian 12's slurm-wlm); start prints `export SLURM_CONF=...`
@@ -36,7 +38,7 @@ set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
 if [ -z "$cmd" ] || [ -z "$dir" ]; then
-    echo "usage: $0 start|stop|status DIR [22.05|24.11]" >&2
+    echo "usage: $0 start|stop|status|stop-ctld|start-ctld DIR [22.05|24.11]" >&2
     exit 2
 fi
 mkdir -p "$dir"
@@ -377,6 +379,35 @@ case "$cmd" in
             export PATH="$dir/bin:$PATH"
         fi
         sinfo -N -o "%N %T %E"
+        ;;
+    stop-ctld)
+        pid=$(cat "$dir/slurmctld.pid")
+        kill "$pid"
+        for _ in $(seq 1 150); do
+            kill -0 "$pid" 2>/dev/null || exit 0
+            sleep 0.2
+        done
+        echo "slurmctld $pid did not stop" >&2
+        exit 1
+        ;;
+    start-ctld)
+        case "$release" in
+            22.05) slurmctld -f "$conf" -i >>"$dir/log/slurmctld.out" 2>&1 ;;
+            # Into the cluster's mount namespace, where the root's mounts are (a node daemon is in it).
+            24.11)
+                export PATH="$dir/bin:$PATH"
+                nsenter -t "$(cat "$dir/slurmd-n1.pid")" -m \
+                    chroot "$root" /usr/sbin/slurmctld -f "$conf" -i >>"$dir/log/slurmctld.out" 2>&1
+                ;;
+        esac
+        for _ in $(seq 1 150); do
+            if scontrol ping 2>/dev/null | grep -q UP; then
+                exit 0
+            fi
+            sleep 0.2
+        done
+        echo "slurmctld did not come back; logs in $dir/log" >&2
+        exit 1
         ;;
     *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac

@@ -3,6 +3,8 @@
 //! the `runguard` binary ([`cli`]), and a real single-host Slurm ([`slurm`]).
 
 pub mod backend;
+#[cfg(feature = "sim")]
+pub mod chaos;
 pub mod cli;
 pub mod job;
 pub mod rig;

@@ -40,6 +40,14 @@ impl SendError {
     }
 }
 
+/// The header of a webhook request naming the alert it carries, the same on every try of it.
+pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
+
+/// The key of alert `alert_id` on `channel`: one per delivery, stable across retries and restarts.
+pub fn idempotency_key(channel: &str, alert_id: i64) -> String {
+    format!("runguard-{channel}-{alert_id}")
+}
+
 enum Target {
     Webhook {
         url: String,
@@ -230,7 +238,12 @@ impl Channel {
                     serde_json::to_value(alert)
                         .map_err(|err| SendError::Permanent(format!("encoding the alert: {err}")))?
                 };
-                let mut request = client.post(url).json(&body);
+                // A crash between a send and its record sends again after the restart: the same key
+                // both times lets the receiver keep one.
+                let mut request = client
+                    .post(url)
+                    .header(IDEMPOTENCY_HEADER, idempotency_key(self.name(), alert.id))
+                    .json(&body);
                 if let Some(token) = token {
                     request = request.bearer_auth(token);
                 }

@@ -193,6 +193,7 @@ impl Dispatcher {
             delivery.updated_at = now;
             match outcome {
                 Ok(detail) => {
+                    crate::chaos::point("alert_sent");
                     delivery.state = DeliveryState::Delivered;
                     delivery.last_error = None;
                     report.delivered += 1;

@@ -39,8 +39,12 @@ impl Engine {
             action.state = ActionState::Executing;
             action.updated_at = now;
             self.store.write(|db| db.update_action(&action))?;
+            crate::chaos::point("action_executing");
 
             let execution = self.execute(&action).await;
+            if matches!(execution, Execution::Ran(_)) {
+                crate::chaos::point("action_ran");
+            }
             let now = self.clock.now();
             self.record_execution(action, execution, now)?;
         }
@@ -101,6 +105,21 @@ impl Engine {
             ActionKind::Requeue => {
                 let job = match with_timeout(self.backend.job(&job_id)).await {
                     Ok(Some(job)) => job,
+                    // A re-creation cut short between the delete and the create (the API server or
+                    // the engine went away): the backend finishes it from the spec it saved.
+                    Ok(None) if self.backend.capabilities().recreate => {
+                        return match with_timeout(
+                            self.backend.requeue(&job_id, &params.exclude_nodes),
+                        )
+                        .await
+                        {
+                            Ok(outcome) => Execution::Ran(format!(
+                                "{} (finishing a re-creation cut short)",
+                                outcome.detail
+                            )),
+                            Err(err) => retry_or_fail(err),
+                        };
+                    }
                     Ok(None) => {
                         return Execution::Failed(format!(
                             "job {job_id} is no longer known to the scheduler"

@@ -126,6 +126,7 @@ impl Engine {
             });
             Ok(())
         })?;
+        crate::chaos::point("failure_recorded");
         self.pending_events.extend(events);
         self.flush_events();
         Ok(())

@@ -178,6 +178,7 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = change(&Db::new(&tx))?;
+        crate::chaos::point("store_commit");
         tx.commit()?;
         Ok(value)
     }

@@ -35,6 +35,9 @@ use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, SpecChange};
 use crate::sync::lock;
 
+/// The streams without which no job can be followed: while one fails, the scheduler is unavailable.
+const CORE_STREAMS: [&str; 2] = ["pods", "nodes"];
+
 /// How long an ended workload waits for its last log lines before its end is reported.
 const LOG_SETTLE: Duration = Duration::from_secs(3);
 
@@ -304,10 +307,24 @@ impl KubeBackend {
                 }
             }
         }
-        // A watch that resumes after a refusal says nothing until an object changes: whether the
-        // credentials work again is asked directly, with the smallest listing of each refused kind.
-        let refused: Vec<String> = lock(&self.health).refused.keys().cloned().collect();
-        for label in refused {
+        // A watch that resumes after a refusal or an outage of the API server says nothing until an
+        // object changes (which, in a quiet cluster, may be never): whether the credentials work
+        // again, or the server is back, is asked directly, with the smallest listing of each kind.
+        let unhealthy: Vec<String> = {
+            let health = lock(&self.health);
+            health
+                .refused
+                .keys()
+                .chain(
+                    health
+                        .failing
+                        .keys()
+                        .filter(|label| CORE_STREAMS.contains(&label.as_str())),
+                )
+                .cloned()
+                .collect()
+        };
+        for label in unhealthy {
             let Some(resource) = self.resources.get(&label) else {
                 continue;
             };
@@ -320,7 +337,9 @@ impl KubeBackend {
                 .await
                 .is_ok()
             {
-                lock(&self.health).refused.remove(&label);
+                let mut health = lock(&self.health);
+                health.refused.remove(&label);
+                health.failing.remove(&label);
             }
         }
         let health = lock(&self.health);
@@ -329,7 +348,7 @@ impl KubeBackend {
                 "the API server refused to list {stream}: {message}"
             )));
         }
-        let core_failing = ["pods", "nodes"]
+        let core_failing = CORE_STREAMS
             .iter()
             .find_map(|stream| health.failing.get(*stream).map(|m| (stream, m)));
         if let Some((stream, message)) = core_failing {

@@ -311,6 +311,8 @@ impl Backend for SlurmBackend {
         match self.api.history(job_id).await {
             Ok(Some(attempts)) => Ok(snapshot_from_history(&attempts)),
             Ok(None) => Ok(None),
+            // A controller that does not answer says nothing of the job: not "gone".
+            Err(err) if err.is_transient() => Err(err),
             Err(err) => {
                 tracing::warn!(job_id, %err, "reading the job's history");
                 Ok(None)
@@ -396,6 +398,7 @@ impl Backend for SlurmBackend {
             job_id: job_id.to_string(),
         })
         .await?;
+        crate::chaos::point("requeue_held");
         if !exclude.is_empty() {
             self.perform(exclude_step).await?;
         }
@@ -679,6 +682,8 @@ mod tests {
     struct Scripted {
         jobs: Vec<JobSnapshot>,
         performed: Mutex<Vec<Operation>>,
+        /// The history cannot be read (the controller, or accounting, does not answer).
+        history_down: bool,
     }
 
     #[async_trait]
@@ -731,6 +736,11 @@ mod tests {
                 .collect())
         }
         async fn history(&self, _: &str) -> Result<Option<Vec<JobCompRecord>>, BackendError> {
+            if self.history_down {
+                return Err(BackendError::Unavailable(
+                    "scontrol show config: Unable to contact slurm controller".into(),
+                ));
+            }
             Ok(None)
         }
     }
@@ -763,12 +773,25 @@ mod tests {
         let api = Arc::new(Scripted {
             jobs,
             performed: Mutex::new(Vec::new()),
+            history_down: false,
         });
         let options = SlurmOptions {
             settle_timeout: Duration::ZERO,
             ..SlurmOptions::default()
         };
         (SlurmBackend::new(options, api.clone()), api)
+    }
+
+    #[tokio::test]
+    async fn a_job_not_listed_whose_history_cannot_be_read_is_not_taken_for_gone() {
+        let api = Arc::new(Scripted {
+            jobs: Vec::new(),
+            performed: Mutex::new(Vec::new()),
+            history_down: true,
+        });
+        let slurm = SlurmBackend::new(SlurmOptions::default(), api);
+        let err = slurm.job("7").await.unwrap_err();
+        assert!(err.is_transient(), "{err:?}");
     }
 
     #[tokio::test]

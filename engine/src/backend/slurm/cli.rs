@@ -169,7 +169,15 @@ impl SlurmCli {
             argv.extend(["--jobs".to_string(), id.to_string()]);
         }
         let text = self.run(&argv).await?;
-        squeue::parse(&text).map_err(|err| BackendError::Invalid(err.to_string()))
+        squeue::parse(&text).map_err(|err| match err {
+            squeue::ListingError::Failed(words) if words.contains("Invalid job id") => {
+                BackendError::NoSuchJob(display_argv(&argv))
+            }
+            squeue::ListingError::Failed(words) => {
+                BackendError::Unavailable(format!("{}: {words}", display_argv(&argv)))
+            }
+            other => BackendError::Invalid(other.to_string()),
+        })
     }
 
     async fn scontrol_jobs(

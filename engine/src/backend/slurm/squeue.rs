@@ -17,15 +17,23 @@ use super::json::{DataParser, StateWords, exit_code, number, standard_output, st
 use crate::backend::JobSnapshot;
 use crate::model::{JobSpec, JobState, RecoveryLimits};
 
-/// An answer that is not a job listing at all.
+/// An answer that is not a job listing.
 #[derive(Debug, thiserror::Error)]
-#[error("squeue answered something that is not a job listing: {0}")]
-pub struct ListingError(String);
+pub enum ListingError {
+    #[error("squeue answered something that is not a job listing: {0}")]
+    NotAListing(String),
+    /// Slurm's own errors instead of the jobs: 22.05 answers so, with an empty list and a success
+    /// exit code, when it cannot reach the controller. Not a listing of no job.
+    #[error("squeue could not list the jobs: {0}")]
+    Failed(String),
+}
 
 #[derive(Debug, Deserialize)]
 struct Listing {
     #[serde(default)]
     jobs: Vec<serde_json::Value>,
+    #[serde(default)]
+    errors: Vec<serde_json::Value>,
     #[serde(default)]
     meta: serde_json::Value,
 }
@@ -42,7 +50,22 @@ pub struct SlurmJob {
 /// Parses a listing; jobs that cannot be read are returned as warnings.
 pub fn parse(text: &str) -> Result<(Vec<SlurmJob>, Vec<String>), ListingError> {
     let listing: Listing =
-        serde_json::from_str(text).map_err(|err| ListingError(err.to_string()))?;
+        serde_json::from_str(text).map_err(|err| ListingError::NotAListing(err.to_string()))?;
+    if !listing.errors.is_empty() {
+        let words: Vec<String> = listing
+            .errors
+            .iter()
+            .map(|error| {
+                ["source", "description", "error"]
+                    .iter()
+                    .filter_map(|key| error[*key].as_str())
+                    .filter(|word| !word.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(": ")
+            })
+            .collect();
+        return Err(ListingError::Failed(words.join("; ")));
+    }
     let mut jobs = Vec::new();
     let mut warnings = Vec::new();
     let declared = DataParser::declared(&listing.meta);
@@ -341,6 +364,20 @@ mod tests {
         assert!(jobs.is_empty());
         assert_eq!(warnings.len(), 2);
     }
+    #[test]
+    fn slurm_s_errors_in_place_of_the_jobs_are_no_listing_of_no_job() {
+        // What 22.05's `squeue --json` prints, exit code 0, while slurmctld is down.
+        let answer = r#"{"meta": {}, "errors": [{"description": "Failed while looking for jobs",
+            "error_number": -1, "error": "Unspecified error", "source": "slurm_load_jobs"}], "jobs": []}"#;
+        match parse(answer) {
+            Err(ListingError::Failed(words)) => assert_eq!(
+                words,
+                "slurm_load_jobs: Failed while looking for jobs: Unspecified error"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// A v0.0.42 listing as Slurm 24.11 writes it (shapes from `tests/fixtures/slurm/data_parser.md`).
     fn v42(jobs: serde_json::Value) -> String {
         serde_json::json!({
