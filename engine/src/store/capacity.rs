@@ -159,8 +159,47 @@ impl Db<'_> {
             nodes,
             ..CapacityHistory::default()
         };
+        self.ledger_quarantines(&mut history, from, to)?;
         self.attempt_history(&mut history, from, to)?;
         Ok(history)
+    }
+
+    /// The node ledger's quarantines still standing, for nodes whose drain (when runguard may not
+    /// drain) the listings cannot show: from when the ledger quarantined them.
+    fn ledger_quarantines(
+        &self,
+        history: &mut CapacityHistory,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        for record in self.node_records()? {
+            if record.state != crate::model::NodeState::Quarantined || record.since >= to {
+                continue;
+            }
+            let start = record.since.max(from);
+            let covered = history.quarantines.iter().any(|span| {
+                span.node == record.node
+                    && span.from <= start
+                    && span.to.is_none_or(|end| end > start)
+            });
+            if covered {
+                continue;
+            }
+            let gpus = history
+                .nodes
+                .iter()
+                .filter(|sample| sample.node == record.node)
+                .map(|sample| sample.gpus)
+                .max()
+                .unwrap_or(0);
+            history.quarantines.push(crate::capacity::QuarantineSpan {
+                node: record.node,
+                gpus,
+                from: start,
+                to: None,
+            });
+        }
+        Ok(())
     }
 
     /// Waits, running spans and recoveries of the attempts that touch `[from, to)`.
