@@ -32,7 +32,8 @@ impl Tmux {
         command
     }
 
-    /// Starts `shell_command` in a new 120x36 session called `name`.
+    /// Starts `shell_command` in a new 132x36 session called `name` (wide enough for every tab's full
+    /// name).
     fn start(&self, name: &str, shell_command: &str) {
         let status = self
             .command()
@@ -40,7 +41,7 @@ impl Tmux {
                 "new-session",
                 "-d",
                 "-x",
-                "120",
+                "132",
                 "-y",
                 "36",
                 "-s",

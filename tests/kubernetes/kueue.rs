@@ -12,6 +12,9 @@ async fn a_hung_queued_jobset_is_suspended_for_kueue_to_admit_again_not_re_creat
     let mut cluster = Cluster::on_gpu_pool(&[], |config| {
         config.recovery.whitelist = vec![ActionKind::Requeue, ActionKind::Cancel];
         config.engine.heartbeat_timeout_secs = 3;
+        // The fixture's pods write nothing at all: a run silent since its start is hung after the
+        // start-up bound, set as short as the heartbeat here.
+        config.detect.setup_timeout_secs = 3;
     })
     .await;
     // The TrainJob fixture's JobSet run on its own, opted in and queued in Kueue.

@@ -506,6 +506,18 @@ impl Backend for KubeBackend {
             }
             let restart = workload::restart_count(&workload);
             let log = self.log_path(&reference, restart);
+            // The unified log is runguard's own file: it exists from the listing on, so that a
+            // workload whose pods write nothing reads as silent, not as a log that cannot be found
+            // (which would be left unread and never called hung). Should it fail, that warning says so.
+            if !log.exists()
+                && let Some(dir) = log.parent()
+                && std::fs::create_dir_all(dir).is_ok()
+            {
+                let _ = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log);
+            }
             let mine = pods_of(kind, &workload, &index);
             let Some(mut snapshot) = snapshot(
                 kind,
