@@ -769,6 +769,34 @@ impl Backend for KubeBackend {
         })
     }
 
+    async fn resume_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
+        let Some(patch) = self.uncordon_patch(node, reason) else {
+            return Ok(ActionOutcome {
+                detail: format!(
+                    "{node} carries no {SUSPECT_TAINT} taint of runguard's for {reason:?}: nothing to undo"
+                ),
+                new_job_id: None,
+            });
+        };
+        let request = format!("PATCH /api/v1/nodes/{node} (merge) {patch}");
+        self.node_api()
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|err| action_error(err, &request))?;
+        let uncordoned = patch.pointer("/spec/unschedulable").is_some();
+        Ok(ActionOutcome {
+            detail: format!(
+                "removed runguard's {SUSPECT_TAINT} taint from {node}{}",
+                if uncordoned {
+                    " and lifted the cordon it set"
+                } else {
+                    "; the cordon someone else set stays"
+                }
+            ),
+            new_job_id: None,
+        })
+    }
+
     fn command_for(&self, kind: ActionKind, params: &ActionParams) -> String {
         let job_id = params.job_id.as_deref().unwrap_or_default();
         let reference = WorkloadRef::parse(job_id, &self.default_namespace);
@@ -819,6 +847,13 @@ impl Backend for KubeBackend {
                 let node = params.node.as_deref().unwrap_or("<node>");
                 let patch = self.cordon_patch(node, params.reason.as_deref().unwrap_or("runguard"));
                 format!("PATCH /api/v1/nodes/{node} (merge) {patch}")
+            }
+            (ActionKind::ResumeNode, _) => {
+                let node = params.node.as_deref().unwrap_or("<node>");
+                match self.uncordon_patch(node, params.reason.as_deref().unwrap_or("runguard")) {
+                    Some(patch) => format!("PATCH /api/v1/nodes/{node} (merge) {patch}"),
+                    None => format!("(nothing of runguard's to undo on {node})"),
+                }
             }
             (kind, _) => format!(
                 "({} is not available on Kubernetes for {job_id})",
