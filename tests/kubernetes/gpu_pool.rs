@@ -7,7 +7,7 @@ use runguard_engine::model::{ActionKind, ActionState, AnomalyKind, SpecChange, W
 use runguard_engine::model::{AlertEvent, JobState};
 use serde_json::{Value, json};
 
-use super::{Cluster, has_workflow, workflow, write_summary};
+use super::{Cluster, has_workflow, worker_fails, workflow, write_summary};
 use crate::kube_fake::FakeKube;
 
 /// The Kueue label a queued workload carries; it must survive a re-creation.
@@ -251,22 +251,8 @@ async fn a_dataloader_oom_on_a_tainted_pool_proposes_its_fix_and_excludes_no_nod
         "pytorch",
         "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.",
     );
-    cluster
-        .kube
-        .modify("Pod", "ml", "llama-pretrain-worker-1", |pod| {
-            pod["status"]["phase"] = json!("Failed");
-            pod["status"]["containerStatuses"][0]["state"] = json!({"terminated": {
-                "reason": "OOMKilled", "exitCode": 137,
-                "startedAt": "2026-03-02T08:00:00Z", "finishedAt": "2026-03-02T09:00:00Z",
-            }});
-        });
-    cluster.kube.modify("PyTorchJob", "ml", "llama-pretrain", |job| {
-        job["status"]["conditions"] = json!([{
-            "type": "Failed", "status": "True", "reason": "PyTorchJobFailed",
-            "message": "PyTorchJob ml/llama-pretrain is failed because 1 Worker replica(s) failed.",
-            "lastTransitionTime": "2026-03-02T09:00:01Z",
-        }]);
-    });
+    // The kubelet reports the worker's end; the training operator marks the job failed.
+    worker_fails(&cluster.kube, "OOMKilled", 137);
     let status = cluster
         .until("the proposal", |status| {
             !workflow(status, "llama-pretrain").actions.is_empty()

@@ -147,6 +147,25 @@ fn heal_nodes(kube: &FakeKube) {
     }
 }
 
+/// Worker 1 of the PyTorchJob llama-pretrain ends (`reason`, `exit_code`, as the kubelet reports a
+/// terminated container) and the training operator marks the job failed.
+fn worker_fails(kube: &FakeKube, reason: &str, exit_code: i32) {
+    kube.modify("Pod", "ml", "llama-pretrain-worker-1", |pod| {
+        pod["status"]["phase"] = json!("Failed");
+        pod["status"]["containerStatuses"][0]["state"] = json!({"terminated": {
+            "reason": reason, "exitCode": exit_code,
+            "startedAt": "2025-06-10T08:00:00Z", "finishedAt": "2025-06-10T09:00:00Z",
+        }});
+    });
+    kube.modify("PyTorchJob", "ml", "llama-pretrain", |job| {
+        job["status"]["conditions"] = json!([{
+            "type": "Failed", "status": "True", "reason": "PyTorchJobFailed",
+            "message": "PyTorchJob ml/llama-pretrain is failed because 1 Worker replica(s) failed.",
+            "lastTransitionTime": "2025-06-10T09:00:01Z",
+        }]);
+    });
+}
+
 fn workflow<'a>(status: &'a StatusReport, name: &str) -> &'a WorkflowView {
     status
         .workflows
@@ -267,23 +286,8 @@ async fn a_worker_oom_killed_by_its_dataloader_is_re_created_with_fewer_workers_
         "pytorch",
         "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.",
     );
-    // The kubelet reports the OOM kill; the training operator marks the job failed.
-    cluster
-        .kube
-        .modify("Pod", "ml", "llama-pretrain-worker-1", |pod| {
-            pod["status"]["phase"] = json!("Failed");
-            pod["status"]["containerStatuses"][0]["state"] = json!({"terminated": {
-                "reason": "OOMKilled", "exitCode": 137,
-                "startedAt": "2025-06-10T08:00:00Z", "finishedAt": "2025-06-10T09:00:00Z",
-            }});
-        });
-    cluster.kube.modify("PyTorchJob", "ml", "llama-pretrain", |job| {
-        job["status"]["conditions"] = json!([{
-            "type": "Failed", "status": "True", "reason": "PyTorchJobFailed",
-            "message": "PyTorchJob ml/llama-pretrain is failed because 1 Worker replica(s) failed.",
-            "lastTransitionTime": "2025-06-10T09:00:01Z",
-        }]);
-    });
+    // The kubelet reports the worker's end; the training operator marks the job failed.
+    worker_fails(&cluster.kube, "OOMKilled", 137);
     let status = cluster
         .until("the proposal", |status| {
             !workflow(status, "llama-pretrain").actions.is_empty()
@@ -548,6 +552,9 @@ async fn pods_pending_on_gpus_are_reported_as_stuck_with_the_scheduler_s_words()
                         .any(|a| a.kind == AnomalyKind::StuckPending)
                     && workflow(status, "big-run").attempts[0].reason.as_deref()
                         == Some("Unschedulable")
+                    // The event may come after both: it joins the log when the engine hears it.
+                    && log_of(workflow(status, "big-run"), 0)
+                        .contains("kubernetes: Warning FailedScheduling pod/big-run-master-0")
             },
         )
         .await;

@@ -5,7 +5,7 @@
 use runguard_engine::model::{ActionKind, ActionState, NodeState};
 use serde_json::json;
 
-use super::{Cluster, has_workflow, workflow};
+use super::{Cluster, has_workflow, worker_fails, workflow};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gpu_lost_on_a_node_cordons_and_taints_it_until_its_check_passes_and_undoes_only_that() {
@@ -42,22 +42,8 @@ async fn a_gpu_lost_on_a_node_cordons_and_taints_it_until_its_check_passes_and_u
                 "lastTransitionTime": "2025-06-10T09:47:03Z",
             }));
     });
-    cluster
-        .kube
-        .modify("Pod", "ml", "llama-pretrain-worker-1", |pod| {
-            pod["status"]["phase"] = json!("Failed");
-            pod["status"]["containerStatuses"][0]["state"] = json!({"terminated": {
-                "reason": "Error", "exitCode": 1,
-                "startedAt": "2025-06-10T08:00:00Z", "finishedAt": "2025-06-10T09:48:00Z",
-            }});
-        });
-    cluster.kube.modify("PyTorchJob", "ml", "llama-pretrain", |job| {
-        job["status"]["conditions"] = json!([{
-            "type": "Failed", "status": "True", "reason": "PyTorchJobFailed",
-            "message": "PyTorchJob ml/llama-pretrain is failed because 1 Worker replica(s) failed.",
-            "lastTransitionTime": "2025-06-10T09:48:01Z",
-        }]);
-    });
+    // The kubelet reports the worker's end; the training operator marks the job failed.
+    worker_fails(&cluster.kube, "Error", 1);
     let status = cluster
         .until("the drain", |status| {
             workflow(status, "llama-pretrain")
