@@ -114,7 +114,7 @@ fn save_bound(
     if !saving && !save_due(last_iteration, history) {
         return None;
     }
-    let costs = save_durations(history);
+    let costs = save_durations(history.checkpoints, history.throughput);
     let longest = costs.iter().copied().fold(0.0_f64, f64::max);
     Some(if costs.is_empty() {
         Bound {
@@ -149,18 +149,21 @@ fn save_due(last_iteration: u64, history: &RunHistory<'_>) -> bool {
 }
 
 /// How long each measured save held the run: the stretch between the progress reports around it
-/// beyond the usual time per iteration.
-fn save_durations(history: &RunHistory<'_>) -> Vec<f64> {
+/// beyond what the same iterations take without a save (the median time per iteration elsewhere).
+/// The save of iteration N falls in the stretch that starts at N: frameworks (Megatron, NeMo, the
+/// test job) log an iteration, then save, then go on; the save's own line seldom carries a time.
+/// Empty when no stretch without a save tells the usual pace.
+pub fn save_durations(checkpoints: &[Checkpoint], throughput: &[ThroughputSample]) -> Vec<f64> {
     let mut per_iteration = Vec::new();
     let mut around = Vec::new();
-    for pair in history.throughput.windows(2) {
+    for pair in throughput.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         if a.attempt_index != b.attempt_index || b.iteration <= a.iteration || a.rank != b.rank {
             continue;
         }
         let secs = (b.time - a.time).num_milliseconds() as f64 / 1000.0;
         let iterations = (b.iteration - a.iteration) as f64;
-        let saved = history.checkpoints.iter().any(|c| {
+        let saved = checkpoints.iter().any(|c| {
             c.attempt_index == a.attempt_index
                 && c.iteration >= a.iteration
                 && c.iteration < b.iteration
@@ -171,11 +174,9 @@ fn save_durations(history: &RunHistory<'_>) -> Vec<f64> {
             per_iteration.push(secs / iterations);
         }
     }
-    if per_iteration.is_empty() {
+    let Some(typical) = super::median(&mut per_iteration) else {
         return Vec::new();
-    }
-    per_iteration.sort_by(f64::total_cmp);
-    let typical = per_iteration[per_iteration.len() / 2];
+    };
     around
         .iter()
         .map(|(secs, iterations)| (secs - iterations * typical).max(0.0))

@@ -28,6 +28,8 @@ impl Engine {
             return Ok(());
         }
         let workflows = self.store.db().workflows()?;
+        // One read for every workflow: few have asked a job to save.
+        let asked_to_save = self.asked_to_save()?;
         // Without access to the scheduler nothing is decided: the refusal is the user's to fix.
         for workflow in workflows.into_iter().filter(|w| {
             w.status.is_active()
@@ -41,7 +43,9 @@ impl Engine {
             if workflow.status == WorkflowStatus::Recovering {
                 self.watch_recovery(&workflow, &attempt, now)?;
             }
-            if self.follow_checkpoint_request(&workflow, &attempt, now)? {
+            if asked_to_save.contains(&workflow.id)
+                && self.follow_checkpoint_request(&workflow, &attempt, now)?
+            {
                 continue;
             }
             // An attempt the scheduler requeued by itself (a node failure with JobRequeue=1): its end

@@ -261,8 +261,13 @@ impl Engine {
         }
         let schedule = self.config.ledger.schedule();
         let mut events = Vec::new();
+        // Only a suspect (its incidents fade) or a node on probation (it ends) moves with time: a
+        // healthy node's score only falls, and a quarantined one waits for its check.
+        let moving = records
+            .into_iter()
+            .filter(|record| matches!(record.state, NodeState::Suspect | NodeState::Probation));
         self.store.write(|db| {
-            for mut record in records {
+            for mut record in moving {
                 let history = db.node_incidents(&record.node)?;
                 if let Some(left) =
                     ledger::reassess(&mut record, &history, now, Rules::standard(), &schedule)
@@ -376,10 +381,12 @@ impl Engine {
         let policy = self.policy.clone();
         let mut events = Vec::new();
         self.store.write(|db| {
-            let returned = db
-                .node_records()?
-                .into_iter()
-                .filter(|record| record.state != NodeState::Quarantined);
+            // Only nodes that carry a mark of runguard's: its drain, or an exclusion it added.
+            let excluded = db.nodes_with_exclusions()?;
+            let returned = db.node_records()?.into_iter().filter(|record| {
+                record.state != NodeState::Quarantined
+                    && (record.drain_reason.is_some() || excluded.contains(&record.node))
+            });
             for record in returned {
                 let node = record.node.clone();
                 let planned_since_return =

@@ -91,6 +91,21 @@ impl Engine {
         Ok(())
     }
 
+    /// The workflows with a checkpoint request that ran: the only ones
+    /// [`Engine::follow_checkpoint_request`] can have anything to do for.
+    pub(super) fn asked_to_save(
+        &self,
+    ) -> Result<std::collections::HashSet<crate::model::WorkflowId>, EngineError> {
+        Ok(self
+            .store
+            .db()
+            .actions_of_kind(ActionKind::CheckpointNow)?
+            .into_iter()
+            .filter(|action| action.state == ActionState::Done)
+            .map(|action| action.workflow_id)
+            .collect())
+    }
+
     /// After a checkpoint request ran: once the job has saved, requeued itself, or the wait is over,
     /// plan its requeue off the node. True when a requeue was planned (the workflow is decided).
     pub(super) fn follow_checkpoint_request(

@@ -177,37 +177,10 @@ fn mean_interval(checkpoints: &[Checkpoint]) -> Option<f64> {
     (!gaps.is_empty()).then(|| gaps.iter().sum::<f64>() / gaps.len() as f64)
 }
 
-/// A save's cost: how much longer the stretch between the two progress reports around it took than
-/// the same number of iterations takes without a save (the median time per iteration elsewhere).
-/// The median over every save measured, with their number. The save of iteration N falls in the
-/// stretch that starts at N: frameworks (Megatron, NeMo, the test job) log an iteration, then save,
-/// then go on; the save's own line seldom carries a time of its own.
+/// A save's cost: the median of what each measured save held the run
+/// ([`crate::detect::sections::save_durations`]), with how many were measured.
 fn save_cost(checkpoints: &[Checkpoint], throughput: &[ThroughputSample]) -> Option<(f64, usize)> {
-    let saved_in = |attempt: u32, from: u64, to: u64| {
-        checkpoints
-            .iter()
-            .any(|c| c.attempt_index == attempt && c.iteration >= from && c.iteration < to)
-    };
-    let mut per_iteration = Vec::new();
-    let mut around_saves = Vec::new();
-    for pair in throughput.windows(2) {
-        let (a, b) = (&pair[0], &pair[1]);
-        if a.attempt_index != b.attempt_index || b.iteration <= a.iteration || a.rank != b.rank {
-            continue;
-        }
-        let secs = (b.time - a.time).num_milliseconds() as f64 / 1000.0;
-        let iterations = (b.iteration - a.iteration) as f64;
-        if saved_in(a.attempt_index, a.iteration, b.iteration) {
-            around_saves.push((secs, iterations));
-        } else {
-            per_iteration.push(secs / iterations);
-        }
-    }
-    let typical = median(&mut per_iteration)?;
-    let mut costs: Vec<f64> = around_saves
-        .iter()
-        .map(|(secs, iterations)| (secs - iterations * typical).max(0.0))
-        .collect();
+    let mut costs = crate::detect::sections::save_durations(checkpoints, throughput);
     let count = costs.len();
     median(&mut costs).map(|cost| (cost, count))
 }

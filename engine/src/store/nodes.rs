@@ -192,6 +192,15 @@ impl Db<'_> {
         Ok(())
     }
 
+    /// The nodes runguard added to some job's exclusions.
+    pub fn nodes_with_exclusions(&self) -> Result<Vec<String>, StoreError> {
+        self.select_rows(
+            "SELECT DISTINCT node FROM node_exclusions ORDER BY node",
+            [],
+            |row| Ok(row.get(0)?),
+        )
+    }
+
     /// The exclusions runguard added for `node`.
     pub fn exclusions_of_node(&self, node: &str) -> Result<Vec<AddedExclusion>, StoreError> {
         self.select(
