@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::KubernetesConfig;
 use super::errors::{action_error, api_error};
 use super::logs::{Follow, LogHub};
-use super::recreate::{clean, next_incarnation, spec_diff};
+use super::recreate::{clean, next_incarnation, restart_outcome, spec_diff};
 use super::suspend;
 use super::workload::{
     self, PodIndex, WorkloadKind, WorkloadRef, at, enrolled, evidence, placement, pods_of,
@@ -693,30 +693,13 @@ impl Backend for KubeBackend {
         api.create(&PostParams::default(), &object)
             .await
             .map_err(|err| action_error(err, &request))?;
-        let mut detail = format!("re-created {} as restart {restart}", reference.id());
-        if !exclude.is_empty() {
-            detail.push_str(&format!(", excluding {}", exclude.join(",")));
-        }
-        if !changes.is_empty() {
-            detail.push_str(&format!(
-                ", with {}",
-                changes
-                    .iter()
-                    .map(SpecChange::describe)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        if !stuck.is_empty() {
-            detail.push_str(&format!(
-                "; force-deleted {} stuck on a lost node",
-                stuck.join(",")
-            ));
-        }
-        Ok(ActionOutcome {
-            detail,
-            new_job_id: None,
-        })
+        Ok(restart_outcome(
+            format!("re-created {} as restart {restart}", reference.id()),
+            exclude,
+            changes,
+            None,
+            &stuck,
+        ))
     }
 
     async fn resubmit(

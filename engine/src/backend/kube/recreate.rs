@@ -7,6 +7,37 @@ use serde_json::{Value, json};
 use super::workload::{HOSTNAME_LABEL, RESTART_ANNOTATION, WorkloadKind, trainjob};
 use crate::model::SpecChange;
 
+/// What a restart did, for the journal: `head`, the exclusions and changes it carried, what follows
+/// it (`then`), and the pods force-deleted off a lost node.
+pub(super) fn restart_outcome(
+    mut detail: String,
+    exclude: &[String],
+    changes: &[SpecChange],
+    then: Option<&str>,
+    stuck: &[String],
+) -> crate::backend::ActionOutcome {
+    if !exclude.is_empty() {
+        detail.push_str(&format!(", excluding {}", exclude.join(",")));
+    }
+    if !changes.is_empty() {
+        let described: Vec<String> = changes.iter().map(SpecChange::describe).collect();
+        detail.push_str(&format!(", with {}", described.join(", ")));
+    }
+    if let Some(then) = then {
+        detail.push_str(&format!("; {then}"));
+    }
+    if !stuck.is_empty() {
+        detail.push_str(&format!(
+            "; force-deleted {} stuck on a lost node",
+            stuck.join(",")
+        ));
+    }
+    crate::backend::ActionOutcome {
+        detail,
+        new_job_id: None,
+    }
+}
+
 /// Metadata the server owns: a create with them is refused or meaningless.
 const SERVER_METADATA: [&str; 8] = [
     "uid",

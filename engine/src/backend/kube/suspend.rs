@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::backend::KubeBackend;
 use super::errors::action_error;
+use super::recreate::restart_outcome;
 use super::workload::{WorkloadKind, WorkloadRef, at, excluded_nodes, trainjob};
 use crate::backend::{ActionOutcome, BackendError};
 use crate::model::SpecChange;
@@ -124,34 +125,16 @@ impl KubeBackend {
                 tracing::warn!(pod, %err, "deleting a pod stuck on a lost node");
             }
         }
-        let mut detail = format!(
-            "suspended {} with its spec for restart {restart}",
-            reference.id()
-        );
-        if !exclude.is_empty() {
-            detail.push_str(&format!(", excluding {}", exclude.join(",")));
-        }
-        if !changes.is_empty() {
-            detail.push_str(&format!(
-                ", with {}",
-                changes
-                    .iter()
-                    .map(SpecChange::describe)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        detail.push_str("; Kueue admits it again and resumes it");
-        if !stuck.is_empty() {
-            detail.push_str(&format!(
-                "; force-deleted {} stuck on a lost node",
-                stuck.join(",")
-            ));
-        }
-        Ok(ActionOutcome {
-            detail,
-            new_job_id: None,
-        })
+        Ok(restart_outcome(
+            format!(
+                "suspended {} with its spec for restart {restart}",
+                reference.id()
+            ),
+            exclude,
+            changes,
+            Some("Kueue admits it again and resumes it"),
+            stuck,
+        ))
     }
 }
 
