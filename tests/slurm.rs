@@ -46,6 +46,8 @@ struct Case<'a> {
     as_nobody: bool,
     /// This node stops answering (its slurmd is stopped) once the run has saved its first checkpoint.
     node_dies: Option<&'a str>,
+    /// The batch script's own arguments.
+    args: &'a [&'a str],
 }
 
 impl<'a> Case<'a> {
@@ -57,6 +59,7 @@ impl<'a> Case<'a> {
             engine: "",
             as_nobody: false,
             node_dies: None,
+            args: &[],
         }
     }
 }
@@ -122,6 +125,7 @@ fn run_case(case: Case<'_>) -> Finished {
     let submitted = as_user("sbatch")
         .args(["--parsable", "-J", "llama-test"])
         .arg(&script)
+        .args(case.args)
         .output()
         .unwrap();
     assert!(
@@ -308,6 +312,64 @@ fn in_resubmit_mode_the_batch_script_is_submitted_again_without_n2() {
     assert!(
         finished.logs.contains("at iteration 10"),
         "the resubmitted job resumes: {}",
+        finished.logs
+    );
+}
+
+#[test]
+fn a_dataloader_killed_for_memory_is_submitted_again_with_fewer_workers_on_the_same_nodes() {
+    if !slurm_available() || !crate::support::slurm::torch_available() {
+        return;
+    }
+    // Real PyTorch: more than 4 workers die of SIGKILL and PyTorch reports the worker killed.
+    let train =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/slurm/dataloader_train.py");
+    let script = format!(
+        "#!/bin/bash\n\
+         #SBATCH --comment='{{\"APS\": {{\"auto_resume_mode\": \"requeue\", \"max_requeue_times\": 3}}}}'\n\
+         #SBATCH -o LOGDIR/%x_%j.log\n\
+         export OMP_NUM_THREADS=1\n\
+         /usr/bin/python3 {} \"$@\"\n",
+        train.display()
+    );
+    let finished = run_case(Case {
+        whitelist: r#"["requeue", "cancel", "recreate"]"#,
+        args: &["--num-workers", "8", "--steps", "12"],
+        ..Case::new(script)
+    });
+    let workflow = &finished.status["workflows"][0];
+    assert_eq!(
+        workflow["succeeded"], true,
+        "{workflow:#}\n{}",
+        finished.logs
+    );
+    assert_eq!(workflow["attributions"][0]["category"], "dataloader_oom");
+    let attempts = workflow["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{workflow:#}");
+    assert_ne!(attempts[0]["job_id"], attempts[1]["job_id"], "a new job");
+    // Memory is not the node's fault: nothing is excluded.
+    assert!(
+        strings(&attempts[1]["excluded_nodes"]).is_empty(),
+        "{workflow:#}"
+    );
+    let recreate = workflow["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|action| action["kind"] == "recreate")
+        .unwrap_or_else(|| panic!("no recreate: {workflow:#}"));
+    let detail = recreate["result"].as_str().unwrap_or_default();
+    // 22.05 lists the script with its arguments, later releases the script alone.
+    let diff = if crate::support::slurm::release() == "22.05" {
+        "argument --num-workers 8 → --num-workers 4"
+    } else {
+        "environment + DATALOADER_NUM_WORKERS=4"
+    };
+    assert!(detail.contains(diff), "the diff is shown: {detail}");
+    assert!(
+        finished.logs.contains("training with 4 DataLoader workers")
+            && finished.logs.contains("training done"),
+        "{}",
         finished.logs
     );
 }

@@ -105,6 +105,9 @@ pub struct Capabilities {
     pub resubmit: bool,
     /// Re-create a workload from its saved spec with changes (the catalog's config fixes).
     pub recreate: bool,
+    /// Submit a batch job again with the catalog's fix in its arguments or environment (changes a
+    /// command line can carry, [`crate::recover::overrides`]).
+    pub resubmit_changed: bool,
     /// Keep a pending job from starting, and let it start again.
     pub hold: bool,
     /// Take a node out of scheduling.
@@ -123,6 +126,7 @@ pub enum Can {
     Requeue,
     Resubmit,
     Recreate,
+    ResubmitChanged,
     Hold,
     Drain,
     Signal,
@@ -138,6 +142,7 @@ impl Capabilities {
             requeue: can(Can::Requeue),
             resubmit: can(Can::Resubmit),
             recreate: can(Can::Recreate),
+            resubmit_changed: can(Can::ResubmitChanged),
             hold: can(Can::Hold),
             drain: can(Can::Drain),
             signal: can(Can::Signal),
@@ -272,6 +277,21 @@ pub trait Backend: Send + Sync {
         exclude: &[String],
         tag: &str,
     ) -> Result<ActionOutcome, BackendError>;
+
+    /// Submits `spec` again as a new job avoiding `exclude`, with `changes` made to its arguments or
+    /// environment ([`Capabilities::resubmit_changed`]); `tag` as for [`Backend::resubmit`].
+    async fn resubmit_changed(
+        &self,
+        spec: &JobSpec,
+        exclude: &[String],
+        tag: &str,
+        changes: &[SpecChange],
+    ) -> Result<ActionOutcome, BackendError> {
+        if changes.is_empty() {
+            return self.resubmit(spec, exclude, tag).await;
+        }
+        Err(self.unsupported("submit a job again with a changed command line"))
+    }
 
     /// Re-creates the workload from its saved spec with `changes`, never to run on `exclude`.
     async fn recreate(

@@ -98,6 +98,39 @@ impl Engine {
         }
     }
 
+    /// Submits the workflow's job again as the next attempt, with the action's changes; once only,
+    /// found by the attempt's tag after a crash.
+    async fn resubmit_changed(&mut self, action: &Action) -> Execution {
+        let params = &action.params;
+        let tag = attempt_tag(action.workflow_id, action.attempt_index + 1);
+        match self.submitted_with(&tag).await {
+            Ok(Some(id)) => {
+                return Execution::AlreadyDone(format!("already submitted again as job {id}"));
+            }
+            Ok(None) => {}
+            Err(err) => return retry_or_fail(err),
+        }
+        let spec = match self.store.db().workflow(action.workflow_id) {
+            Ok(Some(workflow)) => workflow.spec,
+            Ok(None) => return Execution::Superseded("the workflow is gone".to_string()),
+            Err(err) => return Execution::Retry(err.to_string()),
+        };
+        match with_timeout(self.backend.resubmit_changed(
+            &spec,
+            &params.exclude_nodes,
+            &tag,
+            &params.changes,
+        ))
+        .await
+        {
+            Ok(outcome) => Execution::Ran(match outcome.new_job_id {
+                Some(id) => format!("{} (new job {id})", outcome.detail),
+                None => outcome.detail,
+            }),
+            Err(err) => retry_or_fail(err),
+        }
+    }
+
     async fn execute(&mut self, action: &Action) -> Execution {
         let params = &action.params;
         let job_id = params.job_id.clone().unwrap_or_default();
@@ -290,6 +323,10 @@ impl Engine {
                     Ok(outcome) => Execution::Ran(outcome.detail),
                     Err(err) => retry_or_fail(err),
                 }
+            }
+            ActionKind::Recreate if !self.backend.capabilities().recreate => {
+                // A batch job is changed by submitting it again, the fix in its command line.
+                self.resubmit_changed(action).await
             }
             ActionKind::Recreate => {
                 let planned = params.restart_count.unwrap_or(0);

@@ -175,6 +175,58 @@ impl SpecChange {
             Self::RayGcsFaultTolerance => "Ray GCS fault tolerance on".to_string(),
         }
     }
+
+    /// The command-line flags that carry this change, in the spellings training scripts use; empty
+    /// for a change that is not an argument.
+    pub fn flags(&self) -> &'static [&'static str] {
+        match self {
+            Self::DataLoaderWorkers { .. } => &[
+                "--num-workers",
+                "--num_workers",
+                "--dataloader-num-workers",
+                "--workers",
+            ],
+            Self::HalveMicroBatch => &[
+                "--micro-batch-size",
+                "--micro_batch_size",
+                "--per_device_train_batch_size",
+            ],
+            _ => &[],
+        }
+    }
+
+    /// A flag's new value, given its old one.
+    pub fn new_flag_value(&self, old: &str) -> String {
+        match self {
+            Self::DataLoaderWorkers { workers } => workers.to_string(),
+            Self::HalveMicroBatch => old
+                .parse::<u64>()
+                .map(|n| (n / 2).max(1).to_string())
+                .unwrap_or_else(|_| old.to_string()),
+            _ => old.to_string(),
+        }
+    }
+
+    /// The environment variable set instead when the command has none of [`Self::flags`] (the job
+    /// reads it, or the change is an environment variable to begin with).
+    pub fn environment(&self) -> Option<(String, String)> {
+        match self {
+            Self::Env { name, value } => Some((name.clone(), value.clone())),
+            Self::DataLoaderWorkers { workers } => {
+                Some(("DATALOADER_NUM_WORKERS".to_string(), workers.to_string()))
+            }
+            Self::HalveMicroBatch => {
+                Some(("MICRO_BATCH_SIZE_FACTOR".to_string(), "0.5".to_string()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the change can be made to a command line and its environment alone (a batch job's
+    /// resubmission), rather than to a pod spec.
+    pub fn fits_a_command(&self) -> bool {
+        self.environment().is_some()
+    }
 }
 
 /// Parameters of an action; which fields matter depends on the kind.

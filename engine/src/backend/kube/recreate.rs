@@ -178,41 +178,13 @@ fn apply_to_template(template: &mut Value, change: &SpecChange) {
                 set_env(container, name, value);
             }
         }
-        SpecChange::DataLoaderWorkers { workers } => {
+        SpecChange::DataLoaderWorkers { .. } | SpecChange::HalveMicroBatch => {
             for container in containers(template) {
-                let found = replace_flag(
-                    container,
-                    &[
-                        "--num-workers",
-                        "--num_workers",
-                        "--dataloader-num-workers",
-                        "--workers",
-                    ],
-                    |_| workers.to_string(),
-                );
-                if !found {
-                    set_env(container, "DATALOADER_NUM_WORKERS", &workers.to_string());
-                }
-            }
-        }
-        SpecChange::HalveMicroBatch => {
-            for container in containers(template) {
-                let found = replace_flag(
-                    container,
-                    &[
-                        "--micro-batch-size",
-                        "--micro_batch_size",
-                        "--per_device_train_batch_size",
-                    ],
-                    |value| {
-                        value
-                            .parse::<u64>()
-                            .map(|n| (n / 2).max(1).to_string())
-                            .unwrap_or_else(|_| value.to_string())
-                    },
-                );
-                if !found {
-                    set_env(container, "MICRO_BATCH_SIZE_FACTOR", "0.5");
+                let found = replace_flag(container, change.flags(), |value| {
+                    change.new_flag_value(value)
+                });
+                if !found && let Some((name, value)) = change.environment() {
+                    set_env(container, &name, &value);
                 }
             }
         }

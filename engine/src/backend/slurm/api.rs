@@ -57,13 +57,17 @@ pub enum Operation {
 }
 
 /// A batch job to submit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Submission {
     pub script: PathBuf,
+    /// The script's own arguments.
+    pub args: Vec<String>,
     pub name: String,
     pub comment: String,
     pub exclude: Vec<String>,
     pub work_dir: Option<String>,
+    /// Variables added to the environment the job inherits (`--export=ALL,NAME=value`).
+    pub environment: Vec<(String, String)>,
 }
 
 /// Slurm, reached one way or another.

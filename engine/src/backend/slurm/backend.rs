@@ -18,7 +18,8 @@ use crate::backend::{
     ActionOutcome, Backend, BackendError, Can, Capabilities, Hold, JobSnapshot, NodeCapacity,
 };
 use crate::model::BackendKind;
-use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits};
+use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits, SpecChange};
+use crate::recover::overrides;
 use crate::sync::lock;
 
 /// How the Slurm backend chooses jobs.
@@ -220,6 +221,19 @@ impl SlurmBackend {
     }
 }
 
+/// The batch script and its arguments, from the command Slurm reports (`/path/train.sbatch --epochs 3`:
+/// Slurm keeps the arguments as one line, so they are split at whitespace).
+fn batch_command(spec: &JobSpec) -> Result<(PathBuf, Vec<String>), BackendError> {
+    let mut words = spec.command.as_deref().unwrap_or("").split_whitespace();
+    let Some(script) = words.next() else {
+        return Err(BackendError::Invalid(format!(
+            "job {} has no batch script to resubmit",
+            spec.name
+        )));
+    };
+    Ok((PathBuf::from(script), words.map(str::to_string).collect()))
+}
+
 /// The comment of a resubmitted job: its enrolment plus the tag that links it to its workflow.
 fn resubmit_comment(tag: &str) -> String {
     serde_json::json!({ "APS": { "auto_resume_mode": "requeue" }, "runguard": tag }).to_string()
@@ -277,6 +291,7 @@ impl Backend for SlurmBackend {
         Capabilities::of(&[
             Can::Requeue,
             Can::Resubmit,
+            Can::ResubmitChanged,
             Can::Hold,
             Can::Drain,
             Can::UsableNodes,
@@ -415,19 +430,28 @@ impl Backend for SlurmBackend {
         exclude: &[String],
         tag: &str,
     ) -> Result<ActionOutcome, BackendError> {
-        let Some(script) = spec.command.clone() else {
-            return Err(BackendError::Invalid(format!(
-                "job {} has no batch script to resubmit",
-                spec.name
-            )));
-        };
+        self.resubmit_changed(spec, exclude, tag, &[]).await
+    }
+
+    async fn resubmit_changed(
+        &self,
+        spec: &JobSpec,
+        exclude: &[String],
+        tag: &str,
+        changes: &[SpecChange],
+    ) -> Result<ActionOutcome, BackendError> {
+        let (script, args) = batch_command(spec)?;
+        let fixed = overrides::apply(&args, changes)
+            .map_err(|err| BackendError::Invalid(err.to_string()))?;
         let id = self
             .perform(Operation::Submit(Submission {
-                script: PathBuf::from(script),
+                script,
+                args: fixed.args,
                 name: spec.name.clone(),
                 comment: resubmit_comment(tag),
                 exclude: exclude.to_vec(),
                 work_dir: spec.work_dir.clone(),
+                environment: fixed.environment,
             }))
             .await?;
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit()) {
@@ -435,8 +459,20 @@ impl Backend for SlurmBackend {
                 "the submission answered {id:?} instead of a job id"
             )));
         }
+        let mut changed = if fixed.diff.is_empty() {
+            String::new()
+        } else {
+            format!(" with {}", fixed.diff.join("; "))
+        };
+        if args.is_empty() {
+            // Slurm 23.02 and later list the script alone: arguments it had are not known.
+            changed.push_str(" (Slurm reported the batch script without arguments: none passed)");
+        }
         Ok(ActionOutcome {
-            detail: with_exclusion(format!("resubmitted {} as job {id}", spec.name), exclude),
+            detail: with_exclusion(
+                format!("resubmitted {} as job {id}{changed}", spec.name),
+                exclude,
+            ),
             new_job_id: Some(id),
         })
     }
@@ -581,23 +617,31 @@ impl Backend for SlurmBackend {
                 node: params.node.clone().unwrap_or_default(),
             }],
             ActionKind::Recreate => {
+                // The job's own command is not in the params: show where it goes and what changes.
+                let fixed = overrides::apply(&[], &params.changes);
+                let environment = fixed.map(|fixed| fixed.environment).unwrap_or_default();
+                let submit = Operation::Submit(Submission {
+                    script: PathBuf::from("<batch script of the job>"),
+                    args: vec!["<its arguments, changed as said>".to_string()],
+                    name: "<job name>".to_string(),
+                    comment: resubmit_comment("<workflow and attempt>"),
+                    exclude: params.exclude_nodes.clone(),
+                    work_dir: None,
+                    environment,
+                });
                 return format!(
-                    "(Slurm cannot change a batch job's spec; resubmit it yourself with: {})",
-                    params
-                        .changes
-                        .iter()
-                        .map(|change| change.describe())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    "{} (a new job; the failed one stays as it ended)",
+                    self.api.describe(&submit)
                 );
             }
             ActionKind::Requeue => Self::requeue_operations(&job_id, &params.exclude_nodes),
             ActionKind::Resubmit => vec![Operation::Submit(Submission {
                 script: PathBuf::from("<batch script of the job>"),
+                args: vec!["<its arguments>".to_string()],
                 name: "<job name>".to_string(),
                 comment: resubmit_comment("<workflow and attempt>"),
                 exclude: params.exclude_nodes.clone(),
-                work_dir: None,
+                ..Submission::default()
             })],
             ActionKind::Cancel => vec![Operation::Cancel {
                 job_id: job_id.clone(),

@@ -316,7 +316,16 @@ pub fn operation_argv(operation: &Operation) -> Vec<String> {
             if let Some(dir) = &submission.work_dir {
                 command.push(format!("--chdir={dir}"));
             }
+            if !submission.environment.is_empty() {
+                // ALL keeps what the job inherits today; the values were checked free of commas.
+                let mut export = "--export=ALL".to_string();
+                for (name, value) in &submission.environment {
+                    export.push_str(&format!(",{name}={value}"));
+                }
+                command.push(export);
+            }
             command.push(submission.script.display().to_string());
+            command.extend(submission.args.iter().cloned());
             command
         }
     }
@@ -678,11 +687,24 @@ mod tests {
             name: "llama".into(),
             comment: r#"{"APS":{"auto_resume_mode":"requeue"}}"#.into(),
             exclude: vec!["n2".into(), "n3".into()],
-            work_dir: None,
+            ..Default::default()
         });
         assert_eq!(
             display_argv(&operation_argv(&submit)),
             r#"sbatch --parsable --job-name=llama '--comment={"APS":{"auto_resume_mode":"requeue"}}' --exclude=n2,n3 /home/a/train.sbatch"#
+        );
+        let fixed = Operation::Submit(super::super::api::Submission {
+            script: "/home/a/train.sbatch".into(),
+            args: vec!["--num-workers".into(), "2".into()],
+            name: "llama".into(),
+            comment: "{}".into(),
+            environment: vec![("NCCL_SOCKET_IFNAME".into(), "ib0".into())],
+            ..Default::default()
+        });
+        assert_eq!(
+            display_argv(&operation_argv(&fixed)),
+            "sbatch --parsable --job-name=llama '--comment={}' --export=ALL,NCCL_SOCKET_IFNAME=ib0 \
+             /home/a/train.sbatch --num-workers 2"
         );
     }
 }

@@ -12,6 +12,7 @@ use crate::model::{
     ActionKind, ActionParams, AnomalyKind, Attempt, Attribution, Component, Remedy, RemedyKind,
     SpecChange, Workflow, WorkflowStatus,
 };
+use crate::recover::overrides;
 
 /// The policy's knobs, from the config and the engine's mode.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,6 +173,13 @@ pub fn decide(
     // The catalog's fix, where the backend can apply it: the same spec would fail the same way.
     let changes = if policy.capabilities.recreate {
         spec_changes(&attribution.remedies, attribution.recoverable)
+    } else if policy.capabilities.resubmit_changed {
+        // A batch job takes only what its command line and environment can carry.
+        changes_that_fit(
+            &attribution.remedies,
+            attribution.recoverable,
+            overrides::fits_a_batch_job,
+        )
     } else {
         Vec::new()
     };
@@ -255,8 +263,13 @@ pub fn decide(
                 ..ActionParams::default()
             },
             format!(
-                "{what}: re-create from the last checkpoint with {described}{exclusion}, as the catalog \
+                "{what}: {} from the last checkpoint with {described}{exclusion}, as the catalog \
                  recommends (restart {} of {limit})",
+                if policy.capabilities.recreate {
+                    "re-create"
+                } else {
+                    "submit again"
+                },
                 workflow.requeues_used + 1
             ),
         ));
@@ -361,6 +374,15 @@ fn faults_the_node(component: Component) -> bool {
 /// plain requeue recovers only takes an explicit `recreate_with_patch`; one it does not also takes a
 /// `config_fix`.
 pub fn spec_changes(remedies: &[Remedy], recoverable: bool) -> Vec<SpecChange> {
+    changes_that_fit(remedies, recoverable, |_| true)
+}
+
+/// [`spec_changes`] of the first fix whose every change `fits`.
+fn changes_that_fit(
+    remedies: &[Remedy],
+    recoverable: bool,
+    fits: impl Fn(&SpecChange) -> bool,
+) -> Vec<SpecChange> {
     remedies
         .iter()
         .filter(|remedy| match remedy.kind {
@@ -369,7 +391,7 @@ pub fn spec_changes(remedies: &[Remedy], recoverable: bool) -> Vec<SpecChange> {
             _ => false,
         })
         .map(|remedy| remedy.params.spec_changes())
-        .find(|changes| !changes.is_empty())
+        .find(|changes| !changes.is_empty() && changes.iter().all(&fits))
         .unwrap_or_default()
 }
 

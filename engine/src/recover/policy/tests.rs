@@ -85,9 +85,35 @@ fn where_the_spec_can_change_a_fix_becomes_a_proposed_re_creation_instead_of_a_s
         ),
         remedy("config_fix", serde_json::json!({"num_workers": 2})),
     ];
-    // Slurm: nothing to apply, the run stops.
+    // A backend that can change nothing: the run stops.
     let stopped = decide_with(&workflow, JobState::Failed, &shm, &policy());
     assert_eq!(stopped.status, WorkflowStatus::Completed);
+    // Slurm: /dev/shm is not a batch job's to change, fewer workers is: the first fix that fits.
+    let mut slurm = policy();
+    slurm.capabilities.resubmit_changed = true;
+    let resubmitted = decide_with(&workflow, JobState::Failed, &shm, &slurm);
+    assert_eq!(resubmitted.status, WorkflowStatus::Recovering);
+    assert_eq!(resubmitted.intents[0].kind, ActionKind::Recreate);
+    assert_eq!(
+        resubmitted.intents[0].params.changes,
+        vec![SpecChange::DataLoaderWorkers { workers: 2 }]
+    );
+    assert!(
+        resubmitted.intents[0].why.contains("submit again")
+            && !resubmitted.intents[0]
+                .params
+                .exclude_nodes
+                .contains(&"node-07".to_string()),
+        "{}",
+        resubmitted.intents[0].why
+    );
+    // A fix of the pod spec alone leaves a batch job nothing to do.
+    let mut shm_only = shm.clone();
+    shm_only.remedies.truncate(2);
+    assert_eq!(
+        decide_with(&workflow, JobState::Failed, &shm_only, &slurm).status,
+        WorkflowStatus::Completed
+    );
     // Kubernetes: the first fix, proposed (not in the default whitelist).
     let mut kubernetes = policy();
     kubernetes.capabilities.recreate = true;
