@@ -101,8 +101,18 @@ pub(super) fn resolve(weighed: &Weighed<'_>, signature: &Signature, own: &[usize
         }
         culprit.node = match hosts.as_slice() {
             [host] => Some(host.to_string()),
-            // Several hosts report the same failure: none of them is singled out.
-            [_, _, ..] => return Culprit::default(),
+            // Several hosts report the same failure: none of them is singled out. Those of the
+            // allocation stay suspects, for a policy that evicts them all.
+            [_, _, ..] => {
+                return Culprit {
+                    suspects: hosts
+                        .iter()
+                        .filter(|host| weighed.evidence.nodes.iter().any(|node| node == *host))
+                        .map(|host| host.to_string())
+                        .collect(),
+                    ..Culprit::default()
+                };
+            }
             [] if from_victims => None,
             [] => match located_node(weighed) {
                 Some((node, rank)) => {

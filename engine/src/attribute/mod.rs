@@ -666,6 +666,10 @@ explanation = "retry"
         let attribution = attribute(&catalog, &evidence(&lines, &allocation));
         assert_eq!(attribution.category, "ib_link");
         assert_eq!(attribution.culprit.node, None, "{attribution:#?}");
+        // Both stay suspects, for a policy that evicts them all; a host outside the allocation never.
+        assert_eq!(attribution.culprit.suspects, ["H100-2", "H100-1"]);
+        let outside = attribute(&catalog, &evidence(&lines, &["H100-1".to_string()]));
+        assert_eq!(outside.culprit.suspects, Vec::<String>::new(), "{outside:#?}");
     }
 
     #[test]

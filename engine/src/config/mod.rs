@@ -278,6 +278,9 @@ pub struct RecoveryConfig {
     pub whitelist: Vec<ActionKind>,
     /// Also propose draining the culprit node of a hardware failure.
     pub drain_culprit_nodes: bool,
+    /// Over-eviction: when several nodes of the allocation report a node fault and nothing singles out
+    /// one, restart without all of them, if enough nodes can still take the job now.
+    pub exclude_suspects: bool,
     /// Do not restart a job when fewer nodes than this could ever run it once the bad ones are
     /// excluded (nodes down or drained now count: the job waits for them); 0 means the job's own node
     /// count.
@@ -300,6 +303,7 @@ impl Default for RecoveryConfig {
                 ActionKind::UpdateExclusions,
             ],
             drain_culprit_nodes: true,
+            exclude_suspects: false,
             min_nodes: 0,
             watchdog_secs: 1800,
         }

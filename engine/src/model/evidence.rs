@@ -148,6 +148,10 @@ pub struct Culprit {
     pub node: Option<String>,
     pub rank: Option<u32>,
     pub gpu: Option<u32>,
+    /// Nodes of the allocation that each reported the failure's own error when nothing singled out
+    /// one of them (no `node` then): candidates for over-eviction, never blamed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspects: Vec<String>,
 }
 
 impl Culprit {

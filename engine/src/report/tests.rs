@@ -22,6 +22,7 @@ fn attribution(attempt_index: u32, category: &str, at: i64) -> Attribution {
             node: Some("node-07".into()),
             rank: Some(17),
             gpu: None,
+            suspects: Vec::new(),
         },
         confidence: 0.9,
         recoverable: true,

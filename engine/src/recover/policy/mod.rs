@@ -22,6 +22,8 @@ pub struct Policy {
     pub mode: RecoveryMode,
     pub whitelist: Vec<ActionKind>,
     pub drain_culprit_nodes: bool,
+    /// Over-eviction ([`RecoveryConfig::exclude_suspects`]).
+    pub exclude_suspects: bool,
     /// Fewest usable nodes a restart may have (0: the job's node count).
     pub min_nodes: u32,
     /// Without `--auto` nothing runs on its own: every intent waits for approval.
@@ -41,6 +43,7 @@ impl Policy {
             mode: config.mode,
             whitelist: config.whitelist.clone(),
             drain_culprit_nodes: config.drain_culprit_nodes,
+            exclude_suspects: config.exclude_suspects,
             min_nodes: config.min_nodes,
             propose_only,
             capabilities: Capabilities::default(),
@@ -153,6 +156,10 @@ pub fn decide(
         None if policy.min_nodes > 0 => policy.min_nodes,
         None => workflow.spec.nodes.max(1),
     };
+    let suspects = over_eviction(attribution, policy, usable_nodes, &exclude, needed);
+    if let Eviction::Evicted(nodes) = &suspects {
+        exclude.extend(nodes.iter().cloned());
+    }
     let left = usable_nodes.map(|capacity| capacity.left(&exclude));
     let excluded = if exclude.is_empty() {
         "nothing is".to_string()
@@ -327,13 +334,14 @@ pub fn decide(
             anomaly.as_str()
         ),
         None => format!(
-            "attempt {} {}: {}{}",
+            "attempt {} {}: {}{}{}",
             attempt.index,
             anomaly.as_str(),
             intents
                 .first()
                 .map(|intent| intent.why.clone())
                 .unwrap_or_default(),
+            suspects.describe(),
             waiting_for_capacity
                 .as_deref()
                 .map(|waiting| format!("; {waiting}"))
@@ -354,6 +362,89 @@ pub fn decide(
         failures_since_checkpoint: failures,
         summary,
         waiting_for_capacity,
+    }
+}
+
+/// What became of the suspects of a failure no node was singled out for.
+#[derive(Debug, Clone, PartialEq)]
+enum Eviction {
+    /// No suspects, or over-eviction is off.
+    None,
+    /// Excluded, all of them.
+    Evicted(Vec<String>),
+    /// Kept: excluding them would leave too few nodes to run the job now.
+    Kept {
+        suspects: Vec<String>,
+        now: u32,
+        needed: u32,
+    },
+    /// Kept: the backend cannot tell how many nodes would be left.
+    Unknown(Vec<String>),
+}
+
+impl Eviction {
+    fn describe(&self) -> String {
+        match self {
+            Self::None => String::new(),
+            Self::Evicted(nodes) => format!(
+                "; over-eviction: nothing singled out one node, so every suspect ({}) is excluded",
+                nodes.join(",")
+            ),
+            Self::Kept {
+                suspects,
+                now,
+                needed,
+            } => format!(
+                "; suspects {} kept: without them {now} {} could take the job now, and it needs {needed}",
+                suspects.join(","),
+                if *now == 1 { "node" } else { "nodes" }
+            ),
+            Self::Unknown(suspects) => format!(
+                "; suspects {} kept: the scheduler cannot tell whether enough nodes would be left",
+                suspects.join(",")
+            ),
+        }
+    }
+}
+
+/// Over-eviction (ByteRobust's argument): a node fault that several nodes of the allocation report,
+/// with none singled out, excludes them all when the setting is on and enough nodes stay usable now.
+fn over_eviction(
+    attribution: &Attribution,
+    policy: &Policy,
+    usable_nodes: Option<&NodeCapacity>,
+    exclude: &[String],
+    needed: u32,
+) -> Eviction {
+    let suspects: Vec<String> = attribution
+        .culprit
+        .suspects
+        .iter()
+        .filter(|node| !exclude.contains(node))
+        .cloned()
+        .collect();
+    if !policy.exclude_suspects
+        || suspects.is_empty()
+        || attribution.culprit.node.is_some()
+        || !attribution.recoverable
+        || !faults_the_node(attribution.component)
+    {
+        return Eviction::None;
+    }
+    let Some(capacity) = usable_nodes else {
+        return Eviction::Unknown(suspects);
+    };
+    let mut trial = exclude.to_vec();
+    trial.extend(suspects.iter().cloned());
+    let (now, _) = capacity.left(&trial);
+    if now >= needed {
+        Eviction::Evicted(suspects)
+    } else {
+        Eviction::Kept {
+            suspects,
+            now,
+            needed,
+        }
     }
 }
 

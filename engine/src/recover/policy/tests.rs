@@ -470,3 +470,75 @@ fn a_failure_of_the_job_s_own_making_keeps_its_node() {
         );
     }
 }
+
+#[test]
+fn over_eviction_excludes_every_suspect_only_when_asked_and_when_enough_nodes_are_left() {
+    let mut workflow = workflow();
+    workflow.spec.nodes = 2;
+    let failed = attempt(JobState::Failed);
+    let mut ib = attribution("ib_completion_error", Component::Network, true);
+    ib.culprit = Culprit {
+        suspects: vec!["node-07".into(), "node-09".into()],
+        ..Culprit::default()
+    };
+    let pool = |nodes: &[&str]| NodeCapacity {
+        now: nodes.iter().map(|node| node.to_string()).collect(),
+        fitting: nodes.iter().map(|node| node.to_string()).collect(),
+        min_nodes: None,
+    };
+    let plenty = pool(&["node-02", "node-07", "node-09", "node-11", "node-12"]);
+    let restart = |policy: &Policy, capacity: Option<&NodeCapacity>| {
+        decide(
+            &workflow,
+            &failed,
+            AnomalyKind::Crash,
+            &ib,
+            policy,
+            capacity,
+        )
+    };
+    // Off (the default): nothing singles out a node, so none is excluded beyond the earlier one.
+    let off = restart(&policy(), Some(&plenty));
+    assert_eq!(off.intents[0].params.exclude_nodes, ["node-02"]);
+
+    let mut evicting = policy();
+    evicting.exclude_suspects = true;
+    let on = restart(&evicting, Some(&plenty));
+    assert_eq!(
+        on.intents[0].params.exclude_nodes,
+        ["node-02", "node-07", "node-09"]
+    );
+    assert!(
+        on.summary.contains("every suspect (node-07,node-09)"),
+        "{}",
+        on.summary
+    );
+
+    // Without them only one node could take the 2-node job now: they stay.
+    let tight = pool(&["node-02", "node-07", "node-09", "node-11"]);
+    let kept = restart(&evicting, Some(&tight));
+    assert_eq!(kept.intents[0].params.exclude_nodes, ["node-02"]);
+    assert!(
+        kept.summary
+            .contains("suspects node-07,node-09 kept: without them 1 node could take the job now, and it needs 2"),
+        "{}",
+        kept.summary
+    );
+    // A scheduler that cannot count nodes: kept too.
+    let unknown = restart(&evicting, None);
+    assert_eq!(unknown.intents[0].params.exclude_nodes, ["node-02"]);
+
+    // A fault that is not the nodes' (an application error) evicts nothing.
+    let mut app = ib.clone();
+    app.component = Component::Application;
+    app.recoverable = false;
+    let stopped = decide(
+        &workflow,
+        &failed,
+        AnomalyKind::Crash,
+        &app,
+        &evicting,
+        Some(&plenty),
+    );
+    assert!(stopped.intents.is_empty());
+}

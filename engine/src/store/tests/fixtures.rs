@@ -112,6 +112,7 @@ pub(super) fn attribution(workflow_id: i64, secs: i64) -> Attribution {
             node: Some("node-07".into()),
             rank: Some(12),
             gpu: None,
+            suspects: Vec::new(),
         },
         confidence: 0.75,
         recoverable: true,
