@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use runguard_engine::backend::{ActionOutcome, BackendError, JobSnapshot};
 use runguard_engine::clock::{Clock, ManualClock};
-use runguard_engine::model::{AnomalyKind, JobSpec, JobState};
+use runguard_engine::model::{AnomalyKind, JobSpec, JobState, WorkflowStatus};
 
 use crate::support::{EngineRig, Script, job};
 
@@ -601,6 +601,31 @@ async fn a_progress_bar_redrawn_without_a_newline_keeps_the_run_alive() {
 }
 
 #[tokio::test]
+async fn a_workflow_is_pending_until_its_job_runs_and_its_log_is_read_then_enabled() {
+    let (rig, log) = one_job(JobState::Pending);
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 5).await;
+    let workflow = &rig.status().workflows[0].workflow;
+    assert_eq!(workflow.status, WorkflowStatus::Pending);
+    assert_eq!(
+        workflow.status_reason.as_deref(),
+        Some("checking: job 77 is listed; its log is read once it runs")
+    );
+    rig.backend
+        .update("77", |job| job.state = JobState::Running);
+    log.iteration(10, 400.0);
+    rig.step(&mut engine, 5).await;
+    let workflow = &rig.status().workflows[0].workflow;
+    assert_eq!(workflow.status, WorkflowStatus::Enabled, "{workflow:#?}");
+    let reason = workflow.status_reason.as_deref().unwrap_or_default();
+    assert!(
+        reason.starts_with("checked: job 77 runs")
+            && reason.ends_with("train_77_0.log is read"),
+        "{reason}"
+    );
+}
+
+#[tokio::test]
 async fn a_log_that_cannot_be_found_is_a_warning_not_a_hang() {
     let (rig, log) = one_job(JobState::Running);
     std::fs::remove_file(&log.path).unwrap();
@@ -610,6 +635,8 @@ async fn a_log_that_cannot_be_found_is_a_warning_not_a_hang() {
     }
     assert_eq!(rig.anomalies(), vec![]);
     let status = rig.status();
+    // Never read: not enabled.
+    assert_eq!(status.workflows[0].workflow.status, WorkflowStatus::Pending);
     assert!(
         status
             .warnings

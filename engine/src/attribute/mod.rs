@@ -669,7 +669,11 @@ explanation = "retry"
         // Both stay suspects, for a policy that evicts them all; a host outside the allocation never.
         assert_eq!(attribution.culprit.suspects, ["H100-2", "H100-1"]);
         let outside = attribute(&catalog, &evidence(&lines, &["H100-1".to_string()]));
-        assert_eq!(outside.culprit.suspects, Vec::<String>::new(), "{outside:#?}");
+        assert_eq!(
+            outside.culprit.suspects,
+            Vec::<String>::new(),
+            "{outside:#?}"
+        );
     }
 
     #[test]

@@ -123,10 +123,22 @@ fn follow_attempt(
         return Ok(());
     }
     if attempt.state == JobState::Running
-        && matches!(
-            workflow.status,
-            WorkflowStatus::Recovering | WorkflowStatus::Pending
-        )
+        && workflow.status == WorkflowStatus::Pending
+        && attempt.log_path.is_none()
+    {
+        // Nothing to read: it stays pending, and says why.
+        let reason = format!(
+            "job {} runs on {}, but runguard knows no log of it (set telemetry.log_dir and \
+             log_pattern, or give the job an output path)",
+            attempt.job_id,
+            attempt.nodes.join(",")
+        );
+        if workflow.status_reason.as_deref() != Some(reason.as_str()) {
+            set_status(db, workflow, WorkflowStatus::Pending, Some(reason), now)?;
+        }
+    }
+    if attempt.state == JobState::Running
+        && workflow.status == WorkflowStatus::Recovering
         && !db.attempt_handled(workflow.id, attempt.index)?
     {
         let reason = format!(
@@ -722,13 +734,19 @@ fn enrol(
     now: DateTime<Utc>,
     events: &mut Vec<EngineEvent>,
 ) -> Result<WorkflowId, StoreError> {
-    let workflow = Workflow::enrolled(
+    let mut workflow = Workflow::enrolled(
         snapshot.name.clone(),
         backend,
         snapshot.spec.clone(),
         snapshot.limits.clone(),
         now,
     );
+    // Enabled once runguard has seen the job run and read its log.
+    workflow.status = WorkflowStatus::Pending;
+    workflow.status_reason = Some(format!(
+        "checking: job {} is listed; its log is read once it runs",
+        snapshot.job_id
+    ));
     let id = db.insert_workflow(&workflow)?;
     db.journal(
         Some(id),
@@ -868,6 +886,9 @@ impl Engine {
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
         let key = (workflow.id, attempt.index);
+        if !missing && attempt.state == JobState::Running {
+            self.checked(workflow.id, attempt, path, now)?;
+        }
         if !missing || attempt.state != JobState::Running {
             self.missing_logs.remove(&key);
             return Ok(());
@@ -894,6 +915,51 @@ impl Engine {
             })
         })?;
         self.warn("log_missing", message, now)
+    }
+
+    /// A pending workflow whose job runs and whose log was read is enabled: watched in full.
+    fn checked(
+        &mut self,
+        workflow_id: crate::model::WorkflowId,
+        attempt: &crate::model::Attempt,
+        path: &std::path::Path,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let mut events = Vec::new();
+        self.store.write(|db| {
+            let Some(mut workflow) = db.workflow(workflow_id)? else {
+                return Ok(());
+            };
+            if workflow.status != WorkflowStatus::Pending {
+                return Ok(());
+            }
+            let on = if attempt.nodes.is_empty() {
+                String::new()
+            } else {
+                format!(" on {}", attempt.nodes.join(","))
+            };
+            let reason = format!(
+                "checked: job {} runs{on} and its log {} is read",
+                attempt.job_id,
+                path.display()
+            );
+            set_status(
+                db,
+                &mut workflow,
+                WorkflowStatus::Enabled,
+                Some(reason.clone()),
+                now,
+            )?;
+            db.journal(Some(workflow_id), now, &format!("watching: {reason}"), &[])?;
+            events.push(EngineEvent::WorkflowStatusChanged {
+                workflow_id,
+                status: WorkflowStatus::Enabled,
+                reason: Some(reason),
+            });
+            Ok(())
+        })?;
+        self.pending_events.extend(events);
+        Ok(())
     }
 
     /// Bytes written after the last complete line (no newline yet) count as a sign of life.
