@@ -619,8 +619,7 @@ async fn a_workflow_is_pending_until_its_job_runs_and_its_log_is_read_then_enabl
     assert_eq!(workflow.status, WorkflowStatus::Enabled, "{workflow:#?}");
     let reason = workflow.status_reason.as_deref().unwrap_or_default();
     assert!(
-        reason.starts_with("checked: job 77 runs")
-            && reason.ends_with("train_77_0.log is read"),
+        reason.starts_with("checked: job 77 runs") && reason.ends_with("train_77_0.log is read"),
         "{reason}"
     );
 }

@@ -375,6 +375,50 @@ fn a_dataloader_killed_for_memory_is_submitted_again_with_fewer_workers_on_the_s
 }
 
 #[test]
+fn with_over_eviction_an_ib_error_every_node_reports_restarts_the_run_on_other_nodes() {
+    if !slurm_available() {
+        return;
+    }
+    let finished = run_case(Case {
+        config: "exclude_suspects = true",
+        ..Case::new(job_script(2, 3, "FAIL=nccl FAIL_AT=15 FAIL_NODE=every"))
+    });
+    let workflow = &finished.status["workflows"][0];
+    assert_eq!(workflow["succeeded"], true, "{workflow:#}");
+    let culprit = &workflow["attributions"][0]["culprit"];
+    assert_eq!(
+        culprit["node"],
+        Value::Null,
+        "nothing singles out one: {:#}",
+        workflow["attributions"][0]
+    );
+    let attempts = workflow["attempts"].as_array().unwrap();
+    let first = strings(&attempts[0]["nodes"]);
+    let mut suspects = strings(&culprit["suspects"]);
+    suspects.sort();
+    assert_eq!(suspects, first, "{culprit}");
+    let excluded = strings(&attempts[1]["excluded_nodes"]);
+    assert!(
+        first.iter().all(|node| excluded.contains(node)),
+        "both excluded: {workflow:#}"
+    );
+    assert!(
+        strings(&attempts[1]["nodes"])
+            .iter()
+            .all(|node| !first.contains(node)),
+        "{workflow:#}"
+    );
+    assert!(
+        workflow["journal"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|entry| entry.to_string().contains("over-eviction")),
+        "{workflow:#}"
+    );
+}
+
+#[test]
 fn every_job_of_a_watched_partition_is_enrolled_without_a_comment() {
     if !slurm_available() {
         return;

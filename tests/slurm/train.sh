@@ -9,7 +9,7 @@
 #   FAIL_ON=first|always                    on the run's first attempt only (requeued or resubmitted, the
 #                                           next attempts find the mark it leaves in CKPT_DIR), or on every one
 #   FAIL_NODE=n2                            for nccl: the node whose rank reports the broken link (default:
-#                                           the node of the last rank)
+#                                           the node of the last rank; `every`: every rank reports it)
 set -u
 
 rank=${SLURM_PROCID:-0}
@@ -45,7 +45,7 @@ for ((i = start + 1; i <= iters; i++)); do
         case "$fail" in
             nccl)
                 culprit=${FAIL_NODE:-}
-                if { [ -n "$culprit" ] && [ "$node" = "$culprit" ]; } || { [ -z "$culprit" ] && [ "$rank" = "$last_rank" ]; }; then
+                if [ "$culprit" = every ] || { [ -n "$culprit" ] && [ "$node" = "$culprit" ]; } || { [ -z "$culprit" ] && [ "$rank" = "$last_rank" ]; }; then
                     echo "$node:4242:4243 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1234> with status=12 opcode=0 len=0 vendor err 129 (Recv)"
                 fi
                 sleep 1

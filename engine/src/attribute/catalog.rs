@@ -98,6 +98,9 @@ pub enum Reporter {
     /// The line is written by either end of a failed connection (a peer error): its host is the
     /// culprit only when it is a node of the known allocation, never from a log alone.
     EitherEnd,
+    /// Every rank that waited writes the line (a collective's watchdog timeout): its rank and host
+    /// are those of a victim, never the culprit's.
+    EveryRank,
 }
 
 /// Where a signature's context must be found.

@@ -25,9 +25,15 @@ impl Weighed<'_> {
     /// Whether a host a line names may be blamed: a peer error's host only when it is a node of the
     /// known allocation (either end of a failed connection reports it).
     fn may_blame(&self, index: usize, host: &str) -> bool {
-        let either_end = self.matches[index].iter().any(|&signature| {
-            self.catalog.signatures()[signature].spec.reporter == Reporter::EitherEnd
-        });
+        let reporters = || {
+            self.matches[index]
+                .iter()
+                .map(|&signature| self.catalog.signatures()[signature].spec.reporter)
+        };
+        if reporters().any(|reporter| reporter == Reporter::EveryRank) {
+            return false;
+        }
+        let either_end = reporters().any(|reporter| reporter == Reporter::EitherEnd);
         !either_end || self.evidence.nodes.iter().any(|node| node == host)
     }
 
@@ -63,7 +69,7 @@ pub(super) fn resolve(weighed: &Weighed<'_>, signature: &Signature, own: &[usize
         }
         // A peer error is reported by both ends of the connection: the reporting rank is as likely
         // the victim as the cause.
-        if culprit.rank.is_none() && signature.spec.reporter != Reporter::EitherEnd {
+        if culprit.rank.is_none() && signature.spec.reporter == Reporter::Culprit {
             culprit.rank = line.rank;
         }
         if culprit.gpu.is_none() {
@@ -119,19 +125,38 @@ pub(super) fn resolve(weighed: &Weighed<'_>, signature: &Signature, own: &[usize
                     culprit.rank = rank.or(culprit.rank);
                     Some(node)
                 }
-                None => most_named_host(weighed),
+                None => match most_named_hosts(weighed) {
+                    Leaders::One(host) => Some(host),
+                    // As many lines name each: every one of the allocation is a suspect.
+                    Leaders::Tied(hosts) => {
+                        culprit.suspects = hosts
+                            .into_iter()
+                            .filter(|host| weighed.evidence.nodes.contains(host))
+                            .collect();
+                        None
+                    }
+                    Leaders::None => None,
+                },
             },
         };
     }
     if culprit.node.is_none() {
         culprit.node = culprit.rank.and_then(|rank| weighed.node_of_rank(rank));
     }
+    if culprit.node.is_some() {
+        culprit.suspects.clear();
+    }
     // A rank on another node than the culprit is a victim reporting the failure (every rank's
-    // watchdog does): the culprit's rank is one of its own node's, or unknown.
-    if let (Some(node), Some(rank)) = (culprit.node.as_deref(), culprit.rank)
-        && weighed
+    // watchdog does): the culprit's rank is one of its own node's, or unknown. A failure every
+    // rank reports gives no rank of its own: the first line of the culprit's node does.
+    let victim = |rank: u32| {
+        weighed
             .node_of_rank(rank)
-            .is_some_and(|of_rank| of_rank != node)
+            .is_some_and(|of_rank| Some(of_rank.as_str()) != culprit.node.as_deref())
+    };
+    let every_rank = signature.spec.reporter == Reporter::EveryRank;
+    if let Some(node) = culprit.node.as_deref()
+        && (culprit.rank.is_some_and(victim) || (every_rank && culprit.rank.is_none()))
     {
         culprit.rank = own
             .iter()
@@ -171,9 +196,9 @@ fn located_node(weighed: &Weighed<'_>) -> Option<(String, Option<u32>)> {
     found.map(|(node, rank)| (node.to_string(), rank))
 }
 
-/// The host named most often by NCCL warnings and srun errors, when one host leads.
-fn most_named_host(weighed: &Weighed<'_>) -> Option<String> {
-    leading_host(
+/// The hosts named most often by NCCL warnings and srun errors.
+fn most_named_hosts(weighed: &Weighed<'_>) -> Leaders {
+    leaders(
         weighed
             .evidence
             .lines
@@ -191,6 +216,21 @@ pub(super) fn most_named_in(lines: &[EvidenceLine]) -> Option<String> {
 }
 
 fn leading_host<'h>(hosts: impl Iterator<Item = &'h str>) -> Option<String> {
+    match leaders(hosts) {
+        Leaders::One(host) => Some(host),
+        _ => None,
+    }
+}
+
+/// Which hosts lines name most often.
+enum Leaders {
+    None,
+    One(String),
+    /// Several, as often each, in the order first named.
+    Tied(Vec<String>),
+}
+
+fn leaders<'h>(hosts: impl Iterator<Item = &'h str>) -> Leaders {
     let mut counts: Vec<(&str, usize)> = Vec::new();
     for host in hosts {
         match counts.iter_mut().find(|(name, _)| *name == host) {
@@ -198,10 +238,18 @@ fn leading_host<'h>(hosts: impl Iterator<Item = &'h str>) -> Option<String> {
             None => counts.push((host, 1)),
         }
     }
-    let max = counts.iter().map(|(_, count)| *count).max()?;
-    let mut leaders = counts.into_iter().filter(|(_, count)| *count == max);
-    let (leader, _) = leaders.next()?;
-    leaders.next().is_none().then(|| leader.to_string())
+    let Some(max) = counts.iter().map(|(_, count)| *count).max() else {
+        return Leaders::None;
+    };
+    let mut top: Vec<String> = counts
+        .into_iter()
+        .filter(|(_, count)| *count == max)
+        .map(|(host, _)| host.to_string())
+        .collect();
+    match top.len() {
+        1 => Leaders::One(top.remove(0)),
+        _ => Leaders::Tied(top),
+    }
 }
 
 /// `Jan  5 08:30:12 node-07 kernel: NVRM: ...` or `node-07 kernel: ...` → "node-07".

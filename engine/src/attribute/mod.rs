@@ -271,6 +271,38 @@ mod tests {
     }
 
     #[test]
+    fn a_timeout_every_rank_reports_after_ib_errors_on_both_nodes_has_suspects_not_a_culprit() {
+        let catalog = Catalog::builtin().unwrap();
+        let ib = |node: &str| {
+            format!(
+                "{node}:4242:4243 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1234> with status=12 opcode=0 len=0 vendor err 129 (Recv)"
+            )
+        };
+        let watchdog = |rank: u32| {
+            format!(
+                "[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=15, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600050 milliseconds before timing out."
+            )
+        };
+        let lines = [
+            line(Some(0), &ib("n1")),
+            line(Some(1), &ib("n2")),
+            line(Some(0), &watchdog(0)),
+            line(None, "srun: error: n1: task 0: Exited with exit code 1"),
+            line(Some(1), &watchdog(1)),
+            line(None, "srun: error: n2: task 1: Exited with exit code 1"),
+        ];
+        let nodes = ["n1", "n2"].map(String::from).to_vec();
+        let mut evidence = evidence(&lines, &nodes);
+        evidence.ranks_per_node = 1;
+        let attribution = attribute(&catalog, &evidence);
+        assert_eq!(attribution.category, "nccl_timeout");
+        // Rank 0's watchdog speaks first, but every rank's does: no culprit.
+        assert_eq!(attribution.culprit.node, None, "{attribution:#?}");
+        assert_eq!(attribution.culprit.rank, None);
+        assert_eq!(attribution.culprit.suspects, ["n1", "n2"]);
+    }
+
+    #[test]
     fn nccl_timeout_is_blamed_on_the_node_its_warnings_name() {
         let catalog = Catalog::builtin().unwrap();
         let lines = [
