@@ -21,6 +21,8 @@ pub struct CapacityHistory {
     pub recoveries: Vec<RecoveryTime>,
     /// Each attempt's running time, for the failure rate.
     pub runs: Vec<RunSpan>,
+    /// Each checkpoint save measured in a run's progress (minutes), the checkpoint's cost.
+    pub save_minutes: Vec<f64>,
 }
 
 /// One attempt from submission to start (`started` is `None` while it still waits).

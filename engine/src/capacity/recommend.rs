@@ -54,8 +54,11 @@ pub struct ReservePool {
 /// between failures, 1 / (λ · nodes) for λ failures per node-hour.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CheckpointAdvice {
-    /// C: the median checkpoint load after a restart, taken as the cost of writing one (the same bytes).
+    /// C: the median checkpoint save measured in the runs' progress, else the median checkpoint load
+    /// after a restart (the same bytes).
     pub cost_minutes: f64,
+    /// Which of the two C is: `save` or `load`.
+    pub cost_measured_as: &'static str,
     /// λ: failures per node-hour of running attempts.
     pub failures_per_node_hour: f64,
     pub by_size: Vec<CheckpointInterval>,
@@ -164,8 +167,13 @@ pub fn recommend(
                 })
                 .collect();
             sentences.push(format!(
-                "Checkpoint intervals (Young–Daly √(2·C·MTBF), C = {:.1} min measured as the checkpoint load after restarts, {:.5} failures per node-hour): {}.",
+                "Checkpoint intervals (Young–Daly √(2·C·MTBF), C = {:.1} min measured as {}, {:.5} failures per node-hour): {}.",
                 advice.cost_minutes,
+                if advice.cost_measured_as == "save" {
+                    "the runs' checkpoint saves"
+                } else {
+                    "the checkpoint load after restarts (no save was measured)"
+                },
                 advice.failures_per_node_hour,
                 sizes.join("; ")
             ));
@@ -297,10 +305,21 @@ fn checkpoint_advice(history: &CapacityHistory, window: &Window) -> Option<Check
         .iter()
         .map(|run| window.overlap_hours(run.start, run.end) * f64::from(run.nodes))
         .sum();
-    if failures == 0 || loads.is_empty() || node_hours <= 0.0 {
+    let saves: Vec<f64> = history
+        .save_minutes
+        .iter()
+        .copied()
+        .filter(|minutes| *minutes > 0.0)
+        .collect();
+    let (costs, cost_measured_as) = if saves.is_empty() {
+        (loads, "load")
+    } else {
+        (saves, "save")
+    };
+    if failures == 0 || costs.is_empty() || node_hours <= 0.0 {
         return None;
     }
-    let cost_minutes = percentile(&loads, 0.5);
+    let cost_minutes = percentile(&costs, 0.5);
     let lambda = failures as f64 / node_hours;
     // The sizes that ran most, up to four, smallest first.
     let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
@@ -328,6 +347,7 @@ fn checkpoint_advice(history: &CapacityHistory, window: &Window) -> Option<Check
         .collect();
     Some(CheckpointAdvice {
         cost_minutes,
+        cost_measured_as,
         failures_per_node_hour: lambda,
         by_size,
     })

@@ -130,6 +130,7 @@ fn monday() -> CapacityHistory {
                 end: at("03T12:00"),
             },
         ],
+        save_minutes: Vec::new(),
     }
 }
 
@@ -260,6 +261,7 @@ fn recommendations_carry_their_formulas_figures() {
     let checkpoints = recommendations.checkpoints.unwrap();
     // Two failures in 40 + 12 node-hours; C = median(6, 4) by nearest rank = 4 min.
     close(checkpoints.cost_minutes, 4.0);
+    assert_eq!(checkpoints.cost_measured_as, "load");
     close(checkpoints.failures_per_node_hour, 2.0 / 52.0);
     let one = &checkpoints.by_size[0];
     assert_eq!(one.nodes, 1);
@@ -405,5 +407,22 @@ fn a_recovery_runguard_did_not_restart_saved_nothing() {
             .unwrap()
             .failures_per_node_hour,
         2.0 / 52.0,
+    );
+}
+
+#[test]
+fn a_measured_save_is_the_checkpoint_cost_where_there_is_one() {
+    let mut history = monday();
+    // Saves of 1, 2 and 9 minutes: the median, 2, rather than the 4-minute loads.
+    history.save_minutes = vec![9.0, 1.0, 2.0];
+    let checkpoints = build(&history, day(), saved::DEFAULT_BASELINE, at("03T00:00"))
+        .recommendations
+        .checkpoints
+        .unwrap();
+    close(checkpoints.cost_minutes, 2.0);
+    assert_eq!(checkpoints.cost_measured_as, "save");
+    close(
+        checkpoints.by_size[0].interval_minutes,
+        (2.0f64 * 2.0 * 26.0 * 60.0).sqrt(),
     );
 }

@@ -270,6 +270,11 @@ impl Db<'_> {
                 ledger_rate: None,
                 workflow,
             };
+            history.save_minutes.extend(
+                crate::detect::sections::save_durations(&full.checkpoints, &full.throughput)
+                    .into_iter()
+                    .map(|secs| secs / 60.0),
+            );
             for recovery in downtime::recoveries(&full, to) {
                 // Only a restart runguard completed saved anything.
                 let restarted = full.actions.iter().any(|action| {
