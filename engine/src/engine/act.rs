@@ -98,14 +98,14 @@ impl Engine {
         }
     }
 
-    /// Submits the workflow's job again as the next attempt, with the action's changes; once only,
-    /// found by the attempt's tag after a crash.
+    /// Submits the workflow's job again as the next attempt, with the action's changes (none for a
+    /// plain resubmission); once only, found by the attempt's tag after a crash.
     async fn resubmit_changed(&mut self, action: &Action) -> Execution {
         let params = &action.params;
         let tag = attempt_tag(action.workflow_id, action.attempt_index + 1);
         match self.submitted_with(&tag).await {
             Ok(Some(id)) => {
-                return Execution::AlreadyDone(format!("already submitted again as job {id}"));
+                return Execution::AlreadyDone(format!("already resubmitted as job {id}"));
             }
             Ok(None) => {}
             Err(err) => return retry_or_fail(err),
@@ -256,29 +256,8 @@ impl Engine {
                     Err(err) => retry_or_fail(err),
                 }
             }
-            ActionKind::Resubmit => {
-                let tag = attempt_tag(action.workflow_id, action.attempt_index + 1);
-                match self.submitted_with(&tag).await {
-                    Ok(Some(id)) => {
-                        return Execution::AlreadyDone(format!("already resubmitted as job {id}"));
-                    }
-                    Ok(None) => {}
-                    Err(err) => return retry_or_fail(err),
-                }
-                let spec = match self.store.db().workflow(action.workflow_id) {
-                    Ok(Some(workflow)) => workflow.spec,
-                    Ok(None) => return Execution::Superseded("the workflow is gone".to_string()),
-                    Err(err) => return Execution::Retry(err.to_string()),
-                };
-                match with_timeout(self.backend.resubmit(&spec, &params.exclude_nodes, &tag)).await
-                {
-                    Ok(outcome) => Execution::Ran(match outcome.new_job_id {
-                        Some(id) => format!("{} (new job {id})", outcome.detail),
-                        None => outcome.detail,
-                    }),
-                    Err(err) => retry_or_fail(err),
-                }
-            }
+            // A resubmission carries changes only when it applies the catalog's fix (below).
+            ActionKind::Resubmit => self.resubmit_changed(action).await,
             ActionKind::Cancel => {
                 match with_timeout(self.backend.job(&job_id)).await {
                     Ok(Some(job)) if job.state == JobState::Unknown => {
