@@ -45,6 +45,20 @@ pub struct LogDigest {
     pub saving: Option<bool>,
 }
 
+/// The start of a Python traceback, which the assembler is shown.
+const TRACEBACK_MARKER: &str = "Traceback (most recent";
+
+/// Every literal one of which a line must hold for the digest to do more with it than frame it: the
+/// recognisers' markers (`record::signal_marker_literals`), a traceback's start, a straggler report's
+/// key, and what a blamed host's line says (`NCCL WARN`, `srun: error:`, both already markers). A
+/// whole-read scan for them (`Catalog::candidate_lines`) lets [`Digester::push_chunk`] pass over the
+/// lines that hold none without searching each.
+pub fn marker_literals() -> Vec<&'static str> {
+    let mut literals = crate::telemetry::record::signal_marker_literals();
+    literals.extend([TRACEBACK_MARKER, straggler_report::MARKER]);
+    literals
+}
+
 /// The host a line blames: an NCCL warning's or an srun error's host. NCCL's INFO chatter names hosts
 /// too, but says nothing is wrong with them.
 pub fn blamed_host(text: &str) -> Option<&str> {
@@ -66,8 +80,13 @@ pub struct Digester<F: Fn(&str) -> bool> {
     assembler: TracebackAssembler,
     /// Ranks inside a Python traceback, with the lines kept of it so far.
     tracebacks: HashMap<Option<u32>, usize>,
+    /// The ranks in `digest.ranks_heard`, as bits, so each line's rank is looked up in constant time.
+    ranks_seen: Vec<u64>,
     digest: LogDigest,
 }
+
+/// Ranks below this are remembered as bits; higher ones (never seen in practice) are searched.
+const RANK_BITS: u32 = 1 << 16;
 
 impl<F: Fn(&str) -> bool> Digester<F> {
     /// `last_time` and `last_iteration` carry over from earlier reads of the same log.
@@ -85,6 +104,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             stamps: StampCache::default(),
             assembler: TracebackAssembler::new(),
             tracebacks: HashMap::new(),
+            ranks_seen: Vec::new(),
             digest: LogDigest {
                 last_time,
                 ..LogDigest::default()
@@ -99,8 +119,8 @@ impl<F: Fn(&str) -> bool> Digester<F> {
 
     /// Feeds every line of a read; `candidates` (see `Catalog::candidate_lines`) says which lines may
     /// be notable, so the others skip the per-line check.
-    /// `candidates` must also cover the recognisers' markers (`record::signal_markers`), as the
-    /// catalog's scan does.
+    /// `candidates` must also cover the digest's markers ([`marker_literals`]), as the catalog's scan
+    /// does: an unmarked line is only framed, counted and, inside a traceback, shown to the assembler.
     pub fn push_chunk(&mut self, chunk: &Chunk, candidates: &[bool]) {
         for (index, line) in chunk.lines().enumerate() {
             let marked = candidates.get(index).copied().unwrap_or(true);
@@ -114,14 +134,12 @@ impl<F: Fn(&str) -> bool> Digester<F> {
     }
 
     /// Feeds one line with both whole-read hints: `candidate` (a signature may match) and `markers`
-    /// (the recognisers' markers occur in it).
+    /// (one of [`marker_literals`] occurs in it).
     fn push_hinted(&mut self, raw: &str, candidate: bool, markers: bool) {
         self.digest.lines += 1;
         let framed = frame_cached(raw, self.year, &mut self.stamps);
-        if let Some(rank) = framed.rank
-            && !self.digest.ranks_heard.contains(&rank)
-        {
-            self.digest.ranks_heard.push(rank);
+        if let Some(rank) = framed.rank {
+            self.hear(rank);
         }
         let time = framed
             .timestamp
@@ -129,7 +147,9 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             .unwrap_or(self.now);
         self.digest.last_time = Some(time);
         // Only a traceback start, or a line while one is open, concerns the assembler.
-        if self.assembler.open_blocks() > 0 || framed.message.contains("Traceback (most recent") {
+        if self.assembler.open_blocks() > 0
+            || (markers && framed.message.contains(TRACEBACK_MARKER))
+        {
             if let Some(block) = self.assembler.push_framed(&framed) {
                 self.digest.tracebacks.push(block);
             }
@@ -137,7 +157,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                 self.digest.tracebacks.push(block);
             }
         }
-        if let Some(report) = straggler_report::parse(framed.message) {
+        if markers && let Some(report) = straggler_report::parse(framed.message) {
             self.digest.straggler_reports.push(report);
             return;
         }
@@ -194,8 +214,9 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                     *kept += 1;
                     *kept <= MAX_TRACEBACK_LINES
                 }
+                // A blamed host's line holds `NCCL WARN` or `srun: error:`, both markers.
                 None => {
-                    blamed_host(framed.message).is_some()
+                    (markers && blamed_host(framed.message).is_some())
                         || (candidate && (self.notable)(framed.message))
                 }
             },
@@ -211,6 +232,24 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                     .take(MAX_EVIDENCE_CHARS)
                     .collect(),
             });
+        }
+    }
+
+    /// Adds `rank` to the ranks heard, once.
+    fn hear(&mut self, rank: u32) {
+        if rank >= RANK_BITS {
+            if !self.digest.ranks_heard.contains(&rank) {
+                self.digest.ranks_heard.push(rank);
+            }
+            return;
+        }
+        let (word, bit) = ((rank / 64) as usize, 1u64 << (rank % 64));
+        if self.ranks_seen.len() <= word {
+            self.ranks_seen.resize(word + 1, 0);
+        }
+        if self.ranks_seen[word] & bit == 0 {
+            self.ranks_seen[word] |= bit;
+            self.digest.ranks_heard.push(rank);
         }
     }
 
