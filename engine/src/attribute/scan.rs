@@ -111,9 +111,7 @@ impl LineScan {
     /// that the line holds no literal and matches no pattern.
     fn may_match(&self, line: &[u8], shapes: &mut Shapes) -> bool {
         shapes.scratch.clear();
-        shapes
-            .scratch
-            .extend(line.iter().map(|&byte| digit_as_zero(byte)));
+        push_shape(line, &mut shapes.scratch);
         if line.len() > MAX_SHAPE_BYTES {
             return self.shape_matches(&shapes.scratch);
         }
@@ -200,7 +198,33 @@ fn digit_as_zero(byte: u8) -> u8 {
 }
 
 fn shape_of(bytes: &[u8]) -> Vec<u8> {
-    bytes.iter().map(|&byte| digit_as_zero(byte)).collect()
+    let mut shape = Vec::with_capacity(bytes.len());
+    push_shape(bytes, &mut shape);
+    shape
+}
+
+/// Appends the shape of `bytes`, eight bytes at a time.
+fn push_shape(bytes: &[u8], out: &mut Vec<u8>) {
+    let mut words = bytes.chunks_exact(8);
+    for word in words.by_ref() {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(word);
+        out.extend_from_slice(&digits_as_zero(u64::from_le_bytes(eight)).to_le_bytes());
+    }
+    out.extend(words.remainder().iter().map(|&byte| digit_as_zero(byte)));
+}
+
+/// Each ASCII digit among the eight bytes of `word` replaced by `0`, the others kept.
+fn digits_as_zero(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = ONES * 0x80;
+    // A byte is a digit when, less `0`, it is below 10: its high bit clear, and its low seven bits
+    // plus (0x80 - 10) not reaching the high bit (no carry crosses into the next byte).
+    let less_zero = word ^ (ONES * b'0' as u64);
+    let at_least_ten = ((less_zero & !HIGH) + ONES * (0x80 - 10)) | less_zero;
+    let digit_bits = !at_least_ten & HIGH;
+    let digit_bytes = (digit_bits >> 7) * 0xFF;
+    (word & !digit_bytes) | (ONES * b'0' as u64 & digit_bytes)
 }
 
 /// A word-at-a-time multiplicative hash: shapes are hashed once per line, and the standard SipHash
@@ -263,6 +287,17 @@ mod tests {
     fn scan(literals: &[&str]) -> LineScan {
         let literals: Vec<String> = literals.iter().map(|l| l.to_string()).collect();
         LineScan::new(&literals, "").unwrap()
+    }
+
+    #[test]
+    fn eight_bytes_at_a_time_read_digits_as_zero_as_one_at_a_time_does() {
+        let bytes: Vec<u8> = (0..=255u8)
+            .chain(b"0123456789/:;".iter().copied())
+            .collect();
+        let one_at_a_time: Vec<u8> = bytes.iter().map(|&b| digit_as_zero(b)).collect();
+        for start in 0..8 {
+            assert_eq!(shape_of(&bytes[start..]), one_at_a_time[start..]);
+        }
     }
 
     #[test]

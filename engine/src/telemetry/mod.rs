@@ -13,4 +13,5 @@ pub mod structured;
 pub mod tail;
 pub mod traceback;
 pub mod watch;
+pub mod whole_file;
 pub mod xid;

@@ -209,7 +209,11 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                 self.digest.saving = Some(true);
                 false
             }
-            _ => match self.tracebacks.get_mut(&framed.rank) {
+            // Mostly no traceback is open: the map is not even hashed into then.
+            _ => match (!self.tracebacks.is_empty())
+                .then(|| self.tracebacks.get_mut(&framed.rank))
+                .flatten()
+            {
                 Some(kept) => {
                     *kept += 1;
                     *kept <= MAX_TRACEBACK_LINES

@@ -62,8 +62,7 @@ pub fn frame_cached<'l>(
     default_year: i32,
     cache: &mut StampCache,
 ) -> FramedLine<'l> {
-    let trimmed = line.trim_end_matches(['\n', '\r']);
-    let (srun_rank, rest) = split_srun_label(trimmed);
+    let (srun_rank, rest) = split_srun_label(trim_newline(line));
     let (torch_rank, rest) = split_torch_label(rest);
     let body = rest.trim_start();
     if let Some(time) = cache.time
@@ -91,8 +90,19 @@ pub fn frame_cached<'l>(
     framed
 }
 
+/// `line` without its trailing newlines and carriage returns.
+fn trim_newline(line: &str) -> &str {
+    let bytes = line.as_bytes();
+    let mut end = bytes.len();
+    while end > 0 && matches!(bytes[end - 1], b'\n' | b'\r') {
+        end -= 1;
+    }
+    // Only ASCII bytes were cut, so `end` is a character boundary.
+    line.get(..end).unwrap_or(line)
+}
+
 fn frame_impl(line: &str, year: impl Fn() -> i32 + Copy) -> FramedLine<'_> {
-    let line = line.trim_end_matches(['\n', '\r']);
+    let line = trim_newline(line);
     let (srun_rank, rest) = split_srun_label(line);
     let (torch_rank, rest) = split_torch_label(rest);
     let rank = srun_rank.or(torch_rank);
@@ -134,14 +144,15 @@ enum Stamp {
 /// fit a u32 is still removed, as it has the label's shape, but yields no rank.
 fn split_srun_label(line: &str) -> (Option<u32>, &str) {
     let bytes = line.as_bytes();
-    let digits_start = bytes.iter().take_while(|&&b| b == b' ').count();
-    let digits_len = bytes
-        .iter()
-        .skip(digits_start)
-        .take_while(|b| b.is_ascii_digit())
-        .count();
-    let colon = digits_start + digits_len;
-    if digits_len == 0 || bytes.get(colon) != Some(&b':') {
+    let mut digits_start = 0;
+    while bytes.get(digits_start) == Some(&b' ') {
+        digits_start += 1;
+    }
+    let mut colon = digits_start;
+    while bytes.get(colon).is_some_and(u8::is_ascii_digit) {
+        colon += 1;
+    }
+    if colon == digits_start || bytes.get(colon) != Some(&b':') {
         return (None, line);
     }
     let rest_start = match bytes.get(colon + 1) {

@@ -260,7 +260,7 @@ fn is_hostname(text: &str) -> bool {
 /// tqdm redraws its bar with `\r`, so a captured log line can hold many
 /// redraws; only the last one is current.
 fn latest_progress_update(message: &str) -> &str {
-    if !message.contains('\r') {
+    if memchr::memchr(b'\r', message.as_bytes()).is_none() {
         return message;
     }
     message
