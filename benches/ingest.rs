@@ -51,14 +51,19 @@ fn main() {
     let mb = bytes as f64 / 1e6;
 
     reset_peak_memory();
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), cpu_seconds());
     let (lines, evidence, samples, findings) = ingest(&path, &catalog, &config, &nodes);
-    let seconds = start.elapsed().as_secs_f64();
+    let (seconds, cpu) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu);
     let ingest_mb_s = mb / seconds;
     println!(
         "runguard ingest (1 core): {lines} lines in {seconds:.2} s = {ingest_mb_s:.0} MB/s, {:.2} M lines/s, peak memory {}",
         lines as f64 / 1e6 / seconds,
         peak_memory().unwrap_or_else(|| "n/a".into())
+    );
+    // On a shared machine the wall time includes waiting for the core; the CPU time does not.
+    println!(
+        "  CPU time {cpu:.2} s = {:.0} MB per CPU second",
+        mb / cpu.max(f64::EPSILON)
     );
     println!(
         "  of which the candidate scan: {:.2} s",
@@ -73,9 +78,9 @@ fn main() {
         nodes: nodes.clone(),
         ranks_per_node: 8,
     };
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), cpu_seconds());
     let explanation = explain(&catalog, &Config::default(), &input).expect("explain");
-    let seconds = start.elapsed().as_secs_f64();
+    let (seconds, cpu) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu);
     let explain_mb_s = mb / seconds;
     println!(
         "runguard explain ({cores} cores): {} lines in {seconds:.2} s = {explain_mb_s:.0} MB/s, {:.2} M lines/s, peak memory {} ({})",
@@ -84,6 +89,7 @@ fn main() {
         peak_memory().unwrap_or_else(|| "n/a".into()),
         explanation.attribution.category
     );
+    println!("  CPU time {cpu:.2} s over all threads");
 
     let rg_one = ripgrep_reference(&path, &catalog, Some(1));
     let rg_all = ripgrep_reference(&path, &catalog, None);
@@ -281,6 +287,23 @@ fn ripgrep_reference(path: &Path, catalog: &Catalog, threads: Option<usize>) -> 
     let seconds = start.elapsed().as_secs_f64();
     output.status.code().filter(|code| *code <= 1)?;
     Some(seconds)
+}
+
+/// CPU seconds the process has used, all threads (user and system; /proc counts in 1/100 s).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |index: usize| {
+        fields
+            .get(index)
+            .and_then(|field| field.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are the 14th and 15th fields, the 12th and 13th after the name.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Resets the process's peak resident memory, so each part reports its own.

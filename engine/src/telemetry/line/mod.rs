@@ -64,7 +64,7 @@ pub fn frame_cached<'l>(
 ) -> FramedLine<'l> {
     let (srun_rank, rest) = split_srun_label(trim_newline(line));
     let (torch_rank, rest) = split_torch_label(rest);
-    let body = rest.trim_start();
+    let body = trim_start(rest);
     if let Some(time) = cache.time
         && !cache.raw.is_empty()
         && body.starts_with(cache.raw.as_str())
@@ -72,7 +72,7 @@ pub fn frame_cached<'l>(
         return FramedLine {
             rank: srun_rank.or(torch_rank),
             timestamp: Some(time),
-            message: body.get(cache.raw.len()..).unwrap_or_default().trim_start(),
+            message: trim_start(body.get(cache.raw.len()..).unwrap_or_default()),
         };
     }
     let framed = frame_impl(line, || default_year);
@@ -88,6 +88,30 @@ pub fn frame_cached<'l>(
         cache.time = Some(time);
     }
     framed
+}
+
+/// Whether `byte` may begin or end whitespace: ASCII whitespace as `char::is_whitespace` has it, or
+/// any byte of a non-ASCII character (some of which are whitespace).
+fn may_be_whitespace(byte: u8) -> bool {
+    !byte.is_ascii() || (byte as char).is_whitespace()
+}
+
+/// `str::trim_start`, without decoding characters when the text starts with plain ASCII.
+pub(super) fn trim_start(text: &str) -> &str {
+    match text.as_bytes().first() {
+        Some(&byte) if may_be_whitespace(byte) => text.trim_start(),
+        _ => text,
+    }
+}
+
+/// `str::trim`, without decoding characters when the text starts and ends with plain ASCII.
+pub(super) fn trim(text: &str) -> &str {
+    match (text.as_bytes().first(), text.as_bytes().last()) {
+        (Some(&first), Some(&last)) if may_be_whitespace(first) || may_be_whitespace(last) => {
+            text.trim()
+        }
+        _ => text,
+    }
 }
 
 /// `line` without its trailing newlines and carriage returns.
@@ -106,12 +130,12 @@ fn frame_impl(line: &str, year: impl Fn() -> i32 + Copy) -> FramedLine<'_> {
     let (srun_rank, rest) = split_srun_label(line);
     let (torch_rank, rest) = split_torch_label(rest);
     let rank = srun_rank.or(torch_rank);
-    let body = rest.trim_start();
+    let body = trim_start(rest);
     match leading_timestamp(body.as_bytes(), year) {
         Some((timestamp, Stamp::Leading(len))) => FramedLine {
             rank,
             timestamp: Some(timestamp),
-            message: body.get(len..).unwrap_or_default().trim_start(),
+            message: trim_start(body.get(len..).unwrap_or_default()),
         },
         // A stamp inside a level header stays in the message, whose
         // severity letter and source location the recognisers read.
@@ -533,6 +557,26 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod cache_tests {
     use super::*;
+
+    #[test]
+    fn the_quick_trims_trim_as_the_standard_ones_do() {
+        for text in [
+            "",
+            " ",
+            "a",
+            " a ",
+            "\u{b}a\u{c}",
+            "\u{85}a",
+            "a\u{2003}",
+            "\u{3000} a b \u{a0}",
+            "é",
+            "\ta\r",
+            "x\u{1680}",
+        ] {
+            assert_eq!(trim(text), text.trim(), "{text:?}");
+            assert_eq!(trim_start(text), text.trim_start(), "{text:?}");
+        }
+    }
 
     #[test]
     fn the_cached_stamp_gives_the_same_frames_as_parsing_each_line() {
