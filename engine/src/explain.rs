@@ -15,6 +15,7 @@ use crate::model::{
     JobState, RecoveryLimits, ThroughputSample, Workflow,
 };
 use crate::recover::{Policy, decide};
+use crate::telemetry::line_facts::LineClassifier;
 use crate::telemetry::node_signals::parse_kernel_line;
 use crate::telemetry::pipeline::Digester;
 use crate::telemetry::tail::{Chunk, TailLimits};
@@ -129,7 +130,10 @@ pub fn explain_with(
     let mut anomalies = Vec::new();
     let mut last_stamp: Option<DateTime<Utc>> = None;
     for path in &input.logs {
-        let mut digester = Digester::new(|line: &str| catalog.is_notable(line), now, None, None);
+        let notable = |line: &str| catalog.is_notable(line);
+        let mut digester = Digester::new(notable, now, None, None);
+        // Everything a line says on its own is found while preparing, on any thread; the digest
+        // applies it in order.
         let prepare = |chunk: Chunk| {
             let rejoined = match attribute::rejoin::rejoin_wrapped(&chunk) {
                 Cow::Owned(rejoined) => Some(rejoined),
@@ -137,7 +141,8 @@ pub fn explain_with(
             };
             let chunk = rejoined.unwrap_or(chunk);
             let marks = catalog.candidate_lines(&chunk);
-            (chunk, marks)
+            let facts = LineClassifier::new(notable, now).classify_chunk(&chunk, &marks);
+            (chunk, facts)
         };
         if !path.exists() {
             return Err(ExplainError::Missing { path: path.clone() });
@@ -148,8 +153,9 @@ pub fn explain_with(
         } else {
             1
         };
-        digest_file(path, limits, threads, &prepare, |chunk, marks| {
-            digester.push_chunk(chunk, marks);
+        digest_file(path, limits, threads, &prepare, |(chunk, facts)| {
+            digester.push_classified(&chunk, facts);
+            Some(chunk)
         })
         .map_err(|source| ExplainError::Read {
             path: path.clone(),
@@ -381,12 +387,14 @@ fn read_whole(
             path: path.to_path_buf(),
         });
     }
-    let keep = |chunk: Chunk| (chunk, Vec::new());
-    digest_file(path, limits, 1, &keep, |chunk, _| each(chunk)).map_err(|source| {
-        ExplainError::Read {
-            path: path.to_path_buf(),
-            source,
-        }
+    let keep = |chunk: Chunk| chunk;
+    digest_file(path, limits, 1, &keep, |chunk| {
+        each(&chunk);
+        Some(chunk)
+    })
+    .map_err(|source| ExplainError::Read {
+        path: path.to_path_buf(),
+        source,
     })
 }
 

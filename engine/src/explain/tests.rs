@@ -139,7 +139,14 @@ fn digests(catalog: &Catalog, text: &str) -> (LogDigest, LogDigest) {
     for line in chunk.lines() {
         full.push_line(line, true);
     }
-    (fast.finish(), full.finish())
+    // The facts found apart (as explain's threads find them), applied afterwards.
+    let notable = |line: &str| catalog.is_notable(line);
+    let facts = LineClassifier::new(notable, now()).classify_chunk(&chunk, &marks);
+    let mut apart = Digester::new(notable, now(), None, None);
+    apart.push_classified(&chunk, facts);
+    let (fast, apart) = (fast.finish(), apart.finish());
+    assert_eq!(fast, apart);
+    (fast, full.finish())
 }
 
 use crate::telemetry::pipeline::LogDigest;

@@ -5,6 +5,7 @@
 
 pub mod discover;
 pub mod line;
+pub mod line_facts;
 pub mod node_signals;
 pub mod pipeline;
 pub mod record;

@@ -12,31 +12,28 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 
 use crate::telemetry::tail::{Chunk, TailLimits, read_new_lines_reusing};
 
-/// One step prepared: its lines (rejoined, when the preparation rejoins) and their marks.
-pub type Prepared = (Chunk, Vec<bool>);
-
 /// Reads `path` from its start in steps of at most `limits.max_read_bytes`, hands each step to
 /// `prepare` (on `threads` worker threads when more than one) and what it gives to `digest`, in file
-/// order, on this thread. A last line without its newline is a step of its own.
-pub fn digest_file(
+/// order, on this thread. A last line without its newline is a step of its own. `digest` may give a
+/// step's chunk back for a later read to reuse its memory.
+pub fn digest_file<P: Send>(
     path: &Path,
     limits: TailLimits,
     threads: usize,
-    prepare: &(dyn Fn(Chunk) -> Prepared + Sync),
-    mut digest: impl FnMut(&Chunk, &[bool]),
+    prepare: &(dyn Fn(Chunk) -> P + Sync),
+    mut digest: impl FnMut(P) -> Option<Chunk>,
 ) -> std::io::Result<()> {
     if threads <= 1 {
         return read_steps(path, limits, |chunk| {
-            let (chunk, marks) = prepare(chunk);
-            digest(&chunk, &marks);
-            ControlFlow::Continue(chunk)
+            ControlFlow::Continue(digest(prepare(chunk)).unwrap_or_default())
         });
     }
     std::thread::scope(|scope| {
         // One step waiting per queue: a step is tens of megabytes.
         let (work_tx, work_rx) = mpsc::sync_channel::<(usize, Chunk)>(1);
         let work_rx = Arc::new(Mutex::new(work_rx));
-        let (done_tx, done_rx) = mpsc::sync_channel::<(usize, Prepared)>(1);
+        let (done_tx, done_rx) = mpsc::sync_channel::<(usize, P)>(1);
+        let (spare_tx, spare_rx) = mpsc::channel::<Chunk>();
         for _ in 0..threads {
             let (work_rx, done_tx) = (Arc::clone(&work_rx), done_tx.clone());
             scope.spawn(move || {
@@ -61,15 +58,18 @@ pub fn digest_file(
                     return ControlFlow::Break(());
                 }
                 index += 1;
-                ControlFlow::Continue(Chunk::default())
+                ControlFlow::Continue(spare_rx.try_recv().unwrap_or_default())
             })
         });
         let mut waiting = BTreeMap::new();
         let mut next = 0;
         for (index, prepared) in done_rx {
             waiting.insert(index, prepared);
-            while let Some((chunk, marks)) = waiting.remove(&next) {
-                digest(&chunk, &marks);
+            while let Some(prepared) = waiting.remove(&next) {
+                if let Some(spare) = digest(prepared) {
+                    // The reader may be done: then the chunk is simply dropped.
+                    let _ = spare_tx.send(spare);
+                }
                 next += 1;
             }
         }
@@ -139,9 +139,16 @@ mod tests {
             (chunk, marks)
         };
         let mut seen = Vec::new();
-        digest_file(&path, limits, threads, &prepare, |chunk, marks| {
-            seen.push((chunk.lines().map(str::to_string).collect(), marks.to_vec()));
-        })
+        digest_file(
+            &path,
+            limits,
+            threads,
+            &prepare,
+            |(chunk, marks): (Chunk, Vec<bool>)| {
+                seen.push((chunk.lines().map(str::to_string).collect(), marks));
+                Some(chunk)
+            },
+        )
         .unwrap();
         seen
     }
