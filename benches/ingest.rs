@@ -54,7 +54,7 @@ fn main() {
     let (start, cpu) = (Instant::now(), cpu_seconds());
     let (lines, evidence, samples, findings) = ingest(&path, &catalog, &config, &nodes);
     let (seconds, cpu) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu);
-    let ingest_mb_s = mb / seconds;
+    let (ingest_mb_s, ingest_cpu) = (mb / seconds, cpu);
     println!(
         "runguard ingest (1 core): {lines} lines in {seconds:.2} s = {ingest_mb_s:.0} MB/s, {:.2} M lines/s, peak memory {}",
         lines as f64 / 1e6 / seconds,
@@ -94,16 +94,22 @@ fn main() {
     let rg_one = ripgrep_reference(&path, &catalog, Some(1));
     let rg_all = ripgrep_reference(&path, &catalog, None);
     match (rg_one, rg_all) {
-        (Some(one), Some(all)) => {
+        (Some((one, one_cpu)), Some((all, all_cpu))) => {
             let (one_mb_s, all_mb_s) = (mb / one, mb / all);
             println!(
                 "rg -c with the catalog's patterns, 1 thread: {one:.2} s = {one_mb_s:.0} MB/s; ingest/rg = {:.2}",
                 ingest_mb_s / one_mb_s
             );
             println!(
+                "  CPU time {one_cpu:.2} s = {:.0} MB per CPU second; ingest/rg per CPU second = {:.2}",
+                mb / one_cpu.max(f64::EPSILON),
+                one_cpu / ingest_cpu.max(f64::EPSILON)
+            );
+            println!(
                 "rg -c with the catalog's patterns, all threads: {all:.2} s = {all_mb_s:.0} MB/s; explain/rg = {:.2}",
                 explain_mb_s / all_mb_s
             );
+            println!("  CPU time {all_cpu:.2} s over all threads");
         }
         _ => println!("rg not installed: no reference ratio (apt-get install ripgrep)"),
     }
@@ -264,9 +270,9 @@ fn ensure_log(path: &Path, size: u64) -> u64 {
     written
 }
 
-/// Seconds of `rg -c` over the file with every catalog pattern, on `threads` (rg's own choice when
-/// None); None without rg.
-fn ripgrep_reference(path: &Path, catalog: &Catalog, threads: Option<usize>) -> Option<f64> {
+/// Seconds, wall and CPU, of `rg -c` over the file with every catalog pattern, on `threads` (rg's own
+/// choice when None); None without rg.
+fn ripgrep_reference(path: &Path, catalog: &Catalog, threads: Option<usize>) -> Option<(f64, f64)> {
     let mut command = Command::new("rg");
     command.args(["-c", "--no-mmap"]);
     if let Some(threads) = threads {
@@ -282,15 +288,25 @@ fn ripgrep_reference(path: &Path, catalog: &Catalog, threads: Option<usize>) -> 
         }
     }
     command.arg(path);
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), children_cpu_seconds());
     let output = command.output().ok()?;
-    let seconds = start.elapsed().as_secs_f64();
+    let (seconds, cpu) = (start.elapsed().as_secs_f64(), children_cpu_seconds() - cpu);
     output.status.code().filter(|code| *code <= 1)?;
-    Some(seconds)
+    Some((seconds, cpu))
 }
 
 /// CPU seconds the process has used, all threads (user and system; /proc counts in 1/100 s).
 fn cpu_seconds() -> f64 {
+    stat_seconds(11, 12)
+}
+
+/// CPU seconds of the child processes waited for (rg).
+fn children_cpu_seconds() -> f64 {
+    stat_seconds(13, 14)
+}
+
+/// The sum of two tick counts of /proc/self/stat, counted after the command name, in seconds.
+fn stat_seconds(first: usize, second: usize) -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the command name, which is in parentheses and may hold spaces.
     let fields: Vec<&str> = stat
@@ -302,8 +318,9 @@ fn cpu_seconds() -> f64 {
             .and_then(|field| field.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    // utime and stime are the 14th and 15th fields, the 12th and 13th after the name.
-    (ticks(11) + ticks(12)) / 100.0
+    // utime and stime are the 14th and 15th fields (the 12th and 13th after the name), cutime and
+    // cstime the 16th and 17th.
+    (ticks(first) + ticks(second)) / 100.0
 }
 
 /// Resets the process's peak resident memory, so each part reports its own.
