@@ -1,8 +1,10 @@
-//! Ingest benchmark: the engine's log path (bounded reads → framing → recognisers → evidence selection
-//! with the signature prefilter → detectors) over a large generated unified log, on one core.
+//! Ingest benchmark over a large generated unified log: the engine's log path (bounded reads →
+//! framing → recognisers → evidence selection with the signature prefilter → detectors) on one core,
+//! and `runguard explain` on every core.
 //!
-//! `cargo bench --bench ingest` (size with `RUNGUARD_BENCH_MB`, default 1024). Prints MB/s and lines/s,
-//! and, when `rg` is installed, the same file through `rg -c` with the catalog's patterns as a reference.
+//! `cargo bench --bench ingest` (size with `RUNGUARD_BENCH_MB`, default 1024). Prints MB/s, lines/s
+//! and peak memory of each, and, when `rg` is installed, the same file through `rg -c` with the
+//! catalog's own patterns (one thread and all threads) and the ratios to it.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -12,8 +14,9 @@ use std::time::Instant;
 
 use chrono::{TimeDelta, Utc};
 use runguard_engine::attribute::Catalog;
-use runguard_engine::config::DetectConfig;
+use runguard_engine::config::{Config, DetectConfig};
 use runguard_engine::detect::{StragglerTracker, throughput_drop};
+use runguard_engine::explain::{ExplainInput, explain};
 use runguard_engine::model::ThroughputSample;
 use runguard_engine::telemetry::pipeline::Digester;
 use runguard_engine::telemetry::tail::{Chunk, TailLimits, read_new_lines_reusing};
@@ -44,33 +47,71 @@ fn main() {
     let catalog = Catalog::builtin().expect("built-in catalog");
     let config = DetectConfig::default();
     let nodes: Vec<String> = (1..=32).map(|n| format!("node-{n:02}")).collect();
-    let start = Instant::now();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mb = bytes as f64 / 1e6;
+
+    reset_peak_memory();
+    let (start, cpu) = (Instant::now(), cpu_seconds());
     let (lines, evidence, samples, findings) = ingest(&path, &catalog, &config, &nodes);
-    let seconds = start.elapsed().as_secs_f64();
-    let mb_per_s = bytes as f64 / 1e6 / seconds;
+    let (seconds, cpu) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+    let (ingest_mb_s, ingest_cpu) = (mb / seconds, cpu);
     println!(
-        "runguard ingest: {lines} lines in {seconds:.2} s = {mb_per_s:.0} MB/s, {:.2} M lines/s",
-        lines as f64 / 1e6 / seconds
+        "runguard ingest (1 core): {lines} lines in {seconds:.2} s = {ingest_mb_s:.0} MB/s, {:.2} M lines/s, peak memory {}",
+        lines as f64 / 1e6 / seconds,
+        peak_memory().unwrap_or_else(|| "n/a".into())
+    );
+    // On a shared machine the wall time includes waiting for the core; the CPU time does not.
+    println!(
+        "  CPU time {cpu:.2} s = {:.0} MB per CPU second",
+        mb / cpu.max(f64::EPSILON)
     );
     println!(
-        "  of which the signature scan over whole reads: {:.2} s",
+        "  of which the candidate scan: {:.2} s",
         *SCAN_SECONDS.lock().unwrap_or_else(|e| e.into_inner())
     );
     println!("  kept {evidence} evidence lines, {samples} throughput samples, {findings} findings");
-    println!(
-        "  peak memory (VmHWM): {}",
-        peak_memory().unwrap_or_else(|| "n/a".into())
-    );
 
-    match ripgrep_reference(&path, &catalog) {
-        Some(rg_seconds) => {
-            let rg_mb_per_s = bytes as f64 / 1e6 / rg_seconds;
+    reset_peak_memory();
+    let input = ExplainInput {
+        logs: vec![path.clone()],
+        kernel_logs: Vec::new(),
+        nodes: nodes.clone(),
+        ranks_per_node: 8,
+    };
+    let (start, cpu) = (Instant::now(), cpu_seconds());
+    let explanation = explain(&catalog, &Config::default(), &input).expect("explain");
+    let (seconds, cpu) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+    let explain_mb_s = mb / seconds;
+    println!(
+        "runguard explain ({cores} cores): {} lines in {seconds:.2} s = {explain_mb_s:.0} MB/s, {:.2} M lines/s, peak memory {} ({})",
+        explanation.lines,
+        explanation.lines as f64 / 1e6 / seconds,
+        peak_memory().unwrap_or_else(|| "n/a".into()),
+        explanation.attribution.category
+    );
+    println!("  CPU time {cpu:.2} s over all threads");
+
+    let rg_one = ripgrep_reference(&path, &catalog, Some(1));
+    let rg_all = ripgrep_reference(&path, &catalog, None);
+    match (rg_one, rg_all) {
+        (Some((one, one_cpu)), Some((all, all_cpu))) => {
+            let (one_mb_s, all_mb_s) = (mb / one, mb / all);
             println!(
-                "rg -c (same patterns, 1 thread): {rg_seconds:.2} s = {rg_mb_per_s:.0} MB/s; runguard/rg = {:.2}",
-                mb_per_s / rg_mb_per_s
+                "rg -c with the catalog's patterns, 1 thread: {one:.2} s = {one_mb_s:.0} MB/s; ingest/rg = {:.2}",
+                ingest_mb_s / one_mb_s
             );
+            println!(
+                "  CPU time {one_cpu:.2} s = {:.0} MB per CPU second; ingest/rg per CPU second = {:.2}",
+                mb / one_cpu.max(f64::EPSILON),
+                one_cpu / ingest_cpu.max(f64::EPSILON)
+            );
+            println!(
+                "rg -c with the catalog's patterns, all threads: {all:.2} s = {all_mb_s:.0} MB/s; explain/rg = {:.2}",
+                explain_mb_s / all_mb_s
+            );
+            println!("  CPU time {all_cpu:.2} s over all threads");
         }
-        None => println!("rg not installed: no reference ratio (apt-get install ripgrep)"),
+        _ => println!("rg not installed: no reference ratio (apt-get install ripgrep)"),
     }
 }
 
@@ -229,10 +270,14 @@ fn ensure_log(path: &Path, size: u64) -> u64 {
     written
 }
 
-/// `rg -c` over the file with every catalog pattern, single-threaded; None without rg.
-fn ripgrep_reference(path: &Path, catalog: &Catalog) -> Option<f64> {
+/// Seconds, wall and CPU, of `rg -c` over the file with every catalog pattern, on `threads` (rg's own
+/// choice when None); None without rg.
+fn ripgrep_reference(path: &Path, catalog: &Catalog, threads: Option<usize>) -> Option<(f64, f64)> {
     let mut command = Command::new("rg");
-    command.args(["-c", "-j1", "--no-mmap"]);
+    command.args(["-c", "--no-mmap"]);
+    if let Some(threads) = threads {
+        command.arg(format!("-j{threads}"));
+    }
     // rg joins the patterns into one regex, where capture names must not repeat.
     let named = regex::Regex::new(r"\(\?P?<[A-Za-z_][A-Za-z0-9_]*>").expect("constant pattern");
     for signature in catalog.signatures() {
@@ -243,11 +288,44 @@ fn ripgrep_reference(path: &Path, catalog: &Catalog) -> Option<f64> {
         }
     }
     command.arg(path);
-    let start = Instant::now();
+    let (start, cpu) = (Instant::now(), children_cpu_seconds());
     let output = command.output().ok()?;
-    let seconds = start.elapsed().as_secs_f64();
+    let (seconds, cpu) = (start.elapsed().as_secs_f64(), children_cpu_seconds() - cpu);
     output.status.code().filter(|code| *code <= 1)?;
-    Some(seconds)
+    Some((seconds, cpu))
+}
+
+/// CPU seconds the process has used, all threads (user and system; /proc counts in 1/100 s).
+fn cpu_seconds() -> f64 {
+    stat_seconds(11, 12)
+}
+
+/// CPU seconds of the child processes waited for (rg).
+fn children_cpu_seconds() -> f64 {
+    stat_seconds(13, 14)
+}
+
+/// The sum of two tick counts of /proc/self/stat, counted after the command name, in seconds.
+fn stat_seconds(first: usize, second: usize) -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |index: usize| {
+        fields
+            .get(index)
+            .and_then(|field| field.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are the 14th and 15th fields (the 12th and 13th after the name), cutime and
+    // cstime the 16th and 17th.
+    (ticks(first) + ticks(second)) / 100.0
+}
+
+/// Resets the process's peak resident memory, so each part reports its own.
+fn reset_peak_memory() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 fn peak_memory() -> Option<String> {

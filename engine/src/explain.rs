@@ -1,6 +1,7 @@
 //! Offline post-mortem of any log (`runguard explain`) and its evaluation over a labelled corpus
 //! (`runguard eval`): the same telemetry pipeline, attribution and policy the engine uses, on files.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
@@ -14,9 +15,11 @@ use crate::model::{
     JobState, RecoveryLimits, ThroughputSample, Workflow,
 };
 use crate::recover::{Policy, decide};
+use crate::telemetry::line_facts::LineClassifier;
 use crate::telemetry::node_signals::parse_kernel_line;
 use crate::telemetry::pipeline::Digester;
-use crate::telemetry::tail::{Chunk, TailLimits, read_new_lines_reusing};
+use crate::telemetry::tail::{Chunk, TailLimits};
+use crate::telemetry::whole_file::digest_file;
 
 /// Largest read per step; files of any size are read in bounded steps.
 const READ_STEP: u64 = 16 << 20;
@@ -75,16 +78,48 @@ pub struct Explanation {
     pub recovery: Vec<String>,
 }
 
-/// Reads every input and explains it.
+/// How an explanation is made: the same explanation whatever the threads.
+#[derive(Debug, Clone)]
+pub struct ExplainOptions {
+    /// Threads that prepare (rejoin and scan) a log's reads while one digests them in order; a log
+    /// of fewer than two reads is read on one.
+    pub threads: usize,
+    /// Largest read per step.
+    pub read_step: u64,
+    /// The time taken as now (lines without a stamp, the attribution's time).
+    pub now: DateTime<Utc>,
+}
+
+impl Default for ExplainOptions {
+    fn default() -> Self {
+        Self {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            read_step: READ_STEP,
+            now: Utc::now(),
+        }
+    }
+}
+
+/// Reads every input and explains it, large logs on every core.
 pub fn explain(
     catalog: &Catalog,
     config: &Config,
     input: &ExplainInput,
 ) -> Result<Explanation, ExplainError> {
-    let now = Utc::now();
+    explain_with(catalog, config, input, &ExplainOptions::default())
+}
+
+/// [`explain`] with its threads, read size and time given.
+pub fn explain_with(
+    catalog: &Catalog,
+    config: &Config,
+    input: &ExplainInput,
+    options: &ExplainOptions,
+) -> Result<Explanation, ExplainError> {
+    let now = options.now;
     let limits = TailLimits {
         max_line_bytes: config.telemetry.max_line_bytes,
-        max_read_bytes: READ_STEP,
+        max_read_bytes: options.read_step.max(1),
     };
     let mut evidence: Vec<EvidenceLine> = Vec::new();
     let mut samples: Vec<ThroughputSample> = Vec::new();
@@ -95,10 +130,36 @@ pub fn explain(
     let mut anomalies = Vec::new();
     let mut last_stamp: Option<DateTime<Utc>> = None;
     for path in &input.logs {
-        let mut digester = Digester::new(|line: &str| catalog.is_notable(line), now, None, None);
-        read_whole(path, limits, |chunk| {
-            let chunk = attribute::rejoin::rejoin_wrapped(chunk);
-            digester.push_chunk(&chunk, &catalog.candidate_lines(&chunk));
+        let notable = |line: &str| catalog.is_notable(line);
+        let mut digester = Digester::new(notable, now, None, None);
+        // Everything a line says on its own is found while preparing, on any thread; the digest
+        // applies it in order.
+        let prepare = |chunk: Chunk| {
+            let rejoined = match attribute::rejoin::rejoin_wrapped(&chunk) {
+                Cow::Owned(rejoined) => Some(rejoined),
+                Cow::Borrowed(_) => None,
+            };
+            let chunk = rejoined.unwrap_or(chunk);
+            let marks = catalog.candidate_lines(&chunk);
+            let facts = LineClassifier::new(notable, now).classify_chunk(&chunk, &marks);
+            (chunk, facts)
+        };
+        if !path.exists() {
+            return Err(ExplainError::Missing { path: path.clone() });
+        }
+        let size = std::fs::metadata(path).map_or(0, |meta| meta.len());
+        let threads = if size > 2 * limits.max_read_bytes {
+            options.threads
+        } else {
+            1
+        };
+        digest_file(path, limits, threads, &prepare, |(chunk, facts)| {
+            digester.push_classified(&chunk, facts);
+            Some(chunk)
+        })
+        .map_err(|source| ExplainError::Read {
+            path: path.clone(),
+            source,
         })?;
         let digest = digester.finish();
         lines += digest.lines;
@@ -326,37 +387,15 @@ fn read_whole(
             path: path.to_path_buf(),
         });
     }
-    let mut offset = 0;
-    let mut identity = None;
-    let mut spare = Chunk::default();
-    loop {
-        let chunk = read_new_lines_reusing(path, offset, identity.as_deref(), limits, spare)
-            .map_err(|source| ExplainError::Read {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        if chunk.spans.is_empty() {
-            // A last line without its newline is still a line.
-            let tail = std::fs::read(path).map_err(|source| ExplainError::Read {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            if let Some(rest) = tail.get(offset as usize..).filter(|rest| !rest.is_empty()) {
-                let text = String::from_utf8_lossy(rest).into_owned();
-                let last = Chunk {
-                    spans: vec![(0, text.len())],
-                    text,
-                    ..Chunk::default()
-                };
-                each(&last);
-            }
-            return Ok(());
-        }
-        offset = chunk.next_offset;
-        identity = chunk.identity.clone();
+    let keep = |chunk: Chunk| chunk;
+    digest_file(path, limits, 1, &keep, |chunk| {
         each(&chunk);
-        spare = chunk;
-    }
+        Some(chunk)
+    })
+    .map_err(|source| ExplainError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn healthy(now: DateTime<Utc>) -> Attribution {
@@ -614,3 +653,6 @@ fn score(catalog: &Catalog, case: &Case, attribution: &Attribution) -> CaseResul
         ),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,6 +6,7 @@ use aho_corasick::AhoCorasick;
 use regex::Regex;
 use serde::Deserialize;
 
+use super::scan::LineScan;
 use crate::model::{Component, Remedy};
 use crate::telemetry::tail::Chunk;
 
@@ -341,12 +342,10 @@ pub struct Catalog {
     literal_patterns: Vec<Vec<usize>>,
     /// Patterns without usable literals: always tried.
     unguarded: Vec<usize>,
-    /// Every pattern in one regex, line anchors dropped, run over a whole read at once: it finds the
-    /// candidate lines, which the prefilter then confirms on their message.
-    /// Every required literal and the recognisers' markers, for the whole-read scan...
-    scan_literals: AhoCorasick,
-    /// ...plus the patterns that have no usable literal, as one regex.
-    candidates: Option<Regex>,
+    /// Every required literal and the recognisers' markers, plus the patterns that have no usable
+    /// literal as one regex: it finds the candidate lines of a read, which the prefilter then confirms
+    /// on their message.
+    scan: LineScan,
 }
 
 impl Catalog {
@@ -653,30 +652,17 @@ impl Catalog {
         }
         scan.sort();
         scan.dedup();
-        // Multi-line, so a pattern's `$` still means the end of its line inside a whole read.
-        let candidates = if scan.is_empty() {
-            None
-        } else {
-            Some(
-                regex::RegexBuilder::new(&scan.join("|"))
-                    .multi_line(true)
-                    .size_limit(64 << 20)
-                    .build()
-                    .map_err(|err| invalid(err.to_string()))?,
-            )
-        };
+        // One pattern, whose `$` still means the end of its line.
+        let candidates = scan.join("|");
         let literals = AhoCorasick::new(&literal_list).map_err(|err| invalid(err.to_string()))?;
         let mut scan_list = literal_list.clone();
         scan_list.extend(
-            crate::telemetry::record::signal_marker_literals()
+            crate::telemetry::pipeline::marker_literals()
                 .into_iter()
                 .map(str::to_string),
         );
-        // A full DFA: it is built once, and scanning every byte of every log is the hot path.
-        let scan_literals = aho_corasick::AhoCorasickBuilder::new()
-            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-            .build(&scan_list)
-            .map_err(|err| invalid(err.to_string()))?;
+        let scan =
+            LineScan::new(&scan_list, &candidates).map_err(|err| invalid(err.to_string()))?;
         let patterns = signatures
             .iter()
             .flat_map(|signature| signature.patterns.iter().cloned())
@@ -689,8 +675,7 @@ impl Catalog {
             literals,
             literal_patterns,
             unguarded,
-            scan_literals,
-            candidates,
+            scan,
         })
     }
 
@@ -698,39 +683,16 @@ impl Catalog {
         &self.signatures
     }
 
-    /// Which lines of a read might match a signature or hold a recogniser's marker: one search over the
-    /// whole text instead of one per line. A marked line is confirmed on its message.
-    /// The whole-read scan's pattern, for inspection.
+    /// The whole-read scan's pattern (the patterns without literals), for inspection.
     pub fn scan_pattern(&self) -> &str {
-        self.candidates.as_ref().map_or("", |regex| regex.as_str())
+        self.scan.pattern()
     }
 
+    /// Which lines of a read might match a signature or hold a marker of the recognisers or of the
+    /// digest (`telemetry::pipeline::marker_literals`). A marked line is confirmed on its message; an
+    /// unmarked one holds none of them.
     pub fn candidate_lines(&self, chunk: &Chunk) -> Vec<bool> {
-        let text = chunk.text.as_str();
-        let mut marks = vec![false; chunk.line_count()];
-        let mut at = 0;
-        while at < text.len() {
-            let input = aho_corasick::Input::new(text).span(at..text.len());
-            let Some(found) = self.scan_literals.find(input) else {
-                break;
-            };
-            let Some(line) = chunk.line_at(found.start()) else {
-                break;
-            };
-            marks[line] = true;
-            // One mark per line: go on at the next line.
-            at = chunk
-                .spans
-                .get(line + 1)
-                .map_or(text.len(), |&(start, _)| start)
-                .max(found.start() + 1);
-        }
-        if let Some(regex) = &self.candidates {
-            for (mark, found) in marks.iter_mut().zip(chunk.mark_lines(regex)) {
-                *mark |= found;
-            }
-        }
-        marks
+        self.scan.candidate_lines(chunk)
     }
 
     /// Whether any signature matches `line`, or a locator finds a node in it.

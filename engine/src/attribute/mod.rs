@@ -7,6 +7,7 @@ mod culprit;
 mod precedence;
 pub mod quality;
 pub mod rejoin;
+pub mod scan;
 
 use std::collections::{BTreeMap, HashSet};
 

@@ -5,6 +5,7 @@
 
 pub mod discover;
 pub mod line;
+pub mod line_facts;
 pub mod node_signals;
 pub mod pipeline;
 pub mod record;
@@ -13,4 +14,5 @@ pub mod structured;
 pub mod tail;
 pub mod traceback;
 pub mod watch;
+pub mod whole_file;
 pub mod xid;

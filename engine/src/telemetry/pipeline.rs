@@ -5,11 +5,12 @@
 
 use std::collections::HashMap;
 
-use chrono::{DateTime, Datelike, Utc};
+use chrono::{DateTime, Utc};
 
 use crate::model::EvidenceLine;
-use crate::telemetry::line::{StampCache, frame_cached};
-use crate::telemetry::record::{Record, named_host, recognise_hinted};
+use crate::telemetry::line::FramedLine;
+use crate::telemetry::line_facts::{LineClassifier, LineFacts, LineKind};
+use crate::telemetry::record::{Record, named_host};
 use crate::telemetry::straggler_report::{self, StragglerReport};
 use crate::telemetry::tail::Chunk;
 use crate::telemetry::traceback::{TracebackAssembler, TracebackBlock};
@@ -45,6 +46,20 @@ pub struct LogDigest {
     pub saving: Option<bool>,
 }
 
+/// The start of a Python traceback, which the assembler is shown.
+pub(crate) const TRACEBACK_MARKER: &str = "Traceback (most recent";
+
+/// Every literal one of which a line must hold for the digest to do more with it than frame it: the
+/// recognisers' markers (`record::signal_marker_literals`), a traceback's start, a straggler report's
+/// key, and what a blamed host's line says (`NCCL WARN`, `srun: error:`, both already markers). A
+/// whole-read scan for them (`Catalog::candidate_lines`) lets [`Digester::push_chunk`] pass over the
+/// lines that hold none without searching each.
+pub fn marker_literals() -> Vec<&'static str> {
+    let mut literals = crate::telemetry::record::signal_marker_literals();
+    literals.extend([TRACEBACK_MARKER, straggler_report::MARKER]);
+    literals
+}
+
 /// The host a line blames: an NCCL warning's or an srun error's host. NCCL's INFO chatter names hosts
 /// too, but says nothing is wrong with them.
 pub fn blamed_host(text: &str) -> Option<&str> {
@@ -55,19 +70,22 @@ pub fn blamed_host(text: &str) -> Option<&str> {
 /// Turns lines into a [`LogDigest`]. `notable` decides which other lines are evidence (the signature
 /// catalog's prefilter, in the engine).
 pub struct Digester<F: Fn(&str) -> bool> {
-    notable: F,
+    /// Finds each line's facts, `notable` among them.
+    classifier: LineClassifier<F>,
     now: DateTime<Utc>,
-    year: i32,
     /// The iteration a save without a step number belongs to, when the log did not say in this read.
     known_iteration: Option<u64>,
-    /// The previous line's stamp, reused while lines share it.
-    stamps: StampCache,
     /// Assembles multi-line tracebacks; it outlives one read when the caller hands it back in.
     assembler: TracebackAssembler,
     /// Ranks inside a Python traceback, with the lines kept of it so far.
     tracebacks: HashMap<Option<u32>, usize>,
+    /// The ranks in `digest.ranks_heard`, as bits, so each line's rank is looked up in constant time.
+    ranks_seen: Vec<u64>,
     digest: LogDigest,
 }
+
+/// Ranks below this are remembered as bits; higher ones (never seen in practice) are searched.
+const RANK_BITS: u32 = 1 << 16;
 
 impl<F: Fn(&str) -> bool> Digester<F> {
     /// `last_time` and `last_iteration` carry over from earlier reads of the same log.
@@ -78,13 +96,12 @@ impl<F: Fn(&str) -> bool> Digester<F> {
         last_iteration: Option<u64>,
     ) -> Self {
         Self {
-            notable,
+            classifier: LineClassifier::new(notable, now),
             now,
-            year: now.year(),
             known_iteration: last_iteration,
-            stamps: StampCache::default(),
             assembler: TracebackAssembler::new(),
             tracebacks: HashMap::new(),
+            ranks_seen: Vec::new(),
             digest: LogDigest {
                 last_time,
                 ..LogDigest::default()
@@ -99,8 +116,8 @@ impl<F: Fn(&str) -> bool> Digester<F> {
 
     /// Feeds every line of a read; `candidates` (see `Catalog::candidate_lines`) says which lines may
     /// be notable, so the others skip the per-line check.
-    /// `candidates` must also cover the recognisers' markers (`record::signal_markers`), as the
-    /// catalog's scan does.
+    /// `candidates` must also cover the digest's markers ([`marker_literals`]), as the catalog's scan
+    /// does: an unmarked line is only framed, counted and, inside a traceback, shown to the assembler.
     pub fn push_chunk(&mut self, chunk: &Chunk, candidates: &[bool]) {
         for (index, line) in chunk.lines().enumerate() {
             let marked = candidates.get(index).copied().unwrap_or(true);
@@ -114,22 +131,39 @@ impl<F: Fn(&str) -> bool> Digester<F> {
     }
 
     /// Feeds one line with both whole-read hints: `candidate` (a signature may match) and `markers`
-    /// (the recognisers' markers occur in it).
+    /// (one of [`marker_literals`] occurs in it).
     fn push_hinted(&mut self, raw: &str, candidate: bool, markers: bool) {
-        self.digest.lines += 1;
-        let framed = frame_cached(raw, self.year, &mut self.stamps);
-        if let Some(rank) = framed.rank
-            && !self.digest.ranks_heard.contains(&rank)
-        {
-            self.digest.ranks_heard.push(rank);
+        let facts = self.classifier.classify(raw, candidate, markers);
+        self.apply(raw, facts);
+    }
+
+    /// Feeds every line of a read by its facts, found beforehand (on any thread) by a
+    /// [`LineClassifier`] from the read's lines and candidates.
+    pub fn push_classified(&mut self, chunk: &Chunk, facts: Vec<LineFacts>) {
+        for (line, facts) in chunk.lines().zip(facts) {
+            self.apply(line, facts);
         }
-        let time = framed
+    }
+
+    /// Takes in one line by its facts, in order.
+    fn apply(&mut self, raw: &str, facts: LineFacts) {
+        self.digest.lines += 1;
+        if let Some(rank) = facts.rank {
+            self.hear(rank);
+        }
+        let message = facts.message(raw);
+        let time = facts
             .timestamp
             .or(self.digest.last_time)
             .unwrap_or(self.now);
         self.digest.last_time = Some(time);
         // Only a traceback start, or a line while one is open, concerns the assembler.
-        if self.assembler.open_blocks() > 0 || framed.message.contains("Traceback (most recent") {
+        if self.assembler.open_blocks() > 0 || facts.traceback_marker {
+            let framed = FramedLine {
+                rank: facts.rank,
+                timestamp: facts.timestamp,
+                message,
+            };
             if let Some(block) = self.assembler.push_framed(&framed) {
                 self.digest.tracebacks.push(block);
             }
@@ -137,18 +171,26 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                 self.digest.tracebacks.push(block);
             }
         }
-        if let Some(report) = straggler_report::parse(framed.message) {
-            self.digest.straggler_reports.push(report);
-            return;
-        }
-        let record = recognise_hinted(framed.message, markers);
-        let notable = match &record {
+        let save_start = matches!(facts.kind, LineKind::SaveStart);
+        let record = match facts.kind {
+            LineKind::Straggler(report) => {
+                self.digest.straggler_reports.push(report);
+                return;
+            }
+            LineKind::Record(record) => Some(*record),
+            LineKind::SaveStart => {
+                self.digest.saving = Some(true);
+                None
+            }
+            LineKind::Other => None,
+        };
+        let notable = match record {
             Some(Record::TracebackStart) => {
-                self.tracebacks.insert(framed.rank, 0);
+                self.tracebacks.insert(facts.rank, 0);
                 true
             }
             Some(Record::ExceptionLine { .. }) => {
-                self.tracebacks.remove(&framed.rank);
+                self.tracebacks.remove(&facts.rank);
                 true
             }
             Some(Record::Error { .. }) => true,
@@ -160,57 +202,70 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                 if self
                     .digest
                     .last_iteration
-                    .is_none_or(|last| *iteration > last)
+                    .is_none_or(|last| iteration > last)
                 {
-                    self.digest.last_iteration = Some(*iteration);
+                    self.digest.last_iteration = Some(iteration);
                     self.digest.progress_time = Some(time);
                 }
-                self.known_iteration = Some(*iteration);
+                self.known_iteration = Some(iteration);
                 self.digest.saving = Some(false);
                 if let Some(tflops) = tflops_per_gpu {
                     self.digest
                         .samples
-                        .push((time, *iteration, *tflops, framed.rank));
+                        .push((time, iteration, tflops, facts.rank));
                 }
                 false
             }
             Some(Record::CheckpointSaved { iteration, path }) => {
                 self.digest.saving = Some(false);
                 if let Some(iteration) = iteration.or(self.known_iteration) {
-                    self.digest.checkpoints.push((
-                        iteration,
-                        path.clone().unwrap_or_default(),
-                        time,
-                    ));
+                    self.digest
+                        .checkpoints
+                        .push((iteration, path.unwrap_or_default(), time));
                 }
                 false
             }
-            None if markers && super::record::is_save_start(framed.message) => {
-                self.digest.saving = Some(true);
-                false
-            }
-            _ => match self.tracebacks.get_mut(&framed.rank) {
+            _ if save_start => false,
+            // Mostly no traceback is open: the map is not even hashed into then.
+            _ => match (!self.tracebacks.is_empty())
+                .then(|| self.tracebacks.get_mut(&facts.rank))
+                .flatten()
+            {
                 Some(kept) => {
                     *kept += 1;
                     *kept <= MAX_TRACEBACK_LINES
                 }
-                None => {
-                    blamed_host(framed.message).is_some()
-                        || (candidate && (self.notable)(framed.message))
-                }
+                None => facts.notable,
             },
         };
         if notable {
             self.digest.evidence.push(EvidenceLine {
                 time,
-                rank: framed.rank,
-                text: framed
-                    .message
+                rank: facts.rank,
+                text: message
                     .trim_end()
                     .chars()
                     .take(MAX_EVIDENCE_CHARS)
                     .collect(),
             });
+        }
+    }
+
+    /// Adds `rank` to the ranks heard, once.
+    fn hear(&mut self, rank: u32) {
+        if rank >= RANK_BITS {
+            if !self.digest.ranks_heard.contains(&rank) {
+                self.digest.ranks_heard.push(rank);
+            }
+            return;
+        }
+        let (word, bit) = ((rank / 64) as usize, 1u64 << (rank % 64));
+        if self.ranks_seen.len() <= word {
+            self.ranks_seen.resize(word + 1, 0);
+        }
+        if self.ranks_seen[word] & bit == 0 {
+            self.ranks_seen[word] |= bit;
+            self.digest.ranks_heard.push(rank);
         }
     }
 

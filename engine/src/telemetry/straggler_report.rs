@@ -20,9 +20,12 @@ impl StragglerReport {
     }
 }
 
+/// What every report line holds.
+pub const MARKER: &str = "MxRtt/Rnk:";
+
 /// Parses a straggler report line's message; None for any other line (cheaply).
 pub fn parse(message: &str) -> Option<StragglerReport> {
-    if !message.contains("MxRtt/Rnk:") {
+    if !message.contains(MARKER) {
         return None;
     }
     let (fastest_ms, fastest_rank) = field(message, "MnRtt/Rnk:")?;

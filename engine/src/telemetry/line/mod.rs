@@ -62,10 +62,9 @@ pub fn frame_cached<'l>(
     default_year: i32,
     cache: &mut StampCache,
 ) -> FramedLine<'l> {
-    let trimmed = line.trim_end_matches(['\n', '\r']);
-    let (srun_rank, rest) = split_srun_label(trimmed);
+    let (srun_rank, rest) = split_srun_label(trim_newline(line));
     let (torch_rank, rest) = split_torch_label(rest);
-    let body = rest.trim_start();
+    let body = trim_start(rest);
     if let Some(time) = cache.time
         && !cache.raw.is_empty()
         && body.starts_with(cache.raw.as_str())
@@ -73,7 +72,7 @@ pub fn frame_cached<'l>(
         return FramedLine {
             rank: srun_rank.or(torch_rank),
             timestamp: Some(time),
-            message: body.get(cache.raw.len()..).unwrap_or_default().trim_start(),
+            message: trim_start(body.get(cache.raw.len()..).unwrap_or_default()),
         };
     }
     let framed = frame_impl(line, || default_year);
@@ -91,17 +90,52 @@ pub fn frame_cached<'l>(
     framed
 }
 
+/// Whether `byte` may begin or end whitespace: ASCII whitespace as `char::is_whitespace` has it, or
+/// any byte of a non-ASCII character (some of which are whitespace).
+fn may_be_whitespace(byte: u8) -> bool {
+    !byte.is_ascii() || (byte as char).is_whitespace()
+}
+
+/// `str::trim_start`, without decoding characters when the text starts with plain ASCII.
+pub(super) fn trim_start(text: &str) -> &str {
+    match text.as_bytes().first() {
+        Some(&byte) if may_be_whitespace(byte) => text.trim_start(),
+        _ => text,
+    }
+}
+
+/// `str::trim`, without decoding characters when the text starts and ends with plain ASCII.
+pub(super) fn trim(text: &str) -> &str {
+    match (text.as_bytes().first(), text.as_bytes().last()) {
+        (Some(&first), Some(&last)) if may_be_whitespace(first) || may_be_whitespace(last) => {
+            text.trim()
+        }
+        _ => text,
+    }
+}
+
+/// `line` without its trailing newlines and carriage returns.
+fn trim_newline(line: &str) -> &str {
+    let bytes = line.as_bytes();
+    let mut end = bytes.len();
+    while end > 0 && matches!(bytes[end - 1], b'\n' | b'\r') {
+        end -= 1;
+    }
+    // Only ASCII bytes were cut, so `end` is a character boundary.
+    line.get(..end).unwrap_or(line)
+}
+
 fn frame_impl(line: &str, year: impl Fn() -> i32 + Copy) -> FramedLine<'_> {
-    let line = line.trim_end_matches(['\n', '\r']);
+    let line = trim_newline(line);
     let (srun_rank, rest) = split_srun_label(line);
     let (torch_rank, rest) = split_torch_label(rest);
     let rank = srun_rank.or(torch_rank);
-    let body = rest.trim_start();
+    let body = trim_start(rest);
     match leading_timestamp(body.as_bytes(), year) {
         Some((timestamp, Stamp::Leading(len))) => FramedLine {
             rank,
             timestamp: Some(timestamp),
-            message: body.get(len..).unwrap_or_default().trim_start(),
+            message: trim_start(body.get(len..).unwrap_or_default()),
         },
         // A stamp inside a level header stays in the message, whose
         // severity letter and source location the recognisers read.
@@ -134,14 +168,15 @@ enum Stamp {
 /// fit a u32 is still removed, as it has the label's shape, but yields no rank.
 fn split_srun_label(line: &str) -> (Option<u32>, &str) {
     let bytes = line.as_bytes();
-    let digits_start = bytes.iter().take_while(|&&b| b == b' ').count();
-    let digits_len = bytes
-        .iter()
-        .skip(digits_start)
-        .take_while(|b| b.is_ascii_digit())
-        .count();
-    let colon = digits_start + digits_len;
-    if digits_len == 0 || bytes.get(colon) != Some(&b':') {
+    let mut digits_start = 0;
+    while bytes.get(digits_start) == Some(&b' ') {
+        digits_start += 1;
+    }
+    let mut colon = digits_start;
+    while bytes.get(colon).is_some_and(u8::is_ascii_digit) {
+        colon += 1;
+    }
+    if colon == digits_start || bytes.get(colon) != Some(&b':') {
         return (None, line);
     }
     let rest_start = match bytes.get(colon + 1) {
@@ -522,6 +557,26 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod cache_tests {
     use super::*;
+
+    #[test]
+    fn the_quick_trims_trim_as_the_standard_ones_do() {
+        for text in [
+            "",
+            " ",
+            "a",
+            " a ",
+            "\u{b}a\u{c}",
+            "\u{85}a",
+            "a\u{2003}",
+            "\u{3000} a b \u{a0}",
+            "é",
+            "\ta\r",
+            "x\u{1680}",
+        ] {
+            assert_eq!(trim(text), text.trim(), "{text:?}");
+            assert_eq!(trim_start(text), text.trim_start(), "{text:?}");
+        }
+    }
 
     #[test]
     fn the_cached_stamp_gives_the_same_frames_as_parsing_each_line() {

@@ -189,7 +189,7 @@ pub fn signal_markers() -> &'static Regex {
 /// [`recognise`] with the result of a whole-read [`signal_markers`] search: `markers_possible` false
 /// says the line holds none of them, so that per-line search is skipped.
 pub fn recognise_hinted(message: &str, markers_possible: bool) -> Option<Record> {
-    let message = latest_progress_update(message).trim();
+    let message = super::line::trim(latest_progress_update(message));
     if message.is_empty() {
         return None;
     }
@@ -260,7 +260,7 @@ fn is_hostname(text: &str) -> bool {
 /// tqdm redraws its bar with `\r`, so a captured log line can hold many
 /// redraws; only the last one is current.
 fn latest_progress_update(message: &str) -> &str {
-    if !message.contains('\r') {
+    if memchr::memchr(b'\r', message.as_bytes()).is_none() {
         return message;
     }
     message

@@ -1,0 +1,218 @@
+//! The fast paths of reading a log give what the full paths give: the candidate scan against every
+//! line checked in full, many threads against one.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::telemetry::line::frame;
+use crate::telemetry::record::{recognise, recognise_hinted};
+
+fn corpus_logs() -> Vec<PathBuf> {
+    fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|ext| ext == "log") {
+                found.push(path);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(Path::new("../tests/fixtures/corpus"), &mut found);
+    walk(Path::new("../tests/fixtures/logs"), &mut found);
+    found.sort();
+    assert!(found.len() > 150, "{} logs", found.len());
+    found
+}
+
+fn now() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-03-01T12:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+fn chunk_of(text: &str) -> Chunk {
+    let mut spans = Vec::new();
+    let mut start = 0;
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches('\n').trim_end_matches('\r');
+        spans.push((start, start + body.len()));
+        start += line.len();
+    }
+    Chunk {
+        text: text.to_string(),
+        spans,
+        ..Chunk::default()
+    }
+}
+
+/// A generated log of many progress-line shapes with failures, tracebacks and straggler reports
+/// among them, several reads long.
+fn generated_log() -> String {
+    let mut text = String::new();
+    for n in 0..6000u64 {
+        let rank = (n * 37) % 64;
+        let second = n % 60;
+        let line = match n % 50 {
+            0 => format!(
+                "{rank:>3}: [2026-03-01 10:{:02}:{second:02}] iteration {:>7}/ 100000 | consumed samples: {} | elapsed time per iteration (ms): {}.4 | throughput per GPU (TFLOP/s/GPU): {}.1 | lm loss: 2.{n}E+00 |",
+                n / 100,
+                n / 50,
+                n * 64,
+                3000 + n % 17,
+                400 - n % 13
+            ),
+            7 => format!(
+                "{rank:>3}: node-{:02}:1234:5678 [{}] NCCL INFO Channel 00/0 : via P2P",
+                rank / 8,
+                rank % 8
+            ),
+            9 if n % 1000 == 9 => format!(
+                "{rank:>3}: node-{:02}:1234:5678 [{}] NCCL WARN NET/IB : Got completion from peer with error 12",
+                rank / 8,
+                rank % 8
+            ),
+            11 if n % 1500 == 11 => format!(
+                "{rank:>3}: Traceback (most recent call last):\n{rank:>3}:   File \"train.py\", line {n}, in <module>\n{rank:>3}:     step()\n{rank:>3}: RuntimeError: CUDA error: an illegal memory access was encountered"
+            ),
+            13 if n % 700 == 13 => format!(
+                " 31: [2026-03-01 10:00:{second:02}] | MnRtt/Rnk: 3012.40ms/3 | MxRtt/Rnk: {}.36ms/20 | MnPwr/Rnk: 598000mW/20 |",
+                3100 + n % 2000
+            ),
+            17 => format!(
+                "Epoch 0:  {}%|####      | {n}/6000 [00:{second:02}<00:30, 3.{}it/s, loss=2.{n}, v_num=0]",
+                n * 100 / 6000,
+                n % 10
+            ),
+            19 if n % 2000 == 19 => format!(
+                "[rank{rank}]:[E301 10:00:{second:02}.123456 ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={n}, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out."
+            ),
+            23 if n % 2500 == 23 => format!(
+                "  0: [2026-03-01 10:00:{second:02}] saving checkpoint at iteration {:>7} to /ckpt/run",
+                n / 50
+            ),
+            24 if n % 2500 == 24 => format!(
+                "  0: [2026-03-01 10:00:{second:02}] successfully saved checkpoint from iteration {:>7} to /ckpt/run",
+                n / 50
+            ),
+            29 if n % 3000 == 29 => format!(
+                "[{}] NVRM: Xid (PCI:0000:{:02x}:00): 79, pid={n}, GPU has fallen off the bus.",
+                1000 + n,
+                n % 256
+            ),
+            _ => format!(
+                "{rank:>3}: [2026-03-01 10:{:02}:{second:02}] [Rank {rank}] step {} micro-batch {} forward 0.1{}s backward 0.2{}s",
+                n / 100,
+                n / 50,
+                n % 16,
+                n % 7,
+                n % 5
+            ),
+        };
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text
+}
+
+/// Every line fed through the full checks, against the read's candidate marks.
+fn digests(catalog: &Catalog, text: &str) -> (LogDigest, LogDigest) {
+    let chunk = chunk_of(text);
+    let chunk = attribute::rejoin::rejoin_wrapped(&chunk);
+    let marks = catalog.candidate_lines(&chunk);
+    for (line, marked) in chunk.lines().zip(&marks) {
+        if !marked {
+            let message = frame(line).message;
+            assert!(!catalog.is_notable(message), "scan missed {line:?}");
+            assert!(!catalog.is_notable(line), "scan missed {line:?}");
+            assert_eq!(
+                recognise_hinted(message, false),
+                recognise(message),
+                "{line:?}"
+            );
+        }
+    }
+    let mut fast = Digester::new(|line: &str| catalog.is_notable(line), now(), None, None);
+    fast.push_chunk(&chunk, &marks);
+    let mut full = Digester::new(|line: &str| catalog.is_notable(line), now(), None, None);
+    for line in chunk.lines() {
+        full.push_line(line, true);
+    }
+    // The facts found apart (as explain's threads find them), applied afterwards.
+    let notable = |line: &str| catalog.is_notable(line);
+    let facts = LineClassifier::new(notable, now()).classify_chunk(&chunk, &marks);
+    let mut apart = Digester::new(notable, now(), None, None);
+    apart.push_classified(&chunk, facts);
+    let (fast, apart) = (fast.finish(), apart.finish());
+    assert_eq!(fast, apart);
+    (fast, full.finish())
+}
+
+use crate::telemetry::pipeline::LogDigest;
+
+#[test]
+fn the_candidate_scan_passes_over_only_lines_the_full_checks_find_nothing_in() {
+    let catalog = Catalog::builtin().unwrap();
+    for path in corpus_logs() {
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        let (fast, full) = digests(&catalog, &text);
+        assert_eq!(fast, full, "{}", path.display());
+    }
+    let (fast, full) = digests(&catalog, &generated_log());
+    assert!(!full.evidence.is_empty() && !full.samples.is_empty() && !full.tracebacks.is_empty());
+    assert!(!full.straggler_reports.is_empty() && !full.checkpoints.is_empty());
+    assert_eq!(fast, full);
+}
+
+#[test]
+fn the_candidate_scan_marks_only_what_may_match_on_a_progress_log() {
+    let catalog = Catalog::builtin().unwrap();
+    let chunk = chunk_of(&generated_log());
+    let marks = catalog.candidate_lines(&chunk);
+    let marked = marks.iter().filter(|m| **m).count();
+    // The progress lines (nine in ten) are passed over.
+    assert!(
+        marked < chunk.line_count() / 5,
+        "{marked} of {}",
+        chunk.line_count()
+    );
+}
+
+fn explained(catalog: &Catalog, path: &Path, threads: usize, read_step: u64) -> String {
+    let input = ExplainInput {
+        logs: vec![path.to_path_buf()],
+        kernel_logs: Vec::new(),
+        nodes: (0..8).map(|n| format!("node-{n:02}")).collect(),
+        ranks_per_node: 8,
+    };
+    let options = ExplainOptions {
+        threads,
+        read_step,
+        now: now(),
+    };
+    let explanation = explain_with(catalog, &Config::default(), &input, &options).unwrap();
+    serde_json::to_string_pretty(&explanation).unwrap()
+}
+
+#[test]
+fn explaining_on_many_threads_gives_what_one_thread_gives() {
+    let catalog = Catalog::builtin().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let generated = dir.path().join("generated.log");
+    std::fs::write(&generated, generated_log()).unwrap();
+    let mut logs = corpus_logs();
+    logs.push(generated);
+    for path in logs {
+        // Small reads, so even the corpus' logs are several reads long.
+        let one = explained(&catalog, &path, 1, 2048);
+        for threads in [2, 5] {
+            assert_eq!(
+                explained(&catalog, &path, threads, 2048),
+                one,
+                "{} on {threads} threads",
+                path.display()
+            );
+        }
+    }
+}
