@@ -57,13 +57,17 @@ pub enum Operation {
 }
 
 /// A batch job to submit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Submission {
     pub script: PathBuf,
     pub name: String,
     pub comment: String,
     pub exclude: Vec<String>,
     pub work_dir: Option<String>,
+    /// More `sbatch` options, one argv element each, before the script.
+    pub options: Vec<String>,
+    /// The script's own arguments.
+    pub args: Vec<String>,
 }
 
 /// Slurm, reached one way or another.

@@ -15,7 +15,8 @@ use super::jobcomp::JobCompRecord;
 use super::squeue::SlurmJob;
 use super::words;
 use crate::backend::{
-    ActionOutcome, Backend, BackendError, Can, Capabilities, Hold, JobSnapshot, NodeCapacity,
+    ActionOutcome, Backend, BackendError, Can, Capabilities, Hold, JobSnapshot, NewJob,
+    NodeCapacity,
 };
 use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits};
@@ -428,6 +429,7 @@ impl Backend for SlurmBackend {
                 comment: resubmit_comment(tag),
                 exclude: exclude.to_vec(),
                 work_dir: spec.work_dir.clone(),
+                ..Submission::default()
             }))
             .await?;
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit()) {
@@ -439,6 +441,17 @@ impl Backend for SlurmBackend {
             detail: with_exclusion(format!("resubmitted {} as job {id}", spec.name), exclude),
             new_job_id: Some(id),
         })
+    }
+
+    async fn submit(&self, job: &NewJob) -> Result<ActionOutcome, BackendError> {
+        super::submit::submit(self.api.as_ref(), job).await
+    }
+
+    fn submit_command(&self, job: &NewJob) -> String {
+        match super::submit::submission(job) {
+            Ok(submission) => self.api.describe(&Operation::Submit(submission)),
+            Err(err) => format!("(cannot submit: {err})"),
+        }
     }
 
     async fn cancel(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
@@ -597,8 +610,12 @@ impl Backend for SlurmBackend {
                 name: "<job name>".to_string(),
                 comment: resubmit_comment("<workflow and attempt>"),
                 exclude: params.exclude_nodes.clone(),
-                work_dir: None,
+                ..Submission::default()
             })],
+            ActionKind::Submit => {
+                return "sbatch --parsable (the phase's batch script, enrolled by its comment)"
+                    .to_string();
+            }
             ActionKind::Cancel => vec![Operation::Cancel {
                 job_id: job_id.clone(),
             }],

@@ -316,7 +316,9 @@ pub fn operation_argv(operation: &Operation) -> Vec<String> {
             if let Some(dir) = &submission.work_dir {
                 command.push(format!("--chdir={dir}"));
             }
+            command.extend(submission.options.iter().cloned());
             command.push(submission.script.display().to_string());
+            command.extend(submission.args.iter().cloned());
             command
         }
     }
@@ -678,7 +680,7 @@ mod tests {
             name: "llama".into(),
             comment: r#"{"APS":{"auto_resume_mode":"requeue"}}"#.into(),
             exclude: vec!["n2".into(), "n3".into()],
-            work_dir: None,
+            ..Default::default()
         });
         assert_eq!(
             display_argv(&operation_argv(&submit)),
