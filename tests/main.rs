@@ -50,4 +50,6 @@ mod slurm_ddp;
 #[cfg(feature = "slurm")]
 mod slurm_ledger;
 #[cfg(feature = "slurm")]
+mod slurm_phases;
+#[cfg(feature = "slurm")]
 mod slurmrestd;

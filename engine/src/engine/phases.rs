@@ -247,7 +247,7 @@ fn apply(
             );
             let prepared = record::prepare(
                 db,
-                backend,
+                |job| backend.submit_command(job),
                 multiphase,
                 &mut phase,
                 state,

@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{CHECKPOINT_DIR_ENV, PHASE_ENV, WorkflowFile};
-use crate::backend::{Backend, NewJob};
+use crate::backend::NewJob;
 use crate::model::{
     Action, ActionKind, ActionParams, ActionState, BackendKind, JobSpec, Multiphase, MultiphaseId,
     MultiphaseState, Phase, PhaseJob, PhaseState, RecoveryLimits, Workflow, WorkflowId,
@@ -87,7 +87,7 @@ pub struct Prepared {
 #[allow(clippy::too_many_arguments)]
 pub fn prepare(
     db: &Db<'_>,
-    backend: &dyn Backend,
+    describe: impl FnOnce(&NewJob) -> String,
     multiphase: &Multiphase,
     phase: &mut Phase,
     state: ActionState,
@@ -121,7 +121,7 @@ pub fn prepare(
     );
     let workflow_id = db.insert_workflow(&workflow)?;
     let job = new_job(multiphase, phase, workflow_id);
-    let command = backend.submit_command(&job);
+    let command = describe(&job);
     let mut action = Action {
         id: 0,
         workflow_id,
