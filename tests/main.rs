@@ -38,6 +38,7 @@ mod kubernetes;
 mod metrics;
 mod node_ledger;
 mod pace;
+mod phases;
 mod proactive;
 mod report;
 mod signatures;
