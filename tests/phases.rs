@@ -237,6 +237,17 @@ async fn each_phase_starts_after_the_previous_one_and_a_phase_failing_for_good_s
     assert_eq!(multiphase.state, MultiphaseState::Failed);
     assert_eq!(submissions(&rig), ["llama.pretrain", "llama.extend"]);
     assert!(engine.settled().unwrap());
+    // The report of the failed phase's run places it among the phases.
+    let policy = runguard_engine::recover::Policy::from_config(&rig.config.recovery, false);
+    let extend_run = phases[1].workflow_id.unwrap();
+    let report = runguard_engine::report::build(&rig.store().db(), &policy, extend_run, rig.now())
+        .unwrap()
+        .unwrap();
+    let text = runguard_engine::report::render::text(&report);
+    assert!(text.contains("Phases of llama (failed"), "{text}");
+    assert!(text.contains("2. extend — failed"), "{text}");
+    assert!(text.contains("← this report"), "{text}");
+    assert!(text.contains("3. eval — skipped"), "{text}");
 }
 
 #[tokio::test]

@@ -254,4 +254,9 @@ fn a_phase_that_fails_for_good_stops_the_phases_after_it() {
         finished.logs
     );
     assert_eq!(finished.run_of(1)["succeeded"], false, "{}", context());
+    // The report of the failed phase's run shows where it stopped the workflow.
+    let run = finished.phase(1)["workflow_id"].to_string();
+    let report = stdout(&finished.sandbox.run(&["report", &run]));
+    assert!(report.contains("Phases of llama (failed"), "{report}");
+    assert!(report.contains("3. eval — skipped"), "{report}");
 }
