@@ -8,7 +8,7 @@ use runguard_engine::model::{Multiphase, Phase, PhaseState};
 use runguard_engine::store::{Db, StoreError};
 
 /// One multiphase workflow as `status` shows it: its phases with their runs.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct MultiphaseView {
     #[serde(flatten)]
     pub multiphase: Multiphase,
@@ -16,7 +16,7 @@ pub struct MultiphaseView {
 }
 
 /// One phase as `status` shows it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PhaseView {
     pub index: u32,
     pub name: String,
