@@ -154,15 +154,18 @@ pub fn plan(file: &WorkflowFile, backend: runguard_engine::model::BackendKind) -
             }
             PhaseJob::Manifest { path } => format!("create {}", path.display()),
         };
+        let plural = |n: u32| if n == 1 { "node" } else { "nodes" };
         let nodes = match (phase.min_nodes, phase.nodes) {
-            (Some(min), Some(nodes)) => format!("; {min}-{nodes} nodes"),
-            (Some(min), None) => format!("; restarts on at least {min} nodes"),
-            (None, Some(nodes)) => format!("; {nodes} nodes"),
+            (Some(min), Some(nodes)) if min < nodes => {
+                format!("; {nodes} nodes, restarts on as few as {min}")
+            }
+            (Some(min), None) => format!("; restarts on at least {min} {}", plural(min)),
+            (_, Some(nodes)) => format!("; {nodes} {}", plural(nodes)),
             (None, None) => String::new(),
         };
         let failures = phase.max_failures.map_or_else(
             || "the configured crash-loop threshold".to_string(),
-            |n| format!("{n} restarts"),
+            |n| format!("{n} restart{}", if n == 1 { "" } else { "s" }),
         );
         let checkpoints = phase
             .checkpoint_dir

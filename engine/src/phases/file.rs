@@ -11,13 +11,13 @@ use crate::model::{BackendKind, PhaseJob, PhaseSpec};
 /// A workflow file that cannot be used, with what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkflowFileError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: {source}")]
+    #[error("{path} is not a valid workflow file")]
     Syntax {
         path: PathBuf,
         #[source]
@@ -332,6 +332,15 @@ mod tests {
             BackendKind::Kubernetes,
         );
         assert!(message.contains("use `manifest`"), "{message}");
+    }
+
+    #[test]
+    fn the_example_in_the_repository_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/workflow/workflow.toml");
+        let file = WorkflowFile::load(&path, BackendKind::Slurm).unwrap();
+        let names: Vec<_> = file.phases.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["pretrain", "long-context", "finetune", "eval"]);
+        assert_eq!(file.phases[0].min_nodes, Some(12));
     }
 
     #[test]
