@@ -301,3 +301,54 @@ async fn a_submission_cut_short_is_found_by_its_tag_and_not_made_again() {
     assert_eq!(phase_states(&rig, id), [PhaseState::Running]);
     assert_eq!(job_of(&rig, id, 0), "new-0");
 }
+
+/// On the simulated cluster, a phase's script names the scenario workload it runs.
+#[cfg(feature = "sim")]
+#[tokio::test]
+async fn on_the_simulated_cluster_the_phases_run_one_after_the_other_to_success() {
+    let mut rig = EngineRig::default();
+    rig.config.recovery.whitelist = vec![ActionKind::Requeue, ActionKind::Submit];
+    let sim = rig.sim("healthy", 7);
+    let mut first = phase("bert-large-finetune", None);
+    let mut second = phase("llama3-8b-pretrain", None);
+    first.nodes = Some(2);
+    second.nodes = Some(4);
+    let file = WorkflowFile {
+        name: "chain".into(),
+        phases: vec![first, second],
+    };
+    let now = rig.now();
+    let id = rig
+        .store()
+        .write(|db| record::store_multiphase(db, &file, BackendKind::Sim, None, now))
+        .unwrap();
+    let mut engine = rig.engine_over(sim, true);
+    let status = rig
+        .run(&mut engine, |status| {
+            status
+                .multiphases
+                .first()
+                .is_some_and(|view| view.multiphase.state != MultiphaseState::Running)
+        })
+        .await;
+    let view = &status.multiphases[0];
+    assert_eq!(
+        view.multiphase.state,
+        MultiphaseState::Succeeded,
+        "{view:#?}"
+    );
+    let run = |index: usize| {
+        status
+            .workflows
+            .iter()
+            .find(|w| Some(w.workflow.id) == view.phases[index].workflow_id)
+            .unwrap()
+    };
+    let (finetune, pretrain) = (run(0), run(1));
+    assert!(finetune.workflow.succeeded && pretrain.workflow.succeeded);
+    // The second phase was submitted only once the first had ended.
+    let finetune_end = finetune.attempts.last().unwrap().end_time.unwrap();
+    let pretrain_submit = pretrain.attempts[0].submit_time.unwrap();
+    assert!(pretrain_submit >= finetune_end, "{view:#?}");
+    assert_eq!(id, view.multiphase.id);
+}
