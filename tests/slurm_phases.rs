@@ -79,9 +79,15 @@ impl Finished {
     }
 }
 
-/// Submits the workflow with `runguard submit` and runs the headless engine until it is no longer
-/// running.
+/// Submits the three-phase workflow with `runguard submit` and runs the headless engine until it is
+/// no longer running.
 fn run_workflow(extend_args: &str) -> Finished {
+    run_workflow_file(&workflow_file(extend_args), |_| {})
+}
+
+/// Submits the workflow `text` with `runguard submit` once `prepare` has shaped the cluster, and
+/// runs the headless engine until it is no longer running.
+fn run_workflow_file(text: &str, prepare: impl FnOnce(&Cluster)) -> Finished {
     let _one_at_a_time = one_at_a_time();
     let sandbox = CliSandbox::default();
     std::fs::set_permissions(sandbox.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -92,7 +98,8 @@ fn run_workflow(extend_args: &str) -> Finished {
     );
     std::fs::write(sandbox.path().join("phase.sbatch"), phase_script(&sandbox)).unwrap();
     let file = sandbox.path().join("workflow.toml");
-    std::fs::write(&file, workflow_file(extend_args)).unwrap();
+    std::fs::write(&file, text).unwrap();
+    prepare(&cluster);
 
     let dry = sandbox
         .command()
@@ -104,7 +111,7 @@ fn run_workflow(extend_args: &str) -> Finished {
         .output()
         .unwrap();
     assert!(dry.status.success(), "{}", stderr(&dry));
-    assert!(stdout(&dry).contains("3 phases"), "{}", stdout(&dry));
+    assert!(stdout(&dry).contains(" phases,"), "{}", stdout(&dry));
     assert!(
         status(&sandbox, &cluster)
             .is_none_or(|status| status["multiphases"].as_array().is_none_or(Vec::is_empty)),
@@ -259,4 +266,52 @@ fn a_phase_that_fails_for_good_stops_the_phases_after_it() {
     let report = stdout(&finished.sandbox.run(&["report", &run]));
     assert!(report.contains("Phases of llama (failed"), "{report}");
     assert!(report.contains("3. eval — skipped"), "{report}");
+}
+
+#[test]
+fn a_phase_restarts_on_fewer_nodes_down_to_its_minimum() {
+    if !slurm_available() {
+        return;
+    }
+    // n3 and n4 are drained by an administrator: once n2 is excluded, only n1 is left.
+    let text = "name = \"llama\"\n\n\
+                [[phase]]\nname = \"extend\"\nsbatch = \"phase.sbatch\"\n\
+                args = [\"ITERS=30\", \"FAIL=nccl\", \"FAIL_AT=15\", \"FAIL_NODE=n2\"]\n\
+                nodes = 2\nmin_nodes = 1\ncheckpoint_dir = \"ckpt/extend\"\n";
+    let finished = run_workflow_file(text, |cluster| {
+        for node in ["n3", "n4"] {
+            let drained = cluster
+                .command("scontrol")
+                .args([
+                    "update",
+                    &format!("NodeName={node}"),
+                    "State=DRAIN",
+                    "Reason=admin: maintenance",
+                ])
+                .status()
+                .unwrap();
+            assert!(drained.success());
+        }
+    });
+    let context = || finished.context();
+    assert_eq!(finished.multiphase()["state"], "succeeded", "{}", context());
+    let attempts = finished.run_of(0)["attempts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(attempts.len(), 2, "{}", context());
+    assert_eq!(
+        strings(&attempts[0]["nodes"]),
+        ["n1", "n2"],
+        "{}",
+        context()
+    );
+    // Restarted without n2 on the one node left, as its minimum allows.
+    assert_eq!(strings(&attempts[1]["nodes"]), ["n1"], "{}", context());
+    assert_eq!(
+        finished.run_of(0)["last_checkpoint_iteration"],
+        30,
+        "{}",
+        context()
+    );
 }
