@@ -189,6 +189,19 @@ pub async fn build_engine(
 
 type Parts = (Arc<dyn Backend>, Arc<dyn Clock>);
 
+/// The backend `runguard submit` submits through on its own: Slurm's or Kubernetes'. `None` for the
+/// simulated cluster, whose jobs only its engine's process can start.
+pub async fn submission_backend(
+    config: &Config,
+    store_path: &Path,
+) -> Result<Option<Arc<dyn Backend>>, ComposeError> {
+    Ok(match config.backend.kind {
+        BackendKind::Sim => None,
+        BackendKind::Slurm => Some(slurm_backend(config)?.0),
+        BackendKind::Kubernetes => Some(kube_backend(config, store_path).await?.0),
+    })
+}
+
 #[cfg(feature = "sim")]
 fn sim_backend(
     config: &Config,

@@ -6,6 +6,8 @@ pub mod capacity;
 pub mod compose;
 pub mod headless;
 pub mod nodes;
+pub mod phases;
 pub mod render;
 pub mod status;
+pub mod submit;
 pub mod tui;

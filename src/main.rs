@@ -85,6 +85,9 @@ enum Command {
     /// demand, GPUs idle while jobs wait, capacity lost to quarantined nodes, the downtime runguard
     /// saved, and recommendations.
     Capacity(runguard::capacity::CapacityArgs),
+    /// Submit a multiphase workflow (a TOML file of ordered `[[phase]]`s): validate it, store it and
+    /// submit its first phase; the engine submits each later phase once the one before it succeeded.
+    Submit(runguard::submit::SubmitArgs),
     /// Approve a proposed action (the running engine executes it on its next tick).
     Approve {
         /// Action id (see `runguard status`).
@@ -336,6 +339,7 @@ fn run(cli: Cli) -> Result<()> {
                 list,
             )
         }
+        Command::Submit(args) => runguard::submit::run(&args, &config, &store_path),
         Command::Approve { action } => decide_action(&store_path, CommandKind::Approve, action),
         Command::Reject { action } => decide_action(&store_path, CommandKind::Reject, action),
     }

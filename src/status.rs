@@ -38,6 +38,8 @@ pub struct WorkflowView {
 pub struct StatusReport {
     pub store: String,
     pub workflows: Vec<WorkflowView>,
+    /// Multiphase workflows with their phases (`runguard submit`).
+    pub multiphases: Vec<crate::phases::MultiphaseView>,
     pub notifications: Vec<Notification>,
     /// Skipped input and failed calls, counted: (kind, count, last message).
     pub warnings: Vec<(String, u64, String)>,
@@ -82,9 +84,20 @@ pub fn report(
         .into_iter()
         .filter(|n| only.is_none() || n.workflow_id == only)
         .collect();
+    let multiphases = crate::phases::views(db)?
+        .into_iter()
+        .filter(|view| {
+            only.is_none_or(|id| {
+                view.phases
+                    .iter()
+                    .any(|phase| phase.workflow_id == Some(id))
+            })
+        })
+        .collect();
     Ok(StatusReport {
         store: store.to_string(),
         workflows,
+        multiphases,
         notifications,
         warnings: db.warnings()?,
     })
@@ -114,6 +127,7 @@ pub fn render_table(report: &StatusReport, now: DateTime<Utc>) -> String {
         let _ = writeln!(out, "No workflows in {} yet.", report.store);
         return out;
     }
+    out.push_str(&crate::phases::render(&report.multiphases));
     for view in &report.workflows {
         let w = &view.workflow;
         let _ = writeln!(

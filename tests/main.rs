@@ -38,6 +38,7 @@ mod kubernetes;
 mod metrics;
 mod node_ledger;
 mod pace;
+mod phases;
 mod proactive;
 mod report;
 mod signatures;
@@ -49,5 +50,7 @@ mod slurm_capacity;
 mod slurm_ddp;
 #[cfg(feature = "slurm")]
 mod slurm_ledger;
+#[cfg(feature = "slurm")]
+mod slurm_phases;
 #[cfg(feature = "slurm")]
 mod slurmrestd;

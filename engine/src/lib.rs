@@ -21,6 +21,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod model;
 pub mod paths;
+pub mod phases;
 pub mod recover;
 pub mod redact;
 pub mod report;

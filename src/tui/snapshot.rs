@@ -54,6 +54,8 @@ pub struct Snapshot {
     pub nodes: Vec<crate::nodes::NodeView>,
     /// The capacity report, read while its pane is shown (see `panes::capacity::ensure`).
     pub capacity: Option<std::sync::Arc<runguard_engine::capacity::CapacityReport>>,
+    /// Multiphase workflows with their phases (the details pane lists a phase's siblings).
+    pub phases: Vec<crate::phases::MultiphaseView>,
 }
 
 impl Snapshot {
@@ -130,6 +132,7 @@ impl Snapshot {
             notifications: db.notifications(500)?,
             nodes: load_nodes(db)?,
             capacity: None,
+            phases: crate::phases::views(db)?,
         };
         if let Some(id) = focus {
             snapshot.ensure_detail(db, policy, id)?;

@@ -23,6 +23,7 @@ use crate::support::EngineRig;
 mod gpu_pool;
 mod kueue;
 mod node_ledger;
+mod phases;
 mod ray_cluster;
 
 /// Real-time bound for anything to happen; never a measure of speed.

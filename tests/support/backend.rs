@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use runguard_engine::backend::{
-    ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot, NodeCapacity,
+    ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot, NewJob, NodeCapacity,
 };
 use runguard_engine::clock::Clock;
 use runguard_engine::model::BackendKind;
@@ -48,6 +48,26 @@ pub trait Script: Send + Sync + 'static {
         _job_id: &str,
     ) -> Result<ActionOutcome, BackendError> {
         Ok(ActionOutcome::default())
+    }
+
+    /// A new job: by default queued as `new-N` (N: the jobs listed before it), pending, with its tag.
+    fn submit(
+        &self,
+        jobs: &mut Vec<JobSnapshot>,
+        job: &NewJob,
+    ) -> Result<ActionOutcome, BackendError> {
+        let id = format!("new-{}", jobs.len());
+        let mut snapshot: JobSnapshot = super::job::job(&id).named(&job.name).build();
+        snapshot.state = JobState::Pending;
+        snapshot.state_raw = "PENDING".into();
+        snapshot.start_time = None;
+        snapshot.tag = Some(job.tag.clone());
+        snapshot.spec.nodes = job.nodes.unwrap_or(1);
+        jobs.push(snapshot);
+        Ok(ActionOutcome {
+            detail: format!("submitted {} as job {id}", job.name),
+            new_job_id: Some(id),
+        })
     }
 
     fn drain_node(&self, _node: &str, _reason: &str) -> Result<ActionOutcome, BackendError> {
@@ -105,6 +125,10 @@ pub enum Call {
         changes: Vec<SpecChange>,
     },
     Cancel(String),
+    Submit {
+        name: String,
+        tag: String,
+    },
     DrainNode {
         node: String,
         reason: String,
@@ -369,6 +393,17 @@ impl Backend for ScriptedBackend {
             None => Err(BackendError::Invalid(format!(
                 "scripted cannot change the spec of job {job_id}"
             ))),
+        }
+    }
+
+    async fn submit(&self, job: &NewJob) -> Result<ActionOutcome, BackendError> {
+        self.answer(Call::Submit {
+            name: job.name.clone(),
+            tag: job.tag.clone(),
+        })?;
+        match self.inner() {
+            Some(inner) => inner.submit(job).await,
+            None => self.script.submit(&mut self.scripted(), job),
         }
     }
 

@@ -240,6 +240,28 @@ pub struct ActionOutcome {
     pub new_job_id: Option<String>,
 }
 
+/// A new job runguard submits itself (a phase of a multiphase workflow), enrolled as it is created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewJob {
+    /// The job's name on the scheduler.
+    pub name: String,
+    /// What it runs.
+    pub job: crate::model::PhaseJob,
+    /// Links the job back to its workflow and attempt (see [`JobSnapshot::tag`]): the scheduler keeps
+    /// it with the job, so a restarted engine finds a submission it did not get to record.
+    pub tag: String,
+    /// Nodes it asks for, when the workflow file says.
+    pub nodes: Option<u32>,
+    /// The fewest nodes it may start (and restart) on.
+    pub min_nodes: Option<u32>,
+    /// Its requeue limit, carried in its enrolment.
+    pub max_requeue_times: Option<u32>,
+    /// Directory it starts in.
+    pub work_dir: Option<PathBuf>,
+    /// Variables added to its environment.
+    pub env: Vec<(String, String)>,
+}
+
 /// A scheduler: what the engine observes and the actions it can take.
 ///
 /// Implementations must be idempotent-friendly: the engine re-reads a job before acting on it, and every
@@ -302,6 +324,17 @@ pub trait Backend: Send + Sync {
     ) -> Result<ActionOutcome, BackendError> {
         let _ = job_id;
         Err(self.unsupported("re-create a workload with a changed spec"))
+    }
+
+    /// Submits a new job, enrolled with its tag; the outcome carries the scheduler's id for it.
+    async fn submit(&self, job: &NewJob) -> Result<ActionOutcome, BackendError> {
+        let _ = job;
+        Err(self.unsupported("submit a new job"))
+    }
+
+    /// The exact command [`Backend::submit`] runs for `job`, for approvals and the journal.
+    fn submit_command(&self, job: &NewJob) -> String {
+        format!("submit {} to {}", job.name, self.name())
     }
 
     /// Cancels the job.

@@ -11,7 +11,7 @@ use crate::model::{
 };
 
 /// How the execution of one action ended.
-enum Execution {
+pub(super) enum Execution {
     /// It ran now.
     Ran(String),
     /// The job shows it already happened (the previous engine ran it, or the scheduler did).
@@ -53,7 +53,10 @@ impl Engine {
 
     /// The job runguard submitted with `tag`, if the scheduler lists one. (`&mut`: the engine is not
     /// `Sync`, and a shared borrow held across the call would keep its future from being `Send`.)
-    async fn submitted_with(&mut self, tag: &str) -> Result<Option<String>, BackendError> {
+    pub(super) async fn submitted_with(
+        &mut self,
+        tag: &str,
+    ) -> Result<Option<String>, BackendError> {
         let jobs = with_timeout(self.backend.list_jobs()).await?;
         Ok(jobs
             .into_iter()
@@ -135,6 +138,7 @@ impl Engine {
         let params = &action.params;
         let job_id = params.job_id.clone().unwrap_or_default();
         match action.kind {
+            ActionKind::Submit => self.execute_submit(action).await,
             ActionKind::Requeue => {
                 let job = match with_timeout(self.backend.job(&job_id)).await {
                     Ok(Some(job)) => job,
@@ -532,7 +536,7 @@ fn not_understood(job: &JobSnapshot) -> Execution {
 }
 
 /// A transient error is tried again; a refusal says what would have run; anything else failed.
-fn retry_or_fail(err: BackendError) -> Execution {
+pub(super) fn retry_or_fail(err: BackendError) -> Execution {
     if err.is_transient() {
         return Execution::Retry(err.to_string());
     }

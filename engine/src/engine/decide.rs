@@ -257,14 +257,17 @@ impl Engine {
         if let Some(folded) = self.correlate(&workflow, &attempt, &attribution, now)? {
             attribution = folded;
         }
-        let mut decision = decide(
-            &workflow,
-            &attempt,
-            kind,
-            &attribution,
-            &self.policy,
-            usable_nodes.as_ref(),
-        );
+        let mut decision = {
+            let policy = self.policy_for(&workflow)?;
+            decide(
+                &workflow,
+                &attempt,
+                kind,
+                &attribution,
+                &policy,
+                usable_nodes.as_ref(),
+            )
+        };
         if scheduler_requeued {
             for intent in &mut decision.intents {
                 intent.params.scheduler_requeued = true;
@@ -306,7 +309,7 @@ impl Engine {
             return Ok(None);
         }
         match with_timeout(self.backend.usable_nodes(job_id, &workflow.spec)).await {
-            Ok(nodes) => Ok(nodes),
+            Ok(nodes) => self.with_phase_minimum(workflow.id, nodes),
             Err(err) => {
                 self.warn(
                     "backend_unavailable",

@@ -14,6 +14,7 @@ mod nodes;
 mod observe;
 mod outage;
 mod pace;
+mod phases;
 mod proactive;
 mod warnings;
 
@@ -21,6 +22,7 @@ pub use decide::scheduler_line;
 pub use journal::apply_command;
 pub(crate) use journal::{complete_workflow, set_status};
 pub use ledger::release_in;
+pub(crate) use observe::attempt_tag;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -248,7 +250,13 @@ impl Engine {
         let workflows = db.workflows()?;
         let busy = !db.actions_in_state(ActionState::Approved)?.is_empty()
             || !db.actions_in_state(ActionState::Executing)?.is_empty();
+        // A multiphase workflow still running has phases to submit.
+        let phases_left = db
+            .multiphases()?
+            .iter()
+            .any(|multiphase| multiphase.state == crate::model::MultiphaseState::Running);
         Ok(!workflows.is_empty()
+            && !phases_left
             && workflows
                 .iter()
                 .all(|workflow| workflow.status == WorkflowStatus::Completed)
@@ -292,6 +300,7 @@ impl Engine {
                 self.detect_and_decide(now, Some(&touched)).await?;
             }
         }
+        self.advance_phases(now)?;
         if self.outage.is_none() {
             self.execute_approved().await?;
         }

@@ -33,10 +33,12 @@ pub enum ActionKind {
     /// Ask a running job to save a checkpoint now (a signal its framework handles: SIGUSR1 for
     /// Lightning and NeMo), before a node that shows a precursor of failure takes the run down.
     CheckpointNow,
+    /// Submit the next phase of a multiphase workflow as a new job, once the phase before it succeeded.
+    Submit,
 }
 
 impl ActionKind {
-    pub const ALL: [ActionKind; 10] = [
+    pub const ALL: [ActionKind; 11] = [
         Self::Requeue,
         Self::Resubmit,
         Self::Cancel,
@@ -47,6 +49,7 @@ impl ActionKind {
         Self::UpdateExclusions,
         Self::ResumeNode,
         Self::CheckpointNow,
+        Self::Submit,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,6 +64,7 @@ impl ActionKind {
             Self::UpdateExclusions => "update_exclusions",
             Self::ResumeNode => "resume_node",
             Self::CheckpointNow => "checkpoint_now",
+            Self::Submit => "submit",
         }
     }
 

@@ -7,6 +7,7 @@ mod attempt;
 mod evidence;
 mod narrative;
 mod node;
+mod phase;
 mod remedy;
 mod workflow;
 
@@ -18,6 +19,9 @@ pub use evidence::{
 };
 pub use narrative::Narrative;
 pub use node::{AddedExclusion, IncidentSource, NodeIncident, NodeRecord, NodeState};
+pub use phase::{
+    Multiphase, MultiphaseId, MultiphaseState, Phase, PhaseJob, PhaseSpec, PhaseState,
+};
 pub use remedy::{MicroBatch, Remedy, RemedyKind, RemedyParams, Toleration};
 pub use workflow::{BackendKind, JobSpec, RecoveryLimits, Workflow, WorkflowStatus};
 

@@ -12,6 +12,7 @@ pub mod downtime;
 pub mod fixtures;
 mod history;
 pub mod narrative;
+pub mod phases;
 pub mod render;
 
 use chrono::{DateTime, Utc};
@@ -40,6 +41,9 @@ pub struct Report {
     pub failures: Vec<FailureReport>,
     /// Anomalies that did not stop the run (throughput drops, stragglers, ...), oldest first.
     pub warnings: Vec<WarningReport>,
+    /// The multiphase workflow this run is a phase of, with every phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<phases::PhasesReport>,
 }
 
 /// Who the workflow is and where it stands.
@@ -328,6 +332,7 @@ impl Report {
             },
             failures,
             warnings,
+            phases: None,
         }
     }
 }
@@ -479,12 +484,15 @@ pub fn build(
     id: WorkflowId,
     now: DateTime<Utc>,
 ) -> Result<Option<Report>, StoreError> {
-    Ok(WorkflowHistory::load(db, policy, id)?.map(|history| {
-        let now = history
-            .latest_record()
-            .map_or(now, |latest| latest.max(now));
-        Report::from_history(&history, now)
-    }))
+    let Some(history) = WorkflowHistory::load(db, policy, id)? else {
+        return Ok(None);
+    };
+    let now = history
+        .latest_record()
+        .map_or(now, |latest| latest.max(now));
+    let mut report = Report::from_history(&history, now);
+    report.phases = phases::of_workflow(db, id)?;
+    Ok(Some(report))
 }
 
 /// The workflow a user means by `reference`: a workflow id, else a scheduler job id one of its attempts

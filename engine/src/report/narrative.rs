@@ -153,6 +153,7 @@ impl Narrator {
                 .filter(|warning| warning.attempt == failure.attempt)
                 .cloned()
                 .collect(),
+            phases: None,
         };
         bounded(
             &self.redact(&super::render::text(&one)),

@@ -196,6 +196,22 @@ pub fn text(report: &Report) -> String {
         }
     }
     let _ = writeln!(out, "  generated: {}", when(report.generated_at));
+    if let Some(phases) = &report.phases {
+        let _ = writeln!(
+            out,
+            "\nPhases of {} ({}{})",
+            phases.name,
+            phases.state.as_str(),
+            phases
+                .reason
+                .as_deref()
+                .map(|reason| format!(": {}", one_line(reason)))
+                .unwrap_or_default()
+        );
+        for line in super::phases::lines(phases, "  ") {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     if report.failures.is_empty() {
         let _ = writeln!(out, "\nNo failure recorded.");
     }
@@ -406,6 +422,18 @@ pub fn markdown(report: &Report) -> String {
         }
     );
     let _ = writeln!(out, "| generated | {} |\n", when(report.generated_at));
+    if let Some(phases) = &report.phases {
+        let _ = writeln!(
+            out,
+            "## Phases of {} ({})\n",
+            phases.name,
+            phases.state.as_str()
+        );
+        for line in super::phases::lines(phases, "- ") {
+            let _ = writeln!(out, "{line}");
+        }
+        out.push('\n');
+    }
     if report.failures.is_empty() {
         let _ = writeln!(out, "No failure recorded.\n");
     }

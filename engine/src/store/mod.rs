@@ -19,6 +19,7 @@ mod narratives;
 mod nodes;
 mod notifications;
 mod offsets;
+mod phases;
 mod schema;
 mod warnings;
 mod watched;

@@ -295,4 +295,32 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (time, node, partition)
     );
     "#,
+    // 12: multiphase workflows. Each is a parent of ordered phases; a submitted phase points at the
+    // workflow that follows its job (ON DELETE SET NULL: forgetting that run leaves the phase's
+    // record).
+    r#"
+    CREATE TABLE multiphases (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        source TEXT,
+        state TEXT NOT NULL,
+        reason TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    );
+    CREATE TABLE phases (
+        multiphase_id INTEGER NOT NULL REFERENCES multiphases(id) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        state TEXT NOT NULL,
+        workflow_id INTEGER REFERENCES workflows(id) ON DELETE SET NULL,
+        job_id TEXT,
+        reason TEXT,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (multiphase_id, idx)
+    );
+    CREATE INDEX phases_by_workflow ON phases(workflow_id);
+    "#,
 ];

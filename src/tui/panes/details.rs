@@ -233,6 +233,8 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
         ));
     }
 
+    left.extend(phase_lines(snapshot, workflow.id, theme));
+
     let mut right = vec![Line::styled("Anomalies", theme.accent())];
     let anomalies: Vec<_> = detail
         .anomalies
@@ -306,4 +308,125 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, view: &View<'_>) {
         ),
         right_area,
     );
+}
+
+/// The phases of the multiphase workflow the focused run belongs to, this one marked, with each
+/// phase's attempts; nothing for a run that is not a phase.
+fn phase_lines(
+    snapshot: &crate::tui::snapshot::Snapshot,
+    workflow_id: runguard_engine::model::WorkflowId,
+    theme: &crate::tui::theme::Theme,
+) -> Vec<Line<'static>> {
+    let Some(multiphase) = snapshot.phases.iter().find(|view| {
+        view.phases
+            .iter()
+            .any(|phase| phase.workflow_id == Some(workflow_id))
+    }) else {
+        return Vec::new();
+    };
+    let mut lines = vec![
+        Line::raw(""),
+        Line::styled(
+            format!(
+                "Phases of {} ({})",
+                multiphase.multiphase.name,
+                multiphase.multiphase.state.as_str()
+            ),
+            theme.accent(),
+        ),
+    ];
+    for phase in &multiphase.phases {
+        let this = phase.workflow_id == Some(workflow_id);
+        let jobs = if phase.job_ids.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " job {} · {} attempt{}",
+                phase.job_ids.join(","),
+                phase.attempts,
+                if phase.attempts == 1 { "" } else { "s" }
+            )
+        };
+        let reason = phase
+            .reason
+            .as_deref()
+            .map(|reason| format!(" — {reason}"))
+            .unwrap_or_default();
+        lines.push(Line::from(vec![
+            Span::styled(
+                format!(
+                    "{}{}. {:<12}",
+                    if this { "▸" } else { " " },
+                    phase.index + 1,
+                    phase.name
+                ),
+                if this { theme.selected() } else { theme.text() },
+            ),
+            Span::styled(format!("{:<10}", phase.state.as_str()), theme.muted()),
+            Span::raw(format!("{jobs}{reason}")),
+        ]));
+    }
+    lines
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use runguard_engine::config::Config;
+    use runguard_engine::model::{BackendKind, PhaseJob, PhaseSpec, PhaseState};
+    use runguard_engine::phases::{WorkflowFile, record};
+    use runguard_engine::recover::Policy;
+
+    use crate::tui::app::{App, Pane, UiAction};
+    use crate::tui::snapshot::Snapshot;
+    use crate::tui::tests::{failed_and_proposed, render};
+
+    fn phase(name: &str) -> PhaseSpec {
+        PhaseSpec {
+            name: name.into(),
+            job: PhaseJob::Batch {
+                script: format!("/w/{name}.sbatch").into(),
+                args: vec![],
+                sbatch_args: vec![],
+            },
+            nodes: None,
+            min_nodes: None,
+            max_failures: None,
+            checkpoint_dir: None,
+            work_dir: None,
+        }
+    }
+
+    #[test]
+    fn the_details_of_a_phase_s_run_list_every_phase_with_its_attempts() {
+        let (_dir, mut store, now) = failed_and_proposed();
+        store
+            .write(|db| {
+                let file = WorkflowFile {
+                    name: "llama".into(),
+                    phases: vec![phase("pretrain"), phase("eval")],
+                };
+                let id = record::store_multiphase(db, &file, BackendKind::Sim, None, now)?;
+                let mut first = db.phases(id)?.remove(0);
+                first.state = PhaseState::Running;
+                first.workflow_id = Some(1);
+                db.update_phase(&first)
+            })
+            .unwrap();
+        let policy = Policy::from_config(&Config::default().recovery, true);
+        let snapshot = Snapshot::load(&store.db(), &policy, Some(1)).unwrap();
+        let mut app = App::new("alice".into(), true);
+        app.update(UiAction::Enter, &snapshot, now);
+        assert_eq!(app.pane, Pane::Details);
+        let text = render(&app, &snapshot, now, 160, 60);
+        for expected in [
+            "Phases of llama (running)",
+            "▸1. pretrain",
+            "running",
+            "job 4201 · 1 attempt",
+            "2. eval",
+            "waiting",
+        ] {
+            assert!(text.contains(expected), "{expected:?} missing:\n{text}");
+        }
+    }
 }

@@ -29,7 +29,7 @@ use super::workload::{
     snapshot, str_at,
 };
 use crate::backend::{
-    ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot, NodeCapacity,
+    ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot, NewJob, NodeCapacity,
 };
 use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, SpecChange};
@@ -712,6 +712,33 @@ impl Backend for KubeBackend {
             "a Kubernetes workload is re-created, not resubmitted ({}): use mode = \"requeue\"",
             spec.name
         )))
+    }
+
+    async fn submit(&self, job: &NewJob) -> Result<ActionOutcome, BackendError> {
+        let (reference, manifest) = super::submit::manifest(job, &self.default_namespace)?;
+        let request = format!("POST {}", reference.kind.path(&reference.namespace, None));
+        let object: DynamicObject = serde_json::from_value(manifest)
+            .map_err(|err| BackendError::Invalid(format!("the manifest of {}: {err}", job.name)))?;
+        self.workload_api(&reference)
+            .create(&PostParams::default(), &object)
+            .await
+            .map_err(|err| action_error(err, &request))?;
+        Ok(ActionOutcome {
+            detail: format!("created {} for {}", reference.id(), job.name),
+            new_job_id: Some(reference.id()),
+        })
+    }
+
+    fn submit_command(&self, job: &NewJob) -> String {
+        match super::submit::manifest(job, &self.default_namespace) {
+            Ok((reference, _)) => format!(
+                "POST {} (the manifest with label {}=true and annotation {})",
+                reference.kind.path(&reference.namespace, None),
+                workload::ENABLED_LABEL,
+                super::submit::TAG_ANNOTATION
+            ),
+            Err(err) => format!("(cannot create: {err})"),
+        }
     }
 
     async fn cancel(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {

@@ -7,6 +7,7 @@ mod inventory;
 pub mod logs;
 pub mod recreate;
 mod specs;
+pub mod submit;
 mod suspend;
 pub mod workload;
 

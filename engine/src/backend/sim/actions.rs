@@ -455,6 +455,7 @@ impl World {
             ActionKind::UpdateExclusions => {
                 format!("scontrol update JobId={job_id} ExcNodeList={exclude}")
             }
+            ActionKind::Submit => "sbatch --parsable (the phase's batch script)".to_string(),
             ActionKind::CheckpointNow => format!(
                 "scancel --signal={} --batch {job_id}",
                 params.signal.as_deref().unwrap_or("USR1")

@@ -27,7 +27,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::backend::{ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot};
+use crate::backend::{
+    ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot, NewJob,
+};
 use crate::clock::Clock;
 use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, JobSpec};
@@ -248,6 +250,28 @@ impl Backend for SimCluster {
         tag: &str,
     ) -> Result<ActionOutcome, BackendError> {
         self.at_now(|world, at_ms, out| world.resubmit(spec, exclude, tag, at_ms, out))
+    }
+
+    /// The simulated cluster runs only its scenario's workloads: a phase's batch script names one by
+    /// its file stem (`llama-pretrain.sbatch` runs the workload `llama-pretrain`).
+    async fn submit(&self, job: &NewJob) -> Result<ActionOutcome, BackendError> {
+        let crate::model::PhaseJob::Batch { script, .. } = &job.job else {
+            return Err(BackendError::Invalid(format!(
+                "{}: the simulated cluster runs batch scripts, not manifests",
+                job.name
+            )));
+        };
+        let workload = script
+            .file_stem()
+            .map(|stem| stem.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let spec = JobSpec {
+            name: workload,
+            nodes: job.nodes.unwrap_or(0),
+            command: Some(script.display().to_string()),
+            ..JobSpec::default()
+        };
+        self.at_now(|world, at_ms, out| world.resubmit(&spec, &[], &job.tag, at_ms, out))
     }
 
     async fn cancel(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {

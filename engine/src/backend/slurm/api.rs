@@ -68,6 +68,8 @@ pub struct Submission {
     pub work_dir: Option<String>,
     /// Variables added to the environment the job inherits (`--export=ALL,NAME=value`).
     pub environment: Vec<(String, String)>,
+    /// More `sbatch` options, one argv element each, before the script.
+    pub options: Vec<String>,
 }
 
 /// Slurm, reached one way or another.

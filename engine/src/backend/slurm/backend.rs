@@ -15,7 +15,8 @@ use super::jobcomp::JobCompRecord;
 use super::squeue::SlurmJob;
 use super::words;
 use crate::backend::{
-    ActionOutcome, Backend, BackendError, Can, Capabilities, Hold, JobSnapshot, NodeCapacity,
+    ActionOutcome, Backend, BackendError, Can, Capabilities, Hold, JobSnapshot, NewJob,
+    NodeCapacity,
 };
 use crate::model::BackendKind;
 use crate::model::{ActionKind, ActionParams, JobSpec, JobState, RecoveryLimits, SpecChange};
@@ -452,6 +453,7 @@ impl Backend for SlurmBackend {
                 exclude: exclude.to_vec(),
                 work_dir: spec.work_dir.clone(),
                 environment: fixed.environment,
+                ..Submission::default()
             }))
             .await?;
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit()) {
@@ -475,6 +477,17 @@ impl Backend for SlurmBackend {
             ),
             new_job_id: Some(id),
         })
+    }
+
+    async fn submit(&self, job: &NewJob) -> Result<ActionOutcome, BackendError> {
+        super::submit::submit(self.api.as_ref(), job).await
+    }
+
+    fn submit_command(&self, job: &NewJob) -> String {
+        match super::submit::submission(job) {
+            Ok(submission) => self.api.describe(&Operation::Submit(submission)),
+            Err(err) => format!("(cannot submit: {err})"),
+        }
     }
 
     async fn cancel(&self, job_id: &str) -> Result<ActionOutcome, BackendError> {
@@ -626,8 +639,8 @@ impl Backend for SlurmBackend {
                     name: "<job name>".to_string(),
                     comment: resubmit_comment("<workflow and attempt>"),
                     exclude: params.exclude_nodes.clone(),
-                    work_dir: None,
                     environment,
+                    ..Submission::default()
                 });
                 return format!(
                     "{} (a new job; the failed one stays as it ended)",
@@ -643,6 +656,10 @@ impl Backend for SlurmBackend {
                 exclude: params.exclude_nodes.clone(),
                 ..Submission::default()
             })],
+            ActionKind::Submit => {
+                return "sbatch --parsable (the phase's batch script, enrolled by its comment)"
+                    .to_string();
+            }
             ActionKind::Cancel => vec![Operation::Cancel {
                 job_id: job_id.clone(),
             }],

@@ -324,6 +324,7 @@ pub fn operation_argv(operation: &Operation) -> Vec<String> {
                 }
                 command.push(export);
             }
+            command.extend(submission.options.iter().cloned());
             command.push(submission.script.display().to_string());
             command.extend(submission.args.iter().cloned());
             command

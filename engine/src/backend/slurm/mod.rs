@@ -13,6 +13,7 @@ pub mod rest;
 pub mod sacct;
 pub mod scontrol;
 pub mod squeue;
+pub mod submit;
 pub mod token;
 pub mod via_rest;
 pub mod words;

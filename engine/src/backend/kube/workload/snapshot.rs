@@ -360,6 +360,6 @@ pub fn snapshot(
                     .collect()
             }),
         },
-        tag: None,
+        tag: annotation(workload, crate::backend::kube::submit::TAG_ANNOTATION).map(str::to_string),
     })
 }
