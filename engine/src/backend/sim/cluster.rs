@@ -381,11 +381,13 @@ impl World {
             window_iterations: 0,
             slowdown: 1.0,
             slow_rank: None,
-            faults: arm_faults(&ctx, spec, attempt, resumed_from),
+            faults: Vec::new(),
             script: Vec::new(),
             end: None,
         };
         let training_from = startup(&ctx, &mut run, &ckpt, at_ms) + compile_ms(spec);
+        let training_from_s = (training_from - self.state.origin_ms) as f64 / 1000.0;
+        run.faults = arm_faults(&ctx, spec, attempt, resumed_from, training_from_s);
         if resumed_from >= spec.iterations {
             let done = training_from + 2000;
             run.log_at(
@@ -650,21 +652,34 @@ fn whole_ms(duration: f64) -> i64 {
     (duration.round() as i64).max(1)
 }
 
-/// The faults of `spec` that strike this attempt, resolved to an iteration, a node and a GPU.
+/// The faults of `spec` that strike this attempt, resolved to an iteration, a node and a GPU;
+/// `training_from_s`: when the attempt's first iteration starts, in seconds from the scenario's start.
 fn arm_faults(
     ctx: &Attempt,
     spec: &WorkloadSpec,
     attempt: u32,
     resumed_from: u64,
+    training_from_s: f64,
 ) -> Vec<ArmedFault> {
     let mut armed = Vec::new();
     for (number, fault) in spec.faults.iter().enumerate() {
         if !fault.attempts.includes(attempt) {
             continue;
         }
-        let iteration = match (fault.at_iteration, fault.after_iterations) {
-            (Some(at), _) if at > resumed_from => at,
-            (None, Some(after)) => resumed_from.saturating_add(after),
+        let iteration = match (fault.at_s, fault.at_iteration, fault.after_iterations) {
+            (Some(at_s), _, after) => {
+                let ahead_s = at_s as f64 - training_from_s;
+                if ahead_s > 0.0 {
+                    let per_iteration = spec.seconds_per_iteration.max(0.001);
+                    resumed_from.saturating_add(((ahead_s / per_iteration).ceil() as u64).max(1))
+                } else if fault.stays && fault.node != "any" {
+                    resumed_from.saturating_add(after.unwrap_or(1).max(1))
+                } else {
+                    continue;
+                }
+            }
+            (None, Some(at), _) if at > resumed_from => at,
+            (None, None, Some(after)) => resumed_from.saturating_add(after),
             _ => continue,
         };
         if iteration > spec.iterations {
