@@ -7,5 +7,7 @@ pub mod compose;
 pub mod headless;
 pub mod nodes;
 pub mod render;
+#[cfg(feature = "sim")]
+pub mod replay;
 pub mod status;
 pub mod tui;

@@ -85,6 +85,10 @@ enum Command {
     /// demand, GPUs idle while jobs wait, capacity lost to quarantined nodes, the downtime runguard
     /// saved, and recommendations.
     Capacity(runguard::capacity::CapacityArgs),
+    /// Replay a published failure mix (a trace) on the simulated cluster under runguard, a blind
+    /// requeue and a paged person; ETTR, downtime per failure, repeats, by checkpoint interval.
+    #[cfg(feature = "sim")]
+    Replay(runguard::replay::ReplayArgs),
     /// Approve a proposed action (the running engine executes it on its next tick).
     Approve {
         /// Action id (see `runguard status`).
@@ -249,6 +253,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Status { workflow, json } => print_status(&config, &store_path, workflow, json),
         Command::Capacity(args) => runguard::capacity::run(&store_path, &args),
+        #[cfg(feature = "sim")]
+        Command::Replay(args) => runguard::replay::run(&args),
         Command::Report { id, json, markdown } => {
             let format = if json {
                 ReportFormat::Json

@@ -39,6 +39,8 @@ mod metrics;
 mod node_ledger;
 mod pace;
 mod proactive;
+#[cfg(feature = "sim")]
+mod replay;
 mod report;
 mod signatures;
 #[cfg(feature = "slurm")]

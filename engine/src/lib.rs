@@ -23,6 +23,8 @@ pub mod model;
 pub mod paths;
 pub mod recover;
 pub mod redact;
+#[cfg(feature = "sim")]
+pub mod replay;
 pub mod report;
 pub mod store;
 pub mod sync;

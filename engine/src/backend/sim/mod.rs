@@ -54,6 +54,8 @@ pub struct SimProgress {
     pub resumed_from: Option<u64>,
     /// Iteration of the last completed checkpoint (0: none yet).
     pub checkpoint: u64,
+    /// When a fault struck the current or last attempt (ms since the epoch on the sim's clock).
+    pub struck_ms: Option<i64>,
 }
 
 /// How to open the simulated cluster.
@@ -218,7 +220,21 @@ impl SimCluster {
                     state::Phase::Running(run) => Some((run.iteration, run.resumed_from)),
                     _ => None,
                 });
+            let struck_ms = world
+                .state
+                .jobs
+                .iter()
+                .rev()
+                .filter(|job| {
+                    world
+                        .scenario
+                        .jobs
+                        .get(job.workload)
+                        .is_some_and(|spec| spec.name == name)
+                })
+                .find_map(|job| job.struck_ms);
             Ok(SimProgress {
+                struck_ms,
                 iteration: running.map(|(iteration, _)| iteration),
                 resumed_from: running.map(|(_, resumed)| resumed),
                 checkpoint: world.state.checkpoints.get(name).copied().unwrap_or(0),

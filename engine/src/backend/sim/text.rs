@@ -186,7 +186,9 @@ pub(super) fn xid48(gpu: u32, pid: u32) -> [String; 2] {
         format!(
             "NVRM: Xid (PCI:0000:{bus}:00): 48, pid={pid}, name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."
         ),
-        format!("NVRM: Xid (PCI:0000:{bus}:00): 63, pid={pid}, name=python, Row Remapper: New row marked for remapping, reset gpu to activate."),
+        format!(
+            "NVRM: Xid (PCI:0000:{bus}:00): 63, pid={pid}, name=python, Row Remapper: New row marked for remapping, reset gpu to activate."
+        ),
     ]
 }
 
