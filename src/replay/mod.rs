@@ -220,3 +220,42 @@ pub fn project(trace: &Trace, result: &PolicyResult) -> Projection {
         ettr: (result.ettr_without_failures * (1.0 - per_second * per_failure)).max(0.0),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use runguard_engine::replay::metrics::{FailureRecord, Handler, RunTotals, summarize};
+
+    #[test]
+    fn the_projection_charges_the_sources_failure_rate_at_the_measured_downtime() {
+        let trace = Trace::resolve("llama3-405b").unwrap();
+        let failure = FailureRecord {
+            cause: "Faulty GPU".into(),
+            node: "node-01".into(),
+            fault_s: 0.0,
+            exit_s: 10.0,
+            action_s: Some(15.0),
+            resumed_s: Some(215.0),
+            lost_iterations: 10,
+            repeat: false,
+            handler: Handler::Runguard,
+            engine_wall_ms: 0.0,
+        };
+        let result = summarize(
+            RunTotals {
+                policy: Policy::Runguard,
+                checkpoint_minutes: 30.0,
+                wall_s: 86_400.0,
+                kept_iterations: 2_800,
+                seconds_per_iteration: 30.0,
+                save_s: 20.0,
+                excluded_nodes: 1,
+            },
+            vec![failure],
+        );
+        // 515 s per failure (10 + 5 + 200 + 300), 419 failures in 54 days.
+        let per_second = 419.0 / (54.0 * 86_400.0);
+        let expected = 1800.0 / 1820.0 * (1.0 - per_second * 515.0);
+        assert!((project(&trace, &result).ettr - expected).abs() < 1e-12);
+    }
+}

@@ -166,3 +166,65 @@ pub fn ettr_by_interval(report: &ReplayReport) -> String {
     let _ = writeln!(svg, "</svg>");
     svg
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use runguard_engine::replay::metrics::{RunTotals, summarize};
+
+    fn report() -> ReplayReport {
+        let results = [
+            (Policy::Runguard, 10.0, 2_800),
+            (Policy::Blind, 10.0, 2_500),
+        ]
+        .into_iter()
+        .chain([
+            (Policy::Runguard, 30.0, 2_850),
+            (Policy::Blind, 30.0, 2_400),
+        ])
+        .map(|(policy, minutes, kept)| {
+            summarize(
+                RunTotals {
+                    policy,
+                    checkpoint_minutes: minutes,
+                    wall_s: 86_400.0,
+                    kept_iterations: kept,
+                    seconds_per_iteration: 30.0,
+                    save_s: 20.0,
+                    excluded_nodes: 0,
+                },
+                Vec::new(),
+            )
+        })
+        .collect();
+        ReplayReport {
+            trace: "t<1>".into(),
+            title: String::new(),
+            source: String::new(),
+            seed: 1,
+            days: 1.0,
+            nodes: 4,
+            spare_nodes: 1,
+            source_nodes: 8,
+            source_interruptions: 2,
+            source_days: 1.0,
+            failures_per_node_hour: 0.01,
+            onsets: Vec::new(),
+            onset_count: 0,
+            warnings: Vec::new(),
+            results,
+            projections: Vec::new(),
+            wall_s: 1.0,
+        }
+    }
+
+    #[test]
+    fn one_line_per_policy_and_the_ceiling_with_escaped_labels() {
+        let svg = ettr_by_interval(&report());
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(svg.matches("<polyline").count(), 3);
+        assert!(svg.contains("runguard at 30 min: 0.9896"), "{svg}");
+        assert!(svg.contains("t&lt;1&gt;") && !svg.contains("t<1>"));
+        assert!(svg.contains(">10 min<") && svg.contains(">30 min<"));
+    }
+}

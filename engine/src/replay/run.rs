@@ -137,9 +137,7 @@ pub async fn replay(
         open: None,
         failures: Vec::new(),
         implicated: HashSet::new(),
-        in_a_row: 0,
-        checkpoint_at_last_failure: 0,
-        checkpoint: 0,
+        recent_failures: Vec::new(),
     };
     let end_s = options.days * 86_400.0;
     let mut now_s = 0.0;
@@ -268,11 +266,8 @@ struct Driver<'a> {
     open: Option<Open>,
     failures: Vec<FailureRecord>,
     implicated: HashSet<String>,
-    /// Failures since the run last saved a checkpoint (the blind requeue's crash-loop alarm).
-    in_a_row: u32,
-    checkpoint_at_last_failure: u64,
-    /// The run's last checkpoint as last seen.
-    checkpoint: u64,
+    /// When failures were seen since a person last acted (the blind requeue's crash-loop alarm).
+    recent_failures: Vec<f64>,
 }
 
 impl Driver<'_> {
@@ -284,7 +279,6 @@ impl Driver<'_> {
 
     /// Updates what is known from a snapshot of the job at `now_s`.
     fn observe(&mut self, snap: &JobSnapshot, progress: &SimProgress, now_s: f64) {
-        self.checkpoint = progress.checkpoint;
         let (iteration, resumed_from) = (progress.iteration, progress.resumed_from);
         let struck_s = progress
             .struck_ms
@@ -387,12 +381,7 @@ impl Driver<'_> {
             None => ("unexplained".to_string(), String::new(), exit_s, None),
         };
         let repeat = !node.is_empty() && !self.implicated.insert(node.clone());
-        // A checkpoint since the last failure: the run made progress, the count starts again.
-        if self.checkpoint > self.checkpoint_at_last_failure {
-            self.in_a_row = 0;
-        }
-        self.in_a_row += 1;
-        self.checkpoint_at_last_failure = self.checkpoint;
+        self.recent_failures.push(now_s);
         self.open = Some(Open {
             record: FailureRecord {
                 cause,
@@ -456,9 +445,15 @@ impl Driver<'_> {
             let at = self.start + chrono::TimeDelta::milliseconds((now_s * 1000.0) as i64);
             now_s + paging::reaction_s(paging, at)
         };
+        let window_s = self.trace.blind.crash_loop_window_minutes * 60.0;
+        let in_window = self
+            .recent_failures
+            .iter()
+            .filter(|at| now_s - **at <= window_s)
+            .count();
         if open.person_due_s.is_none() {
             match self.options.policy {
-                Policy::Blind if self.in_a_row < self.trace.blind.crash_loop_alarm_after => {
+                Policy::Blind if in_window < self.trace.blind.crash_loop_alarm_after as usize => {
                     sim.requeue(job_id, &[]).await?;
                     open.record.action_s = Some(now_s);
                     open.record.handler = Handler::Blind;
@@ -496,7 +491,7 @@ impl Driver<'_> {
             }
             open.record.action_s = Some(now_s);
             open.record.handler = Handler::Person;
-            self.in_a_row = 0;
+            self.recent_failures.clear();
         }
         Ok(())
     }

@@ -85,11 +85,12 @@ pub struct Paging {
     pub diagnose_minutes: f64,
 }
 
-/// The blind requeue's escape from a crash loop.
+/// The blind requeue's escape from a crash loop: this many failures within the window page a person.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Blind {
     pub crash_loop_alarm_after: u32,
+    pub crash_loop_window_minutes: f64,
 }
 
 /// One root cause of the table.
@@ -211,8 +212,13 @@ impl Trace {
                 return Err("paging minutes must be zero or more".into());
             }
         }
-        if self.blind.crash_loop_alarm_after == 0 {
-            return Err("blind.crash_loop_alarm_after must be at least 1".into());
+        if self.blind.crash_loop_alarm_after == 0
+            || !(self.blind.crash_loop_window_minutes.is_finite()
+                && self.blind.crash_loop_window_minutes > 0.0)
+        {
+            return Err(
+                "blind.crash_loop_alarm_after must be at least 1 and the window positive".into(),
+            );
         }
         Ok(())
     }
@@ -280,7 +286,7 @@ mod tests {
              collective_timeout_s = 60\n[replay]\nnodes = 2\nspare_nodes = 1\ncheckpoint_minutes = [5]\n\
              default_checkpoint_minutes = 5\nstart = \"2026-01-05T00:00:00Z\"\n[paging]\nsource = \"s\"\n\
              working_hours = [9, 18]\nworking_days = [\"mon\"]\nack_working_minutes = 5\n\
-             ack_off_hours_minutes = 30\ndiagnose_minutes = 1\n[blind]\ncrash_loop_alarm_after = 3\n{causes}"
+             ack_off_hours_minutes = 30\ndiagnose_minutes = 1\n[blind]\ncrash_loop_alarm_after = 3\ncrash_loop_window_minutes = 360\n{causes}"
         )
     }
 
