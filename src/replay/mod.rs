@@ -205,19 +205,21 @@ fn by_cause(trace: &Trace, onsets: &[Onset]) -> Vec<(String, usize)> {
         .collect()
 }
 
-/// The ratio at the source's size: without failures the run loses only its saves; each failure
-/// costs the replay's mean downtime, at the source's failures per second.
+/// The ratio at the source's size: without failures the run loses only its saves; each of the
+/// source's interruptions costs the downtime the replay measured per interruption (a repeat of a
+/// fault that stayed is charged to the interruption it repeats), at the source's rate.
 pub fn project(trace: &Trace, result: &PolicyResult) -> Projection {
     let per_second = f64::from(trace.cluster.interruptions) / (trace.cluster.days * 86_400.0);
-    let per_failure = if result.failures.is_empty() {
+    let first_failures = result.failures.len().saturating_sub(result.repeats);
+    let per_interruption = if first_failures == 0 {
         0.0
     } else {
-        result.mean_downtime.total()
+        result.mean_downtime.total() * result.failures.len() as f64 / first_failures as f64
     };
     Projection {
         policy: result.policy,
         checkpoint_minutes: result.checkpoint_minutes,
-        ettr: (result.ettr_without_failures * (1.0 - per_second * per_failure)).max(0.0),
+        ettr: (result.ettr_without_failures * (1.0 - per_second * per_interruption)).max(0.0),
     }
 }
 
@@ -241,6 +243,8 @@ mod tests {
             handler: Handler::Runguard,
             engine_wall_ms: 0.0,
         };
+        let mut repeat = failure.clone();
+        repeat.repeat = true;
         let result = summarize(
             RunTotals {
                 policy: Policy::Runguard,
@@ -251,11 +255,12 @@ mod tests {
                 save_s: 20.0,
                 excluded_nodes: 1,
             },
-            vec![failure],
+            vec![failure, repeat],
         );
-        // 515 s per failure (10 + 5 + 200 + 300), 419 failures in 54 days.
+        // 515 s per failure (10 + 5 + 200 + 300), the repeat charged to the first: 1,030 s per
+        // interruption, 419 interruptions in 54 days.
         let per_second = 419.0 / (54.0 * 86_400.0);
-        let expected = 1800.0 / 1820.0 * (1.0 - per_second * 515.0);
+        let expected = 1800.0 / 1820.0 * (1.0 - per_second * 1030.0);
         assert!((project(&trace, &result).ettr - expected).abs() < 1e-12);
     }
 }

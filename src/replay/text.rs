@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use runguard_engine::replay::{Policy, PolicyResult};
+use runguard_engine::replay::{Handler, Policy, PolicyResult};
 
 use super::{Projection, ReplayReport};
 
@@ -109,12 +109,43 @@ fn goals(report: &ReplayReport) -> Vec<String> {
             if max_share <= 10.0 { "met" } else { "missed" }
         ));
         lines.push(format!(
+            "runguard's share by cause, mean / max over the sweep: {}",
+            share_by_cause(&runguard).join(", ")
+        ));
+        lines.push(format!(
             "Repeat failures on nodes already implicated under runguard: {repeats} (goal 0: {})",
             if repeats == 0 { "met" } else { "missed" }
         ));
     }
     lines.push(format!("Replayed in {:.0} s of wall time.", report.wall_s));
     lines
+}
+
+/// runguard's own share per cause, over every failure it handled in `results`.
+fn share_by_cause(results: &[&PolicyResult]) -> Vec<String> {
+    let mut causes: Vec<(&str, Vec<f64>)> = Vec::new();
+    for result in results {
+        // The step time only weighs lost work, which the share leaves out.
+        for failure in result
+            .failures
+            .iter()
+            .filter(|f| f.handler == Handler::Runguard)
+        {
+            let share = failure.own_share_s(1.0);
+            match causes.iter_mut().find(|(cause, _)| *cause == failure.cause) {
+                Some((_, shares)) => shares.push(share),
+                None => causes.push((failure.cause.as_str(), vec![share])),
+            }
+        }
+    }
+    causes
+        .into_iter()
+        .map(|(cause, shares)| {
+            let mean = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
+            let max = shares.iter().copied().fold(0.0, f64::max);
+            format!("{cause} {mean:.1} / {max:.1} s ({})", shares.len())
+        })
+        .collect()
 }
 
 pub fn plain(report: &ReplayReport) -> String {
