@@ -129,3 +129,48 @@ async fn the_same_trace_replays_the_same() {
     let seeded = |seed| replay::onsets::generate(&trace(), 6, 3.0, seed);
     assert_eq!(seeded(7), seeded(7));
 }
+
+#[test]
+fn the_command_line_prints_every_policy_as_json_and_writes_the_plot() {
+    let sandbox = crate::support::cli::CliSandbox::new("");
+    let svg = sandbox.path().join("replay.svg");
+    let output = sandbox
+        .command()
+        .args([
+            "replay",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/replay/small.toml"
+            ),
+        ])
+        .args(["--days", "0.2", "--seed", "5", "--policy", "runguard,blind"])
+        .args(["--checkpoint-interval", "5,30", "--json", "--svg"])
+        .arg(&svg)
+        .arg("--work-dir")
+        .arg(sandbox.path().join("work"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["onset_count"], 2);
+    let results = report["results"].as_array().unwrap();
+    let policies: Vec<&str> = results
+        .iter()
+        .map(|r| r["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(policies, ["runguard", "blind", "runguard", "blind"]);
+    assert!(results.iter().all(|r| r["ettr"].as_f64().unwrap() > 0.5));
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(plot.matches("<polyline").count(), 3);
+    let bad = sandbox
+        .command()
+        .args(["replay", "llama3-405b", "--policy", "hope"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown policy `hope`"));
+}
