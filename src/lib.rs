@@ -8,6 +8,8 @@ pub mod headless;
 pub mod nodes;
 pub mod phases;
 pub mod render;
+#[cfg(feature = "sim")]
+pub mod replay;
 pub mod status;
 pub mod submit;
 pub mod tui;

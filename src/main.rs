@@ -88,6 +88,10 @@ enum Command {
     /// Submit a multiphase workflow (a TOML file of ordered `[[phase]]`s): validate it, store it and
     /// submit its first phase; the engine submits each later phase once the one before it succeeded.
     Submit(runguard::submit::SubmitArgs),
+    /// Replay a published failure mix (a trace) on the simulated cluster under runguard, a blind
+    /// requeue and a paged person; ETTR, downtime per failure, repeats, by checkpoint interval.
+    #[cfg(feature = "sim")]
+    Replay(runguard::replay::ReplayArgs),
     /// Approve a proposed action (the running engine executes it on its next tick).
     Approve {
         /// Action id (see `runguard status`).
@@ -252,6 +256,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Status { workflow, json } => print_status(&config, &store_path, workflow, json),
         Command::Capacity(args) => runguard::capacity::run(&store_path, &args),
+        #[cfg(feature = "sim")]
+        Command::Replay(args) => runguard::replay::run(&args),
         Command::Report { id, json, markdown } => {
             let format = if json {
                 ReportFormat::Json

@@ -40,6 +40,8 @@ mod node_ledger;
 mod pace;
 mod phases;
 mod proactive;
+#[cfg(feature = "sim")]
+mod replay;
 mod report;
 mod signatures;
 #[cfg(feature = "slurm")]

@@ -24,6 +24,8 @@ pub mod paths;
 pub mod phases;
 pub mod recover;
 pub mod redact;
+#[cfg(feature = "sim")]
+pub mod replay;
 pub mod report;
 pub mod store;
 pub mod sync;

@@ -257,6 +257,7 @@ impl World {
             start_ms: None,
             end_ms: None,
             exit_code: None,
+            struck_ms: None,
         });
         id
     }
@@ -381,11 +382,18 @@ impl World {
             window_iterations: 0,
             slowdown: 1.0,
             slow_rank: None,
-            faults: arm_faults(&ctx, spec, attempt, resumed_from),
+            faults: Vec::new(),
             script: Vec::new(),
             end: None,
         };
         let training_from = startup(&ctx, &mut run, &ckpt, at_ms) + compile_ms(spec);
+        run.faults = arm_faults(
+            &ctx,
+            spec,
+            attempt,
+            resumed_from,
+            (self.state.origin_ms, training_from),
+        );
         if resumed_from >= spec.iterations {
             let done = training_from + 2000;
             run.log_at(
@@ -413,6 +421,7 @@ impl World {
             job.start_ms = Some(at_ms);
             job.end_ms = None;
             job.exit_code = None;
+            job.struck_ms = None;
         }
     }
 
@@ -471,10 +480,14 @@ impl World {
 
         let (due, later): (Vec<ArmedFault>, Vec<ArmedFault>) = std::mem::take(&mut run.faults)
             .into_iter()
-            .partition(|fault| fault.iteration == iteration);
+            .partition(|fault| {
+                fault.iteration == iteration || fault.at_ms.is_some_and(|strikes| at_ms >= strikes)
+            });
         run.faults = later;
         let mut fatal = None;
-        for fault in due {
+        for mut fault in due {
+            // A fault set at a time strikes at this iteration.
+            fault.iteration = iteration;
             if fault.kind == FaultKind::Straggler {
                 run.slowdown *= fault.slowdown;
                 run.slow_rank = Some(ctx.rank(fault.node_index, fault.gpu));
@@ -484,6 +497,7 @@ impl World {
         }
         if let Some(fault) = fatal {
             faults::strike(&ctx, run, &fault, at_ms);
+            job.struck_ms = Some(at_ms);
             return;
         }
 
@@ -650,24 +664,40 @@ fn whole_ms(duration: f64) -> i64 {
     (duration.round() as i64).max(1)
 }
 
-/// The faults of `spec` that strike this attempt, resolved to an iteration, a node and a GPU.
+/// The faults of `spec` that strike this attempt, resolved to an iteration (or a time), a node and a
+/// GPU; `(origin_ms, training_from_ms)`: when the scenario started and the attempt's first step starts.
 fn arm_faults(
     ctx: &Attempt,
     spec: &WorkloadSpec,
     attempt: u32,
     resumed_from: u64,
+    (origin_ms, training_from_ms): (i64, i64),
 ) -> Vec<ArmedFault> {
     let mut armed = Vec::new();
     for (number, fault) in spec.faults.iter().enumerate() {
         if !fault.attempts.includes(attempt) {
             continue;
         }
-        let iteration = match (fault.at_iteration, fault.after_iterations) {
-            (Some(at), _) if at > resumed_from => at,
-            (None, Some(after)) => resumed_from.saturating_add(after),
+        let mut at_ms = None;
+        let iteration = match (fault.at_s, fault.at_iteration, fault.after_iterations) {
+            (Some(at_s), _, after) => {
+                let strikes_ms = origin_ms.saturating_add(
+                    i64::try_from(at_s.saturating_mul(1000)).unwrap_or(i64::MAX / 2),
+                );
+                if strikes_ms > training_from_ms {
+                    at_ms = Some(strikes_ms);
+                    u64::MAX
+                } else if fault.stays && fault.node != "any" {
+                    resumed_from.saturating_add(after.unwrap_or(1).max(1))
+                } else {
+                    continue;
+                }
+            }
+            (None, Some(at), _) if at > resumed_from => at,
+            (None, None, Some(after)) => resumed_from.saturating_add(after),
             _ => continue,
         };
-        if iteration > spec.iterations {
+        if at_ms.is_none() && iteration > spec.iterations {
             continue;
         }
         let mut draw = rng(
@@ -690,6 +720,7 @@ fn arm_faults(
         armed.push(ArmedFault {
             kind: fault.kind,
             iteration,
+            at_ms,
             node_index,
             gpu,
             slowdown: fault.slowdown.unwrap_or(1.4),

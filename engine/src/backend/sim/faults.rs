@@ -70,7 +70,7 @@ pub(super) fn strike(ctx: &Attempt, run: &mut Run, fault: &ArmedFault, at_ms: i6
     };
     let failed_at = match fault.kind {
         FaultKind::NcclTimeout => nccl_timeout(ctx, run, fault, &node, at_ms, &mut draw),
-        FaultKind::Xid79 => xid79(ctx, run, fault, &node, at_ms, &mut draw),
+        FaultKind::Xid79 | FaultKind::Xid48 => xid(ctx, run, fault, &node, at_ms, &mut draw),
         FaultKind::CudaOom => cuda_oom(ctx, run, fault, &node, at_ms, &mut draw),
         FaultKind::AppBug => app_bug(ctx, run, at_ms, &mut draw),
         // A hang writes nothing and never ends; a straggler is not fatal.
@@ -130,8 +130,9 @@ fn nccl_timeout(
     exited_ms
 }
 
-/// A GPU falls off the bus: Xid 79 in the kernel log, a CUDA error on its rank, the step is aborted.
-fn xid79(
+/// A GPU fails (off the bus, Xid 79; an uncorrectable ECC error, Xid 48): the Xid in the kernel log, a
+/// CUDA error on its rank, the step is aborted.
+fn xid(
     ctx: &Attempt,
     run: &mut Run,
     fault: &ArmedFault,
@@ -144,7 +145,11 @@ fn xid79(
         .process(fault.node_index, fault.gpu)
         .map_or(0, |p| p.pid);
     let kern = kernel_log(node);
-    for message in text::xid79(fault.gpu, pid) {
+    let messages = match fault.kind {
+        FaultKind::Xid48 => text::xid48(fault.gpu, pid).to_vec(),
+        _ => text::xid79(fault.gpu, pid).to_vec(),
+    };
+    for message in messages {
         run.schedule(xid_ms, &kern, text::kernel(xid_ms, node, &message), None);
     }
     let error_ms = xid_ms + draw.random_range(1_500..4_000);

@@ -47,6 +47,19 @@ pub const DEFAULT_NODES: u32 = 16;
 /// Largest cluster the sim accepts.
 const MAX_NODES: u32 = 999;
 
+/// A workload's progress, as [`SimCluster::progress`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimProgress {
+    /// Last iteration completed by the running attempt; None while none runs.
+    pub iteration: Option<u64>,
+    /// The checkpoint iteration the running attempt resumed from.
+    pub resumed_from: Option<u64>,
+    /// Iteration of the last completed checkpoint (0: none yet).
+    pub checkpoint: u64,
+    /// When a fault struck the current or last attempt (ms since the epoch on the sim's clock).
+    pub struck_ms: Option<i64>,
+}
+
 /// How to open the simulated cluster.
 #[derive(Debug, Clone)]
 pub struct SimOptions {
@@ -188,6 +201,47 @@ impl SimCluster {
     /// Deletes the state, logs, kernel logs, default checkpoints and timeline in `dir`.
     pub fn reset(dir: &Path) -> Result<(), SimError> {
         files::clear(dir, true)
+    }
+
+    /// How far workload `name` has trained at the clock's now: the last iteration its running attempt
+    /// completed (None while no attempt runs) and its last completed checkpoint (0: none yet).
+    pub fn progress(&self, name: &str) -> Result<SimProgress, BackendError> {
+        self.at_now(|world, _, _| {
+            let running = world
+                .state
+                .jobs
+                .iter()
+                .filter(|job| {
+                    world
+                        .scenario
+                        .jobs
+                        .get(job.workload)
+                        .is_some_and(|spec| spec.name == name)
+                })
+                .find_map(|job| match &job.phase {
+                    state::Phase::Running(run) => Some((run.iteration, run.resumed_from)),
+                    _ => None,
+                });
+            let struck_ms = world
+                .state
+                .jobs
+                .iter()
+                .rev()
+                .filter(|job| {
+                    world
+                        .scenario
+                        .jobs
+                        .get(job.workload)
+                        .is_some_and(|spec| spec.name == name)
+                })
+                .find_map(|job| job.struck_ms);
+            Ok(SimProgress {
+                struck_ms,
+                iteration: running.map(|(iteration, _)| iteration),
+                resumed_from: running.map(|(_, resumed)| resumed),
+                checkpoint: world.state.checkpoints.get(name).copied().unwrap_or(0),
+            })
+        })
     }
 
     /// The (absolute) directory the sim writes to.

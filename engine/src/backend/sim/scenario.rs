@@ -140,6 +140,14 @@ pub struct FaultSpec {
     /// Straggler only: how much slower each iteration gets.
     #[serde(default)]
     pub slowdown: Option<f64>,
+    /// Strikes the attempt running this many sim seconds after the scenario started (at its first
+    /// iteration completed from then on); an attempt started later is spared unless `stays`.
+    #[serde(default)]
+    pub at_s: Option<u64>,
+    /// With `at_s` and a named node: the fault stays with the node, so every later attempt on it is
+    /// struck `after_iterations` (default 1) iterations after it starts, as broken hardware recurs.
+    #[serde(default)]
+    pub stays: bool,
 }
 
 /// The kinds of failure the sim knows how to act out.
@@ -150,6 +158,8 @@ pub enum FaultKind {
     NcclTimeout,
     /// A GPU falls off the bus: Xid 79 in the node's kernel log, CUDA errors on its rank.
     Xid79,
+    /// An uncorrectable double-bit ECC error in GPU memory (HBM): Xid 48 in the node's kernel log.
+    Xid48,
     /// `torch.OutOfMemoryError` on one rank.
     CudaOom,
     /// The job goes silent and stays RUNNING.
@@ -166,6 +176,7 @@ impl FaultKind {
         match self {
             Self::NcclTimeout => "nccl_timeout",
             Self::Xid79 => "xid79",
+            Self::Xid48 => "xid48",
             Self::CudaOom => "cuda_oom",
             Self::Hang => "hang",
             Self::Straggler => "straggler",

@@ -69,6 +69,9 @@ pub(super) struct Job {
     pub start_ms: Option<i64>,
     pub end_ms: Option<i64>,
     pub exit_code: Option<i32>,
+    /// When a fault struck the current or last attempt.
+    #[serde(default)]
+    pub struck_ms: Option<i64>,
 }
 
 /// Where a job is in its life.
@@ -128,6 +131,9 @@ pub(super) struct ArmedFault {
     pub kind: FaultKind,
     /// Strikes when this iteration completes.
     pub iteration: u64,
+    /// Or at the first iteration completed from this time on (a fault set at a time).
+    #[serde(default)]
+    pub at_ms: Option<i64>,
     /// Index of the struck node in the allocation.
     pub node_index: usize,
     /// Local GPU index on that node.

@@ -178,6 +178,20 @@ pub(super) const KERNEL_BOOT: [&str; 3] = [
     "mlx5_core 0000:0c:00.0: mlx5e: IPoIB: ib0: Link up",
 ];
 
+/// The driver's lines for an uncorrectable double-bit error in the GPU's memory (Xid 48) and the row
+/// remap it asks for (Xid 63).
+pub(super) fn xid48(gpu: u32, pid: u32) -> [String; 2] {
+    let bus = GPU_BUS[gpu as usize % GPU_BUS.len()];
+    [
+        format!(
+            "NVRM: Xid (PCI:0000:{bus}:00): 48, pid={pid}, name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."
+        ),
+        format!(
+            "NVRM: Xid (PCI:0000:{bus}:00): 63, pid={pid}, name=python, Row Remapper: New row marked for remapping, reset gpu to activate."
+        ),
+    ]
+}
+
 /// The kernel's report of a GPU that fell off the bus (Xid 79).
 pub(super) fn xid79(gpu: u32, pid: u32) -> [String; 5] {
     let bus = GPU_BUS[gpu as usize % GPU_BUS.len()];
