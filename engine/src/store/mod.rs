@@ -66,6 +66,14 @@ pub enum StoreError {
     NotFound { what: &'static str, id: String },
 }
 
+/// What [`Store::change_mark`] returns: SQLite's count of commits by other connections, and this
+/// connection's own count of changed rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeMark {
+    others: i64,
+    own: u64,
+}
+
 /// The store: one SQLite connection.
 pub struct Store {
     conn: Connection,
@@ -160,6 +168,18 @@ impl Store {
     /// Where the store lives.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A mark that differs after any committed change to the store, by this connection or another
+    /// (process or not): a reader that reads again once a second skips the read while it is equal.
+    pub fn change_mark(&self) -> Result<ChangeMark, StoreError> {
+        let others: i64 = self
+            .conn
+            .query_row("PRAGMA data_version", [], |row| row.get(0))?;
+        Ok(ChangeMark {
+            others,
+            own: self.conn.total_changes(),
+        })
     }
 
     /// Reads (and single-statement writes, which SQLite commits on their own).
