@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
-use runguard::tui::app::{App, Column, UiAction};
+use runguard::tui::app::{App, Column, RowOrder, UiAction};
 use runguard::tui::panes;
 use runguard::tui::snapshot::Snapshot;
 use runguard::tui::theme::Theme;
@@ -123,6 +123,23 @@ fn fill(store: &mut Store, start: DateTime<Utc>) {
         .expect("fill the store");
 }
 
+/// CPU seconds (user + system) this process has used: robust to other work on the machine, where
+/// wall-clock times are not.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields
+        .get(11..13)
+        .map(|pair| pair.iter().filter_map(|f| f.parse::<f64>().ok()).sum())
+        .unwrap_or_default();
+    // Linux counts in ticks of 1/100 s.
+    ticks / 100.0
+}
+
 fn peak_memory_mb() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -143,13 +160,17 @@ fn main() {
         WORKFLOWS * attempts_per_workflow() as usize,
         filled.elapsed().as_secs_f64()
     );
+    if let Some(peak) = peak_memory_mb() {
+        println!("peak memory after filling the store (VmHWM): {peak:.0} MB");
+    }
     let policy = Policy::from_config(&Config::default().recovery, true);
     let now = start + TimeDelta::days(1);
-    let loaded = Instant::now();
+    let (loaded, cpu) = (Instant::now(), cpu_seconds());
     let mut snapshot = Snapshot::load(&store.db(), &policy, None).expect("snapshot");
     println!(
-        "read the store (the cockpit does it once a second): {:.0} ms",
-        loaded.elapsed().as_secs_f64() * 1000.0
+        "read the store (the cockpit does it once a second): {:.0} ms ({:.0} ms of CPU)",
+        loaded.elapsed().as_secs_f64() * 1000.0,
+        (cpu_seconds() - cpu) * 1000.0
     );
     let theme = Theme::load("dark", None).expect("theme");
     let mut app = App::new("user1".into(), true);
@@ -164,10 +185,10 @@ fn main() {
         let mut after_read = Vec::new();
         for frame in 0..FRAMES {
             // Once a second the cockpit reads the store again: a new snapshot, whose rows are sorted
-            // again by the first frame (a copy, as a new read, starts without the order).
+            // again by the first frame.
             let fresh = frame % 10 == 0;
             if fresh {
-                snapshot = snapshot.clone();
+                snapshot.order = RowOrder::default();
             }
             app.update(
                 if frame % 10 == 9 {
@@ -207,6 +228,11 @@ fn main() {
             first.as_secs_f64() * 1000.0
         );
     }
+    if let Some(peak) = peak_memory_mb() {
+        println!("peak memory of the cockpit's work (VmHWM): {peak:.0} MB");
+    }
+    // The snapshot read again below takes its place.
+    drop(snapshot);
     // The cockpit's read once a second: skipped while the store is unchanged, whole after a change.
     let mut reread = Snapshot::load(&store.db(), &policy, None).expect("snapshot");
     reread.reload(&store, &policy, None).expect("first reload");
@@ -223,22 +249,21 @@ fn main() {
             db.save_attempt(&attempt)
         })
         .expect("a change");
-    let began = Instant::now();
+    let (began, cpu) = (Instant::now(), cpu_seconds());
     let read = reread.reload(&store, &policy, None).expect("reload");
     println!(
-        "read again after one attempt changed: {:.0} ms (read: {read})",
-        began.elapsed().as_secs_f64() * 1000.0
+        "read again after one attempt changed: {:.0} ms, {:.0} ms of CPU (read: {read})",
+        began.elapsed().as_secs_f64() * 1000.0,
+        (cpu_seconds() - cpu) * 1000.0
     );
     drop(reread);
-    if let Some(peak) = peak_memory_mb() {
-        println!("peak memory of the cockpit's work (VmHWM): {peak:.0} MB");
-    }
-    let began = Instant::now();
+    let (began, cpu) = (Instant::now(), cpu_seconds());
     let report = runguard::status::report(&store.db(), "bench", &policy, None).expect("status");
     let json = serde_json::to_string(&report).expect("json");
     println!(
-        "status --json over the whole store: {:.2} s ({:.0} MB of JSON)",
+        "status --json over the whole store: {:.2} s, {:.2} s of CPU ({:.0} MB of JSON)",
         began.elapsed().as_secs_f64(),
+        cpu_seconds() - cpu,
         json.len() as f64 / 1e6
     );
     if let Some(peak) = peak_memory_mb() {

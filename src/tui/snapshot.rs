@@ -70,6 +70,11 @@ impl Snapshot {
         policy: &Policy,
         focus: Option<WorkflowId>,
     ) -> Result<Self, StoreError> {
+        // One read transaction: the tables agree with each other, and the locks are taken once.
+        db.reading(|db| Self::read(db, policy, focus))
+    }
+
+    fn read(db: &Db<'_>, policy: &Policy, focus: Option<WorkflowId>) -> Result<Self, StoreError> {
         let workflows: HashMap<WorkflowId, Workflow> =
             db.workflows()?.into_iter().map(|w| (w.id, w)).collect();
         let checkpoints: HashMap<(WorkflowId, u32), CheckpointCount> = db

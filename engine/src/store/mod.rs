@@ -134,6 +134,8 @@ impl Store {
             .map_err(open_error)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_error)?;
+        // Room for every statement a pass or a workflow's history runs (see `Db::select_rows`).
+        conn.set_prepared_statement_cache_capacity(128);
         let mut store = Self {
             conn,
             path: path.to_path_buf(),
