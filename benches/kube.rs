@@ -139,11 +139,9 @@ fn store_json(dir: &Path, args: &[&str]) -> Value {
     serde_json::from_slice(&output.stdout).unwrap_or(Value::Null)
 }
 
-/// The store's view of one workflow's actions, read directly (cheaper than `runguard status`).
-fn has_action(db: &Path, name: &str) -> bool {
-    let Ok(store) = runguard_engine::store::Store::open(db) else {
-        return false;
-    };
+/// The store's view of one workflow's actions, read directly (cheaper than `runguard status`); the
+/// store is opened once, as opening takes the write lock for a moment.
+fn has_action(store: &runguard_engine::store::Store, name: &str) -> bool {
     let db = store.db();
     let Ok(workflows) = db.workflows() else {
         return false;
@@ -303,6 +301,8 @@ fn main() {
 
     // Failures: a worker's container ends, then the operator marks the job failed.
     let mut latencies = Vec::new();
+    let mut missed = Vec::new();
+    let store = runguard_engine::store::Store::open(&db).unwrap_or_else(|err| panic!("{err}"));
     for index in 0..FAILURES {
         let name = format!("train-{:03}", jobs - 1 - index);
         // The failing rank says why before its container ends, as a real one does.
@@ -325,17 +325,19 @@ fn main() {
                 "message": format!("PyTorchJob ml/{name} is failed because 1 Worker replica(s) failed."),
             }]);
         });
-        while !has_action(&db, &name) {
+        let mut acted = true;
+        while !has_action(&store, &name) {
             if failed_at.elapsed() > Duration::from_secs(60) {
-                let status = store_json(dir.path(), &["status", "--json"]);
-                let workflow = status["workflows"]
-                    .as_array()
-                    .and_then(|all| all.iter().find(|w| w["name"] == name.as_str()).cloned());
-                panic!("no action for {name}: {workflow:#?}");
+                acted = false;
+                break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        latencies.push(failed_at.elapsed().as_secs_f64());
+        if acted {
+            latencies.push(failed_at.elapsed().as_secs_f64());
+        } else {
+            missed.push(name);
+        }
         std::thread::sleep(Duration::from_secs(2));
     }
     let peak = memory_kib(pid, "VmHWM:");
@@ -368,14 +370,22 @@ fn main() {
     );
     println!("  log lines in the unified logs after the window: {lines_written}");
     println!(
-        "  pod's terminal status → action proposed: min {:.3} s, median {:.3} s, max {:.3} s ({FAILURES} failures; goal < 1 s)",
+        "  pod's terminal status → action proposed: min {:.3} s, median {:.3} s, max {:.3} s ({} of {FAILURES} failures acted on; goal < 1 s)",
         latencies.first().copied().unwrap_or_default(),
         latencies
             .get(latencies.len() / 2)
             .copied()
             .unwrap_or_default(),
-        latencies.last().copied().unwrap_or_default()
+        latencies.last().copied().unwrap_or_default(),
+        latencies.len()
     );
+    if !missed.is_empty() {
+        println!(
+            "  no action within 60 s of the failure for {} of {FAILURES}: {}",
+            missed.len(),
+            missed.join(", ")
+        );
+    }
     let pool: Vec<Value> = (0..nodes)
         .map(|index| node(&format!("gpu-{index:03}")))
         .collect();
