@@ -213,4 +213,12 @@ fn main() {
     );
     println!("runguard CPU: {:.2} % of a core", cpu / elapsed * 100.0);
     println!("runguard peak memory (VmHWM): {peak:.0} MB");
+    // What runguard counted as wrong meanwhile (a slow controller is asked less often, and says so).
+    if let Ok(store) = runguard_engine::store::Store::open(&work.path().join("runguard.sqlite"))
+        && let Ok(warnings) = store.db().warnings()
+    {
+        for (kind, count, last) in warnings {
+            println!("runguard warning {kind}: {count} (last: {last})");
+        }
+    }
 }
