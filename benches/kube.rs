@@ -7,7 +7,8 @@
 //! so each proposal matches the job's pods to every node; the time of that match alone for one job
 //! over the pool is reported too.
 //!
-//! `cargo bench --bench kube`.
+//! `cargo bench --bench kube`; `RUNGUARD_BENCH_PODS=10000 cargo bench --bench kube` for 10,000 pods
+//! (1,250 jobs on 1,250 nodes: the pool grows with the pods, eight a node).
 
 #[path = "../tests/kube_fake/mod.rs"]
 mod kube_fake;
@@ -22,9 +23,16 @@ use kube_fake::FakeKube;
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_runguard");
-const JOBS: usize = 125;
 const REPLICAS: usize = 8;
-const NODES: usize = 128;
+
+/// Pods watched: `RUNGUARD_BENCH_PODS`, 1,000 by default, in jobs of [`REPLICAS`].
+fn pods_from_env() -> usize {
+    std::env::var("RUNGUARD_BENCH_PODS")
+        .ok()
+        .and_then(|value| value.parse::<usize>().ok())
+        .filter(|pods| *pods >= REPLICAS * FAILURES)
+        .unwrap_or(1_000)
+}
 const MEASURE: Duration = Duration::from_secs(30);
 const FAILURES: usize = 5;
 
@@ -41,7 +49,7 @@ fn node(name: &str) -> Value {
     })
 }
 
-fn job(number: usize) -> (Value, Vec<Value>) {
+fn job(number: usize, nodes: usize) -> (Value, Vec<Value>) {
     let name = format!("train-{number:03}");
     let uid = format!("00000000-0000-4000-8000-{number:012}");
     let template = json!({"spec": {"containers": [{
@@ -71,7 +79,7 @@ fn job(number: usize) -> (Value, Vec<Value>) {
                 ("worker", replica - 1)
             };
             // Eight pods a node, one job's replicas on consecutive nodes.
-            let node = format!("gpu-{:03}", (number * REPLICAS + replica) % NODES);
+            let node = format!("gpu-{:03}", (number * REPLICAS + replica) % nodes);
             json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {
@@ -131,11 +139,9 @@ fn store_json(dir: &Path, args: &[&str]) -> Value {
     serde_json::from_slice(&output.stdout).unwrap_or(Value::Null)
 }
 
-/// The store's view of one workflow's actions, read directly (cheaper than `runguard status`).
-fn has_action(db: &Path, name: &str) -> bool {
-    let Ok(store) = runguard_engine::store::Store::open(db) else {
-        return false;
-    };
+/// The store's view of one workflow's actions, read directly (cheaper than `runguard status`); the
+/// store is opened once, as opening takes the write lock for a moment.
+fn has_action(store: &runguard_engine::store::Store, name: &str) -> bool {
     let db = store.db();
     let Ok(workflows) = db.workflows() else {
         return false;
@@ -164,7 +170,7 @@ impl Drop for Engine {
 /// could ever), over many runs.
 fn placement_time(nodes: &[Value]) -> (Duration, usize) {
     use runguard_engine::backend::kube::workload::{WorkloadKind, placement};
-    let (workload, _) = job(0);
+    let (workload, _) = job(0, nodes.len());
     let replicas = placement::replicas(WorkloadKind::PyTorchJob, &workload);
     const RUNS: u32 = 2_000;
     let start = Instant::now();
@@ -177,13 +183,16 @@ fn placement_time(nodes: &[Value]) -> (Duration, usize) {
 }
 
 fn main() {
+    let jobs = pods_from_env() / REPLICAS;
+    // Eight pods a node; 128 nodes at least, the pool of the default run.
+    let nodes = jobs.max(128);
     let kube = FakeKube::start();
-    for index in 0..NODES {
+    for index in 0..nodes {
         kube.apply(node(&format!("gpu-{index:03}")));
     }
     let mut pod_names = Vec::new();
-    for index in 0..JOBS {
-        let (workload, pods) = job(index);
+    for index in 0..jobs {
+        let (workload, pods) = job(index, nodes);
         kube.apply(workload);
         for pod in pods {
             pod_names.push(
@@ -262,12 +271,12 @@ fn main() {
     loop {
         let status = store_json(dir.path(), &["status", "--json"]);
         let enrolled = status["workflows"].as_array().map_or(0, Vec::len);
-        if enrolled == JOBS {
+        if enrolled == jobs {
             break;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "only {enrolled} of {JOBS} workflows enrolled"
+            start.elapsed() < Duration::from_secs(300 + jobs as u64 / 2),
+            "only {enrolled} of {jobs} workflows enrolled"
         );
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -292,8 +301,10 @@ fn main() {
 
     // Failures: a worker's container ends, then the operator marks the job failed.
     let mut latencies = Vec::new();
+    let mut missed = Vec::new();
+    let store = runguard_engine::store::Store::open(&db).unwrap_or_else(|err| panic!("{err}"));
     for index in 0..FAILURES {
-        let name = format!("train-{:03}", JOBS - 1 - index);
+        let name = format!("train-{:03}", jobs - 1 - index);
         // The failing rank says why before its container ends, as a real one does.
         kube.append_log(
             "ml",
@@ -314,17 +325,19 @@ fn main() {
                 "message": format!("PyTorchJob ml/{name} is failed because 1 Worker replica(s) failed."),
             }]);
         });
-        while !has_action(&db, &name) {
+        let mut acted = true;
+        while !has_action(&store, &name) {
             if failed_at.elapsed() > Duration::from_secs(60) {
-                let status = store_json(dir.path(), &["status", "--json"]);
-                let workflow = status["workflows"]
-                    .as_array()
-                    .and_then(|all| all.iter().find(|w| w["name"] == name.as_str()).cloned());
-                panic!("no action for {name}: {workflow:#?}");
+                acted = false;
+                break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        latencies.push(failed_at.elapsed().as_secs_f64());
+        if acted {
+            latencies.push(failed_at.elapsed().as_secs_f64());
+        } else {
+            missed.push(name);
+        }
         std::thread::sleep(Duration::from_secs(2));
     }
     let peak = memory_kib(pid, "VmHWM:");
@@ -334,15 +347,15 @@ fn main() {
     latencies.sort_by(f64::total_cmp);
 
     println!(
-        "runguard kube benchmark: {JOBS} PyTorchJobs, {} pods, {NODES} nodes",
-        JOBS * REPLICAS
+        "runguard kube benchmark: {jobs} PyTorchJobs, {} pods, {nodes} nodes",
+        jobs * REPLICAS
     );
     println!(
         "  every pod writes 1 log line/s ({} lines/s), plus 1 event/s",
-        JOBS * REPLICAS
+        jobs * REPLICAS
     );
     println!(
-        "  all {JOBS} workflows enrolled after {:.1} s",
+        "  all {jobs} workflows enrolled after {:.1} s",
         enrolled_after.as_secs_f64()
     );
     println!(
@@ -357,20 +370,28 @@ fn main() {
     );
     println!("  log lines in the unified logs after the window: {lines_written}");
     println!(
-        "  pod's terminal status → action proposed: min {:.3} s, median {:.3} s, max {:.3} s ({FAILURES} failures; goal < 1 s)",
+        "  pod's terminal status → action proposed: min {:.3} s, median {:.3} s, max {:.3} s ({} of {FAILURES} failures acted on; goal < 1 s)",
         latencies.first().copied().unwrap_or_default(),
         latencies
             .get(latencies.len() / 2)
             .copied()
             .unwrap_or_default(),
-        latencies.last().copied().unwrap_or_default()
+        latencies.last().copied().unwrap_or_default(),
+        latencies.len()
     );
-    let pool: Vec<Value> = (0..NODES)
+    if !missed.is_empty() {
+        println!(
+            "  no action within 60 s of the failure for {} of {FAILURES}: {}",
+            missed.len(),
+            missed.join(", ")
+        );
+    }
+    let pool: Vec<Value> = (0..nodes)
         .map(|index| node(&format!("gpu-{index:03}")))
         .collect();
     let (per_job, fitting) = placement_time(&pool);
     println!(
-        "  matching one job's pods to the {NODES} tainted nodes: {:.1} µs ({fitting} fit)",
+        "  matching one job's pods to the {nodes} tainted nodes: {:.1} µs ({fitting} fit)",
         per_job.as_secs_f64() * 1e6
     );
 }

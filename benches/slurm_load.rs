@@ -5,7 +5,10 @@
 //!
 //! `cargo bench --bench slurm_load` (Slurm 22.05, the host's packages);
 //! `RUNGUARD_SLURM_RELEASE=24.11 cargo bench --bench slurm_load` (the Debian trixie root of
-//! tests/slurm/trixie-root.sh). `RUNGUARD_LOAD_JOBS` changes the number of jobs (default 100).
+//! tests/slurm/trixie-root.sh). `RUNGUARD_LOAD_JOBS` changes the number of jobs (default 100; the
+//! nodes get CPUs enough to run them all at once), `RUNGUARD_LOAD_INTERVAL` the seconds between two
+//! lines of a job (default 1, fractions accepted): `RUNGUARD_LOAD_JOBS=1000 cargo bench --bench
+//! slurm_load`. runguard's peak memory is reported too.
 
 #[path = "lab.rs"]
 mod lab;
@@ -19,12 +22,12 @@ use lab::Cluster;
 const BIN: &str = env!("CARGO_BIN_EXE_runguard");
 const WINDOW: Duration = Duration::from_secs(60);
 
-/// A job that writes a line a second for an hour, enrolled by its comment.
+/// A job that writes a line every INTERVAL seconds, 3,600 of them, enrolled by its comment.
 const JOB: &str = r#"#!/bin/bash
 #SBATCH --comment='{"APS": {"auto_resume_mode": "requeue"}}'
 #SBATCH -N 1 -n 1
 #SBATCH -o LOGDIR/%x_%j.log
-for i in $(seq 1 3600); do echo "iteration $i/3600 | elapsed time per iteration (ms): 1000.0"; sleep 1; done
+for i in $(seq 1 3600); do echo "iteration $i/3600 | elapsed time per iteration (ms): 1000.0"; sleep INTERVAL; done
 "#;
 
 trait Rpcs {
@@ -90,6 +93,17 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks / 100.0)
 }
 
+/// The peak resident memory of a process, in MB.
+fn peak_memory_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
 fn running_jobs(cluster: &Cluster) -> usize {
     cluster
         .command("squeue")
@@ -102,6 +116,13 @@ fn running_jobs(cluster: &Cluster) -> usize {
 fn main() {
     let release = lab::release();
     let jobs = lab::count_from_env("RUNGUARD_LOAD_JOBS", 100);
+    let interval = std::env::var("RUNGUARD_LOAD_INTERVAL")
+        .ok()
+        .and_then(|text| text.parse::<f64>().ok())
+        .filter(|seconds| *seconds >= 0.01)
+        .unwrap_or(1.0);
+    // One CPU a job, on four nodes: 32 each at least (the 100 jobs of the default run).
+    let cpus = jobs.div_ceil(4).max(32).to_string();
     if !lab::installed(&release, &["slurmctld", "sdiag"]) {
         println!(
             "slurm_load: skipped, Slurm is not installed (apt-get install slurmctld slurmd slurm-client)"
@@ -116,7 +137,7 @@ fn main() {
         &work.path().join("slurm"),
         &release,
         work.path(),
-        &[("RUNGUARD_SLURM_CPUS", "32")],
+        &[("RUNGUARD_SLURM_CPUS", cpus.as_str())],
     ) {
         Ok(cluster) => cluster,
         Err(err) => {
@@ -127,7 +148,11 @@ fn main() {
     let logs = work.path().join("logs");
     let _ = std::fs::create_dir_all(&logs);
     let script = work.path().join("tick.sbatch");
-    let _ = std::fs::write(&script, JOB.replace("LOGDIR", &logs.display().to_string()));
+    let _ = std::fs::write(
+        &script,
+        JOB.replace("LOGDIR", &logs.display().to_string())
+            .replace("INTERVAL", &interval.to_string()),
+    );
     for _ in 0..jobs {
         let _ = cluster
             .command("sbatch")
@@ -137,7 +162,8 @@ fn main() {
             .status();
     }
     let started = Instant::now();
-    while running_jobs(&cluster) < jobs && started.elapsed() < Duration::from_secs(120) {
+    let patience = Duration::from_secs(120 + jobs as u64 / 4);
+    while running_jobs(&cluster) < jobs && started.elapsed() < patience {
         std::thread::sleep(Duration::from_secs(1));
     }
     let running = running_jobs(&cluster);
@@ -161,7 +187,7 @@ fn main() {
         }
     };
     // Enrolment and the first reads of every log are done before the window opens.
-    std::thread::sleep(Duration::from_secs(15));
+    std::thread::sleep(Duration::from_secs(15 + jobs as u64 / 50));
     let _ = cluster.command("sdiag").arg("--reset").status();
     let cpu_before = cpu_seconds(engine.id()).unwrap_or(0.0);
     let window = Instant::now();
@@ -169,12 +195,13 @@ fn main() {
     let cpu = cpu_seconds(engine.id()).unwrap_or(0.0) - cpu_before;
     let elapsed = window.elapsed().as_secs_f64();
     let rpcs = cluster.rpcs();
+    let peak = peak_memory_mb(engine.id());
     let _ = engine.kill();
     let _ = engine.wait();
     let per_minute = |count: u64| count as f64 * 60.0 / elapsed;
     let total: u64 = rpcs.values().sum();
     println!(
-        "runguard on Slurm {release}: {running} watched jobs running, each writing a line a second; {elapsed:.0} s window"
+        "runguard on Slurm {release}: {running} watched jobs running, each writing a line every {interval} s; {elapsed:.0} s window"
     );
     println!(
         "controller RPCs a minute from clients (runguard's commands): {:.1}  ({})",
@@ -185,4 +212,13 @@ fn main() {
             .join(", ")
     );
     println!("runguard CPU: {:.2} % of a core", cpu / elapsed * 100.0);
+    println!("runguard peak memory (VmHWM): {peak:.0} MB");
+    // What runguard counted as wrong meanwhile (a slow controller is asked less often, and says so).
+    if let Ok(store) = runguard_engine::store::Store::open(&work.path().join("runguard.sqlite"))
+        && let Ok(warnings) = store.db().warnings()
+    {
+        for (kind, count, last) in warnings {
+            println!("runguard warning {kind}: {count} (last: {last})");
+        }
+    }
 }

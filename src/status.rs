@@ -52,29 +52,40 @@ pub fn report(
     policy: &Policy,
     only: Option<i64>,
 ) -> Result<StatusReport, StoreError> {
+    // One read transaction: one state of the store, and its locks taken once, not per query.
+    db.reading(|db| report_of(db, store, policy, only))
+}
+
+fn report_of(
+    db: &Db<'_>,
+    store: &str,
+    policy: &Policy,
+    only: Option<i64>,
+) -> Result<StatusReport, StoreError> {
     let mut workflows = Vec::new();
     for workflow in db.workflows()? {
         if only.is_some_and(|id| id != workflow.id) {
             continue;
         }
         let summary = db.workflow_summary(workflow.id)?;
+        // The history the advisor reads holds the rows shown too: they are read once.
+        let Some(history) = WorkflowHistory::load(db, policy, workflow.id)? else {
+            continue;
+        };
         // Advised as of the workflow's last record: the simulated cluster keeps a clock of its own.
-        let checkpoint_advice =
-            WorkflowHistory::load(db, policy, workflow.id)?.and_then(|history| {
-                let now = history
-                    .latest_record()
-                    .unwrap_or(history.workflow.updated_at);
-                advisor::of_history(&history, now)
-            });
+        let now = history
+            .latest_record()
+            .unwrap_or(history.workflow.updated_at);
+        let checkpoint_advice = advisor::of_history(&history, now);
         workflows.push(WorkflowView {
             requeue_limit: policy.requeue_limit(&workflow),
             checkpoints: summary.checkpoints,
             last_checkpoint_iteration: summary.last_checkpoint_iteration,
-            attempts: db.attempts(workflow.id)?,
-            anomalies: db.anomalies(workflow.id)?,
-            attributions: db.attributions(workflow.id)?,
-            actions: db.actions(workflow.id)?,
-            journal: db.journal_entries(workflow.id)?,
+            attempts: history.attempts,
+            anomalies: history.anomalies,
+            attributions: history.attributions,
+            actions: history.actions,
+            journal: history.journal,
             checkpoint_advice,
             workflow,
         });

@@ -24,7 +24,7 @@ mod navigate;
 mod rows;
 
 pub use command::COMMANDS;
-pub use rows::duration_of;
+pub use rows::{RowOrder, duration_of};
 
 /// The panes, in Tab order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -258,14 +258,13 @@ async fn interact(
                 }
             }
             _ = refresh.tick() => {
-                let mut fresh = Snapshot::load(&store.db(), policy, focus(app, &snapshot))?;
-                fresh.capacity = snapshot.capacity.take();
+                let focused = focus(app, &snapshot);
+                snapshot.reload(store, policy, focused)?;
                 if app.pane == Pane::Log {
-                    reload_log(app, &fresh, terminal, clock);
+                    reload_log(app, &snapshot, terminal, clock);
                 }
                 // Durations and "ago" columns move every second; the terminal only receives changed cells.
                 dirty = true;
-                snapshot = fresh;
                 ensure_shown(app, &mut snapshot, store, policy)?;
             }
         }

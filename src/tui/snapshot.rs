@@ -11,7 +11,9 @@ use runguard_engine::model::{
 };
 use runguard_engine::recover::Policy;
 use runguard_engine::report::WorkflowHistory;
-use runguard_engine::store::{CheckpointCount, Db, StoreError};
+use runguard_engine::store::{ChangeMark, CheckpointCount, Db, Store, StoreError};
+
+use super::app::RowOrder;
 
 /// One row of the overview: an attempt with what the cockpit shows beside it.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +58,10 @@ pub struct Snapshot {
     pub capacity: Option<std::sync::Arc<runguard_engine::capacity::CapacityReport>>,
     /// Multiphase workflows with their phases (the details pane lists a phase's siblings).
     pub phases: Vec<crate::phases::MultiphaseView>,
+    /// The store's change mark when this was read (see [`Snapshot::reload`]).
+    pub mark: Option<ChangeMark>,
+    /// The overview's order of `rows`, computed when first asked for.
+    pub order: RowOrder,
 }
 
 impl Snapshot {
@@ -66,6 +72,11 @@ impl Snapshot {
         policy: &Policy,
         focus: Option<WorkflowId>,
     ) -> Result<Self, StoreError> {
+        // One read transaction: the tables agree with each other, and the locks are taken once.
+        db.reading(|db| Self::read(db, policy, focus))
+    }
+
+    fn read(db: &Db<'_>, policy: &Policy, focus: Option<WorkflowId>) -> Result<Self, StoreError> {
         let workflows: HashMap<WorkflowId, Workflow> =
             db.workflows()?.into_iter().map(|w| (w.id, w)).collect();
         let checkpoints: HashMap<(WorkflowId, u32), CheckpointCount> = db
@@ -133,11 +144,37 @@ impl Snapshot {
             nodes: load_nodes(db)?,
             capacity: None,
             phases: crate::phases::views(db)?,
+            mark: None,
+            order: RowOrder::default(),
         };
         if let Some(id) = focus {
             snapshot.ensure_detail(db, policy, id)?;
         }
         Ok(snapshot)
+    }
+
+    /// Reads the store again, as the cockpit does once a second, unless nothing in it changed since
+    /// this snapshot was read: then only the workflow `focus` is read if it is not yet. The capacity
+    /// report is kept either way (its pane reads it when shown). Whether the store was read.
+    pub fn reload(
+        &mut self,
+        store: &Store,
+        policy: &Policy,
+        focus: Option<WorkflowId>,
+    ) -> Result<bool, StoreError> {
+        // Taken before the read: a change committed during the read moves it, and the next reload reads.
+        let mark = store.change_mark()?;
+        if self.mark == Some(mark) {
+            if let Some(id) = focus {
+                self.ensure_detail(&store.db(), policy, id)?;
+            }
+            return Ok(false);
+        }
+        let mut fresh = Self::load(&store.db(), policy, focus)?;
+        fresh.mark = Some(mark);
+        fresh.capacity = self.capacity.take();
+        *self = fresh;
+        Ok(true)
     }
 
     /// Reads everything about one workflow, unless it is read already.
@@ -187,5 +224,75 @@ fn attribution_line(attribution: &Attribution) -> String {
             attribution.category,
             attribution.confidence * 100.0
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use runguard_engine::config::Config;
+    use runguard_engine::model::{BackendKind, JobSpec, JobState, RecoveryLimits};
+
+    fn attempt(workflow_id: WorkflowId, index: u32, at: DateTime<Utc>) -> Attempt {
+        Attempt {
+            workflow_id,
+            index,
+            job_id: format!("{}", 100 + index),
+            restart_count: index,
+            nodes: vec!["n1".into()],
+            gpus: 8,
+            state: JobState::Running,
+            state_raw: "RUNNING".into(),
+            reason: None,
+            submit_time: Some(at),
+            start_time: Some(at),
+            end_time: None,
+            exit_code: None,
+            excluded_nodes: Vec::new(),
+            log_path: None,
+            last_log_time: None,
+            last_iteration: None,
+            last_progress_time: None,
+            updated_at: at,
+        }
+    }
+
+    #[test]
+    fn a_reload_reads_the_store_only_after_a_change_by_another_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runguard.sqlite");
+        let mut engine = Store::open(&path).unwrap();
+        let cockpit = Store::open(&path).unwrap();
+        let now = Utc::now();
+        let id = engine
+            .write(|db| {
+                let id = db.insert_workflow(&Workflow::enrolled(
+                    "run",
+                    BackendKind::Sim,
+                    JobSpec::default(),
+                    RecoveryLimits::default(),
+                    now,
+                ))?;
+                db.save_attempt(&attempt(id, 0, now))?;
+                Ok(id)
+            })
+            .unwrap();
+        let policy = Policy::from_config(&Config::default().recovery, true);
+        let mut snapshot = Snapshot::load(&cockpit.db(), &policy, None).unwrap();
+        assert!(
+            snapshot.reload(&cockpit, &policy, None).unwrap(),
+            "no mark yet"
+        );
+        assert!(!snapshot.reload(&cockpit, &policy, Some(id)).unwrap());
+        assert!(
+            snapshot.detail(id).is_some(),
+            "the focus is read all the same"
+        );
+        engine
+            .write(|db| db.save_attempt(&attempt(id, 1, now)))
+            .unwrap();
+        assert!(snapshot.reload(&cockpit, &policy, None).unwrap());
+        assert_eq!(snapshot.rows.len(), 2);
+        assert!(!snapshot.reload(&cockpit, &policy, None).unwrap());
     }
 }

@@ -67,6 +67,14 @@ pub enum StoreError {
     NotFound { what: &'static str, id: String },
 }
 
+/// What [`Store::change_mark`] returns: SQLite's count of commits by other connections, and this
+/// connection's own count of changed rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeMark {
+    others: i64,
+    own: u64,
+}
+
 /// The store: one SQLite connection.
 pub struct Store {
     conn: Connection,
@@ -127,6 +135,8 @@ impl Store {
             .map_err(open_error)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_error)?;
+        // Room for every statement a pass or a workflow's history runs (see `Db::select_rows`).
+        conn.set_prepared_statement_cache_capacity(128);
         let mut store = Self {
             conn,
             path: path.to_path_buf(),
@@ -161,6 +171,18 @@ impl Store {
     /// Where the store lives.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A mark that differs after any committed change to the store, by this connection or another
+    /// (process or not): a reader that reads again once a second skips the read while it is equal.
+    pub fn change_mark(&self) -> Result<ChangeMark, StoreError> {
+        let others: i64 = self
+            .conn
+            .query_row("PRAGMA data_version", [], |row| row.get(0))?;
+        Ok(ChangeMark {
+            others,
+            own: self.conn.total_changes(),
+        })
     }
 
     /// Reads (and single-statement writes, which SQLite commits on their own).

@@ -6,6 +6,7 @@ use super::StoreError;
 use super::db::Db;
 use crate::model::WorkflowId;
 
+// Statements are cached: these run for every log on every pass.
 impl Db<'_> {
     /// Byte offset up to which the attempt's log has been read, and the identity of the file it was in.
     pub fn log_offset(
@@ -26,10 +27,9 @@ impl Db<'_> {
         offset: u64,
         identity: Option<&str>,
     ) -> Result<(), StoreError> {
-        self.conn.execute(
-            "UPDATE attempts SET log_offset = ?3, log_identity = ?4 WHERE workflow_id = ?1 AND idx = ?2",
-            params![workflow_id, index, offset as i64, identity],
-        )?;
+        self.conn
+            .prepare_cached("UPDATE attempts SET log_offset = ?3, log_identity = ?4 WHERE workflow_id = ?1 AND idx = ?2")?
+            .execute(params![workflow_id, index, offset as i64, identity])?;
         Ok(())
     }
 
@@ -38,11 +38,8 @@ impl Db<'_> {
     pub fn log_end(&self, workflow_id: WorkflowId, index: u32) -> Result<Option<u64>, StoreError> {
         let end: Option<Option<i64>> = self
             .conn
-            .query_row(
-                "SELECT log_end FROM attempts WHERE workflow_id = ?1 AND idx = ?2",
-                params![workflow_id, index],
-                |row| row.get(0),
-            )
+            .prepare_cached("SELECT log_end FROM attempts WHERE workflow_id = ?1 AND idx = ?2")?
+            .query_row(params![workflow_id, index], |row| row.get(0))
             .optional()?;
         Ok(end.flatten().map(|end| end.max(0) as u64))
     }
@@ -53,10 +50,9 @@ impl Db<'_> {
         index: u32,
         end: u64,
     ) -> Result<(), StoreError> {
-        self.conn.execute(
-            "UPDATE attempts SET log_end = ?3 WHERE workflow_id = ?1 AND idx = ?2",
-            params![workflow_id, index, end as i64],
-        )?;
+        self.conn
+            .prepare_cached("UPDATE attempts SET log_end = ?3 WHERE workflow_id = ?1 AND idx = ?2")?
+            .execute(params![workflow_id, index, end as i64])?;
         Ok(())
     }
 
@@ -64,11 +60,8 @@ impl Db<'_> {
     pub fn log_tail(&self, workflow_id: WorkflowId, index: u32) -> Result<Vec<u8>, StoreError> {
         let tail: Option<Option<Vec<u8>>> = self
             .conn
-            .query_row(
-                "SELECT log_tail FROM attempts WHERE workflow_id = ?1 AND idx = ?2",
-                params![workflow_id, index],
-                |row| row.get(0),
-            )
+            .prepare_cached("SELECT log_tail FROM attempts WHERE workflow_id = ?1 AND idx = ?2")?
+            .query_row(params![workflow_id, index], |row| row.get(0))
             .optional()?;
         Ok(tail.flatten().unwrap_or_default())
     }
@@ -79,10 +72,11 @@ impl Db<'_> {
         index: u32,
         tail: &[u8],
     ) -> Result<(), StoreError> {
-        self.conn.execute(
-            "UPDATE attempts SET log_tail = ?3 WHERE workflow_id = ?1 AND idx = ?2",
-            params![workflow_id, index, tail],
-        )?;
+        self.conn
+            .prepare_cached(
+                "UPDATE attempts SET log_tail = ?3 WHERE workflow_id = ?1 AND idx = ?2",
+            )?
+            .execute(params![workflow_id, index, tail])?;
         Ok(())
     }
 
@@ -100,11 +94,12 @@ impl Db<'_> {
         offset: u64,
         identity: Option<&str>,
     ) -> Result<(), StoreError> {
-        self.conn.execute(
-            "INSERT INTO log_offsets (path, offset, identity) VALUES (?1, ?2, ?3) \
+        self.conn
+            .prepare_cached(
+                "INSERT INTO log_offsets (path, offset, identity) VALUES (?1, ?2, ?3) \
              ON CONFLICT (path) DO UPDATE SET offset = ?2, identity = ?3",
-            params![path, offset as i64, identity],
-        )?;
+            )?
+            .execute(params![path, offset as i64, identity])?;
         Ok(())
     }
 
@@ -112,7 +107,8 @@ impl Db<'_> {
     fn offset(&self, sql: &str, params: impl Params) -> Result<(u64, Option<String>), StoreError> {
         let found: Option<(i64, Option<String>)> = self
             .conn
-            .query_row(sql, params, |row| Ok((row.get(0)?, row.get(1)?)))
+            .prepare_cached(sql)?
+            .query_row(params, |row| Ok((row.get(0)?, row.get(1)?)))
             .optional()?;
         Ok(found.map_or((0, None), |(offset, identity)| {
             (offset.max(0) as u64, identity)

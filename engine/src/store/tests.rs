@@ -39,6 +39,27 @@ fn reopening_keeps_the_data_and_does_not_rerun_migrations() {
 }
 
 #[test]
+fn the_change_mark_moves_with_a_change_by_this_connection_or_another_and_only_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runguard.sqlite");
+    let mut reader = Store::open(&path).unwrap();
+    let mut writer = Store::open(&path).unwrap();
+    let first = reader.change_mark().unwrap();
+    reader.db().workflows().unwrap();
+    assert_eq!(
+        reader.change_mark().unwrap(),
+        first,
+        "a read changes nothing"
+    );
+    writer.write(|db| db.insert_workflow(&workflow())).unwrap();
+    let second = reader.change_mark().unwrap();
+    assert_ne!(second, first, "another connection's commit");
+    assert_eq!(reader.change_mark().unwrap(), second);
+    reader.write(|db| db.insert_workflow(&workflow())).unwrap();
+    assert_ne!(reader.change_mark().unwrap(), second, "its own commit");
+}
+
+#[test]
 fn a_store_from_a_newer_version_is_refused_with_advice() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runguard.sqlite");

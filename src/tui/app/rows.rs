@@ -3,54 +3,88 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{App, Column};
+use std::sync::{Arc, Mutex};
+
+use super::{App, Column, Filters};
 use crate::tui::snapshot::{Approval, AttemptRow, Snapshot};
 use runguard_engine::model::JobState;
 
 impl App {
     /// The overview's rows after search, filters and sort: grouped by workflow, newest first, unless a
-    /// column sort is chosen.
+    /// column sort is chosen. The order is computed once for a snapshot (a store read) and kept while
+    /// the search, the filters and the sort stay (and, sorted by duration, within the second).
     pub fn visible_rows<'s>(
         &self,
         snapshot: &'s Snapshot,
         now: DateTime<Utc>,
     ) -> Vec<&'s AttemptRow> {
-        let needle = self.search.to_lowercase();
-        let mut rows: Vec<&AttemptRow> = snapshot
-            .rows
+        let key = OrderKey {
+            rows: snapshot.rows.len(),
+            search: self.search.clone(),
+            filters: self.filters.clone(),
+            sort: self.sort,
+            second: matches!(self.sort, Some((Column::Duration, _))).then(|| now.timestamp()),
+        };
+        let order = snapshot
+            .order
+            .get_or_compute(key, || self.order_rows(snapshot, now));
+        order
             .iter()
-            .filter(|row| {
-                needle.is_empty()
+            .filter_map(|&at| snapshot.rows.get(at))
+            .collect()
+    }
+
+    /// The places in `snapshot.rows` of the rows shown, in the order shown.
+    fn order_rows(&self, snapshot: &Snapshot, now: DateTime<Utc>) -> Vec<usize> {
+        let needle = self.search.to_lowercase();
+        let rows = &snapshot.rows;
+        let mut shown: Vec<usize> = (0..rows.len())
+            .filter(|&at| {
+                let row = &rows[at];
+                (needle.is_empty()
                     || row.workflow.to_lowercase().contains(&needle)
-                    || row.attempt.job_id.contains(&needle)
-            })
-            .filter(|row| {
-                let f = &self.filters;
-                f.state.as_deref().is_none_or(|s| {
-                    row.attempt.state.as_str() == s || row.attempt.state_raw.eq_ignore_ascii_case(s)
-                }) && f.user.as_deref().is_none_or(|u| row.user == u)
-                    && f.partition
-                        .as_deref()
-                        .is_none_or(|p| row.partition.as_deref() == Some(p))
-                    && f.backend
-                        .as_deref()
-                        .is_none_or(|b| row.backend.as_str() == b)
+                    || row.attempt.job_id.contains(&needle))
+                    && self.passes_filters(row)
             })
             .collect();
         match self.sort {
-            None => rows.sort_by(|a, b| {
+            None => shown.sort_by(|&a, &b| {
+                let (a, b) = (&rows[a], &rows[b]);
                 b.workflow_id
                     .cmp(&a.workflow_id)
                     .then(b.attempt.index.cmp(&a.attempt.index))
             }),
-            Some((column, descending)) => {
-                rows.sort_by(|a, b| {
-                    let order = column.order(a, b, now);
+            // A duration is computed once a row, not once a comparison.
+            Some((Column::Duration, descending)) => {
+                let mut keyed: Vec<(Option<chrono::TimeDelta>, usize)> = shown
+                    .iter()
+                    .map(|&at| (duration_of(&rows[at], now), at))
+                    .collect();
+                keyed.sort_by(|a, b| {
+                    let order = a.0.cmp(&b.0);
                     if descending { order.reverse() } else { order }
                 });
+                shown = keyed.into_iter().map(|(_, at)| at).collect();
             }
+            Some((column, descending)) => shown.sort_by(|&a, &b| {
+                let order = column.order(&rows[a], &rows[b], now);
+                if descending { order.reverse() } else { order }
+            }),
         }
-        rows
+        shown
+    }
+
+    fn passes_filters(&self, row: &AttemptRow) -> bool {
+        let f = &self.filters;
+        f.state.as_deref().is_none_or(|s| {
+            row.attempt.state.as_str() == s || row.attempt.state_raw.eq_ignore_ascii_case(s)
+        }) && f.user.as_deref().is_none_or(|u| row.user == u)
+            && f.partition
+                .as_deref()
+                .is_none_or(|p| row.partition.as_deref() == Some(p))
+            && f.backend
+                .as_deref()
+                .is_none_or(|b| row.backend.as_str() == b)
     }
 
     /// The overview row under the cursor.
@@ -136,4 +170,59 @@ pub fn duration_of(row: &AttemptRow, now: DateTime<Utc>) -> Option<chrono::TimeD
         now
     };
     Some((end - start).max(chrono::TimeDelta::zero()))
+}
+
+/// What the overview's order depends on besides the snapshot's rows.
+#[derive(Debug, Clone, PartialEq)]
+struct OrderKey {
+    /// A guard against rows changed in place: a new store read is a new snapshot.
+    rows: usize,
+    search: String,
+    filters: Filters,
+    sort: Option<(Column, bool)>,
+    /// The second of `now`, for the one order that moves with time (durations of running attempts).
+    second: Option<i64>,
+}
+
+/// The overview's order of one snapshot's rows, for the last search, filters and sort asked for: a
+/// frame, a key and the focus look-ups reuse it, so 100 000 attempts are sorted once a store read, not
+/// several times a frame. A copy of the snapshot starts without it.
+#[derive(Default)]
+pub struct RowOrder(Mutex<Option<(OrderKey, Arc<[usize]>)>>);
+
+impl RowOrder {
+    fn get_or_compute(&self, key: OrderKey, compute: impl FnOnce() -> Vec<usize>) -> Arc<[usize]> {
+        // A panic while computing leaves the last order, which is still a whole one.
+        let mut kept = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((known, order)) = kept.as_ref()
+            && *known == key
+        {
+            return Arc::clone(order);
+        }
+        let order: Arc<[usize]> = compute().into();
+        *kept = Some((key, Arc::clone(&order)));
+        order
+    }
+}
+
+impl Clone for RowOrder {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+/// A memo, not part of what the snapshot shows.
+impl PartialEq for RowOrder {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for RowOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RowOrder")
+    }
 }

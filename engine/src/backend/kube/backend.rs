@@ -495,6 +495,12 @@ impl Backend for KubeBackend {
         let pods = Self::values(&self.pods);
         let index = PodIndex::new(&pods);
         let nodes = Self::values(std::slice::from_ref(&self.nodes));
+        // Each workload is shown the nodes its pods are on, looked up by name: searching the whole
+        // pool for each pod cost ten thousand pods times a thousand nodes a pass.
+        let node_by_name: HashMap<&str, &Value> = nodes
+            .iter()
+            .filter_map(|node| str_at(node, "/metadata/name").map(|name| (name, node)))
+            .collect();
         let events = Self::values(&self.events);
         let mut snapshots = Vec::new();
         for (kind, workload) in self.workload_values() {
@@ -519,11 +525,21 @@ impl Backend for KubeBackend {
                     .open(&log);
             }
             let mine = pods_of(kind, &workload, &index);
+            let mut their_nodes: Vec<Value> = Vec::new();
+            for name in mine.iter().filter_map(|pod| str_at(pod, "/spec/nodeName")) {
+                if let Some(node) = node_by_name.get(name)
+                    && !their_nodes
+                        .iter()
+                        .any(|known| str_at(known, "/metadata/name") == Some(name))
+                {
+                    their_nodes.push((*node).clone());
+                }
+            }
             let Some(mut snapshot) = snapshot(
                 kind,
                 &workload,
                 &mine,
-                &nodes,
+                &their_nodes,
                 Some(log.clone()),
                 self.cluster.as_deref(),
             ) else {
@@ -531,7 +547,7 @@ impl Backend for KubeBackend {
             };
             self.settle(&mut snapshot, &mine);
             self.save_spec(&reference, &workload).await;
-            let lines = evidence(kind, &workload, &mine, &nodes, &events);
+            let lines = evidence(kind, &workload, &mine, &their_nodes, &events);
             if let Err(err) = self.logs.write_evidence(&log, &lines).await {
                 tracing::warn!(log = %log.display(), %err, "writing evidence");
             }

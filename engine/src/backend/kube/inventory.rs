@@ -2,6 +2,8 @@
 //! call of its own): each node's allocatable `nvidia.com/gpu`, the GPUs the pods bound to it request,
 //! and whether it takes pods (Ready, not cordoned or tainted).
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 use super::backend::{KubeBackend, SUSPECT_TAINT};
@@ -27,6 +29,15 @@ impl KubeBackend {
 /// named in `unreadable`.
 pub(super) fn listing(nodes: &[Value], pods: &[Value]) -> NodeListing {
     let mut listing = NodeListing::default();
+    // Summed once by node: thousands of pods are gone through once, not once a node.
+    let mut held: HashMap<&str, u32> = HashMap::new();
+    for pod in pods {
+        if let Some(node) = str_at(pod, "/spec/nodeName")
+            && matches!(str_at(pod, "/status/phase"), Some("Pending" | "Running"))
+        {
+            *held.entry(node).or_default() += pod_gpus(pod);
+        }
+    }
     for node in nodes {
         let Some(name) = str_at(node, "/metadata/name") else {
             listing.unreadable.push("a node without a name".to_string());
@@ -40,12 +51,7 @@ pub(super) fn listing(nodes: &[Value], pods: &[Value]) -> NodeListing {
             ));
             continue;
         };
-        let used: u32 = pods
-            .iter()
-            .filter(|pod| str_at(pod, "/spec/nodeName") == Some(name))
-            .filter(|pod| matches!(str_at(pod, "/status/phase"), Some("Pending" | "Running")))
-            .map(pod_gpus)
-            .sum();
+        let used = held.get(name).copied().unwrap_or(0);
         let (state, reason) = match out_of_service(node) {
             Some((state, reason)) => (state, Some(reason)),
             None if used == 0 => (NodeUse::Idle, None),

@@ -20,6 +20,8 @@ use crate::sync::lock;
 
 /// How long a follower waits before reconnecting a stream that ended while the container runs.
 const RECONNECT_WAIT: Duration = Duration::from_secs(1);
+/// A pause in a stream this long writes the lines that came before it.
+const FLUSH_PAUSE: Duration = Duration::from_millis(200);
 /// Positions are written at most this often while lines flow.
 const POSITION_EVERY: Duration = Duration::from_secs(1);
 
@@ -247,9 +249,14 @@ impl LogHub {
                     let mut seen_now = 0;
                     let mut saved_at = tokio::time::Instant::now();
                     loop {
-                        // Lines arrive one by one; a pause flushes what has come.
-                        let next =
-                            tokio::time::timeout(Duration::from_millis(200), lines.next()).await;
+                        // Lines arrive one by one; a pause flushes what has come. With nothing to
+                        // flush there is no pause to wait for: thousands of quiet followers set no
+                        // timer at all.
+                        let next = if batch.is_empty() {
+                            Ok(lines.next().await)
+                        } else {
+                            tokio::time::timeout(FLUSH_PAUSE, lines.next()).await
+                        };
                         let line = match next {
                             Ok(Some(Ok(line))) => Some(line),
                             Ok(Some(Err(err))) => {
@@ -338,8 +345,10 @@ impl LogHub {
         }
         batch.clear();
         if force || saved_at.elapsed() >= POSITION_EVERY {
+            // Written here, as the lines are (see `append`): handed to a blocking thread, ten thousand
+            // followers writing once a second kept the whole pool of blocking threads busy.
             if let Ok(text) = serde_json::to_string(position) {
-                let _ = tokio::fs::write(position_file, text).await;
+                let _ = std::fs::write(position_file, text);
             }
             *saved_at = tokio::time::Instant::now();
         }
