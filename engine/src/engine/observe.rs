@@ -726,6 +726,19 @@ fn share_log(
     Ok(())
 }
 
+/// What a workflow's check says of runguard's right to act on the job: a job of another user may be
+/// changed only by an operator or an administrator of the scheduler, so its actions may be refused
+/// (and are then recorded as what runguard would have done).
+fn access_note(job_user: &str, runner: Option<&str>) -> Option<String> {
+    let runner = runner.filter(|runner| !runner.is_empty() && *runner != "root")?;
+    (!job_user.is_empty() && job_user != runner).then(|| {
+        format!(
+            "; the job is {job_user}'s and runguard runs as {runner}: the scheduler refuses its \
+             actions unless {runner} is an operator or administrator there"
+        )
+    })
+}
+
 /// A job seen for the first time becomes a workflow.
 fn enrol(
     db: &Db<'_>,
@@ -938,10 +951,14 @@ impl Engine {
             } else {
                 format!(" on {}", attempt.nodes.join(","))
             };
+            let runner = std::env::var("USER")
+                .or_else(|_| std::env::var("LOGNAME"))
+                .ok();
             let reason = format!(
-                "checked: job {} runs{on} and its log {} is read",
+                "checked: job {} runs{on} and its log {} is read{}",
                 attempt.job_id,
-                path.display()
+                path.display(),
+                access_note(&workflow.spec.user, runner.as_deref()).unwrap_or_default()
             );
             set_status(
                 db,
@@ -994,5 +1011,23 @@ impl Engine {
             Ok(())
         })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::access_note;
+
+    #[test]
+    fn a_job_of_another_user_is_noted_as_possibly_refused_unless_runguard_is_root() {
+        assert_eq!(access_note("alice", Some("alice")), None);
+        assert_eq!(access_note("alice", Some("root")), None);
+        assert_eq!(access_note("alice", None), None);
+        assert_eq!(access_note("", Some("bob")), None);
+        let note = access_note("alice", Some("bob")).unwrap_or_default();
+        assert!(
+            note.contains("the job is alice's and runguard runs as bob"),
+            "{note}"
+        );
     }
 }
