@@ -126,16 +126,26 @@ fn follow_attempt(
         && workflow.status == WorkflowStatus::Pending
         && attempt.log_path.is_none()
     {
-        // Nothing to read: it stays pending, and says why.
+        // Nothing to read: watched through the scheduler alone, and it says so.
         let reason = format!(
-            "job {} runs on {}, but runguard knows no log of it (set telemetry.log_dir and \
-             log_pattern, or give the job an output path)",
+            "checked: job {} runs on {}; runguard knows no log of it, so only the scheduler's \
+             states are watched (set telemetry.log_dir and log_pattern, or give the job an output path)",
             attempt.job_id,
             attempt.nodes.join(",")
         );
-        if workflow.status_reason.as_deref() != Some(reason.as_str()) {
-            set_status(db, workflow, WorkflowStatus::Pending, Some(reason), now)?;
-        }
+        set_status(
+            db,
+            workflow,
+            WorkflowStatus::Enabled,
+            Some(reason.clone()),
+            now,
+        )?;
+        db.journal(Some(workflow.id), now, &format!("watching: {reason}"), &[])?;
+        events.push(EngineEvent::WorkflowStatusChanged {
+            workflow_id: workflow.id,
+            status: WorkflowStatus::Enabled,
+            reason: Some(reason),
+        });
     }
     if attempt.state == JobState::Running
         && workflow.status == WorkflowStatus::Recovering
