@@ -133,19 +133,7 @@ fn follow_attempt(
             attempt.job_id,
             attempt.nodes.join(",")
         );
-        set_status(
-            db,
-            workflow,
-            WorkflowStatus::Enabled,
-            Some(reason.clone()),
-            now,
-        )?;
-        db.journal(Some(workflow.id), now, &format!("watching: {reason}"), &[])?;
-        events.push(EngineEvent::WorkflowStatusChanged {
-            workflow_id: workflow.id,
-            status: WorkflowStatus::Enabled,
-            reason: Some(reason),
-        });
+        enable(db, workflow, reason, "watching", now, events)?;
     }
     if attempt.state == JobState::Running
         && workflow.status == WorkflowStatus::Recovering
@@ -156,20 +144,33 @@ fn follow_attempt(
             attempt.index,
             attempt.nodes.join(",")
         );
-        set_status(
-            db,
-            workflow,
-            WorkflowStatus::Enabled,
-            Some(reason.clone()),
-            now,
-        )?;
-        db.journal(Some(workflow.id), now, &format!("recovered: {reason}"), &[])?;
-        events.push(EngineEvent::WorkflowStatusChanged {
-            workflow_id: workflow.id,
-            status: WorkflowStatus::Enabled,
-            reason: Some(reason),
-        });
+        enable(db, workflow, reason, "recovered", now, events)?;
     }
+    Ok(())
+}
+
+/// Moves a workflow to `enabled` with `reason`, journaled as `what: reason`, and says so.
+fn enable(
+    db: &Db<'_>,
+    workflow: &mut Workflow,
+    reason: String,
+    what: &str,
+    now: DateTime<Utc>,
+    events: &mut Vec<EngineEvent>,
+) -> Result<(), StoreError> {
+    set_status(
+        db,
+        workflow,
+        WorkflowStatus::Enabled,
+        Some(reason.clone()),
+        now,
+    )?;
+    db.journal(Some(workflow.id), now, &format!("{what}: {reason}"), &[])?;
+    events.push(EngineEvent::WorkflowStatusChanged {
+        workflow_id: workflow.id,
+        status: WorkflowStatus::Enabled,
+        reason: Some(reason),
+    });
     Ok(())
 }
 
@@ -970,20 +971,7 @@ impl Engine {
                 path.display(),
                 access_note(&workflow.spec.user, runner.as_deref()).unwrap_or_default()
             );
-            set_status(
-                db,
-                &mut workflow,
-                WorkflowStatus::Enabled,
-                Some(reason.clone()),
-                now,
-            )?;
-            db.journal(Some(workflow_id), now, &format!("watching: {reason}"), &[])?;
-            events.push(EngineEvent::WorkflowStatusChanged {
-                workflow_id,
-                status: WorkflowStatus::Enabled,
-                reason: Some(reason),
-            });
-            Ok(())
+            enable(db, &mut workflow, reason, "watching", now, &mut events)
         })?;
         self.pending_events.extend(events);
         Ok(())

@@ -207,33 +207,29 @@ impl SimCluster {
     /// completed (None while no attempt runs) and its last completed checkpoint (0: none yet).
     pub fn progress(&self, name: &str) -> Result<SimProgress, BackendError> {
         self.at_now(|world, _, _| {
-            let running = world
-                .state
-                .jobs
-                .iter()
-                .filter(|job| {
-                    world
-                        .scenario
-                        .jobs
-                        .get(job.workload)
-                        .is_some_and(|spec| spec.name == name)
-                })
-                .find_map(|job| match &job.phase {
-                    state::Phase::Running(run) => Some((run.iteration, run.resumed_from)),
-                    _ => None,
-                });
+            let of_workload = |job: &&state::Job| {
+                world
+                    .scenario
+                    .jobs
+                    .get(job.workload)
+                    .is_some_and(|spec| spec.name == name)
+            };
+            let running =
+                world
+                    .state
+                    .jobs
+                    .iter()
+                    .filter(of_workload)
+                    .find_map(|job| match &job.phase {
+                        state::Phase::Running(run) => Some((run.iteration, run.resumed_from)),
+                        _ => None,
+                    });
             let struck_ms = world
                 .state
                 .jobs
                 .iter()
                 .rev()
-                .filter(|job| {
-                    world
-                        .scenario
-                        .jobs
-                        .get(job.workload)
-                        .is_some_and(|spec| spec.name == name)
-                })
+                .filter(of_workload)
                 .find_map(|job| job.struck_ms);
             Ok(SimProgress {
                 struck_ms,
