@@ -135,19 +135,7 @@ mod tests {
     use super::*;
 
     fn chunk(text: &str) -> Chunk {
-        let mut spans = Vec::new();
-        let mut start = 0;
-        for line in text.split_inclusive('\n') {
-            let end = start + line.trim_end_matches('\n').len();
-            spans.push((start, end));
-            start += line.len();
-        }
-        Chunk {
-            text: text.to_string(),
-            spans,
-            next_offset: text.len() as u64,
-            ..Chunk::default()
-        }
+        Chunk::of_text(text)
     }
 
     fn rejoined(text: &str) -> Vec<String> {

@@ -263,18 +263,7 @@ mod tests {
     use super::*;
 
     fn chunk(text: &str) -> Chunk {
-        let mut spans = Vec::new();
-        let mut start = 0;
-        for line in text.split_inclusive('\n') {
-            let body = line.trim_end_matches('\n');
-            spans.push((start, start + body.len()));
-            start += line.len();
-        }
-        Chunk {
-            text: text.to_string(),
-            spans,
-            ..Chunk::default()
-        }
+        Chunk::of_text(text)
     }
 
     fn scan(literals: &[&str]) -> LineScan {

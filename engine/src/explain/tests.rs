@@ -33,18 +33,7 @@ fn now() -> DateTime<Utc> {
 }
 
 fn chunk_of(text: &str) -> Chunk {
-    let mut spans = Vec::new();
-    let mut start = 0;
-    for line in text.split_inclusive('\n') {
-        let body = line.trim_end_matches('\n').trim_end_matches('\r');
-        spans.push((start, start + body.len()));
-        start += line.len();
-    }
-    Chunk {
-        text: text.to_string(),
-        spans,
-        ..Chunk::default()
-    }
+    Chunk::of_text(text)
 }
 
 /// A generated log of many progress-line shapes with failures, tracebacks and straggler reports

@@ -34,6 +34,26 @@ pub struct Chunk {
     pub tail: Vec<u8>,
 }
 
+#[cfg(test)]
+impl Chunk {
+    /// `text` as one read of whole lines, framed as a read frames them.
+    pub(crate) fn of_text(text: &str) -> Self {
+        let mut spans = Vec::new();
+        let mut start = 0;
+        for line in text.split_inclusive('\n') {
+            let body = line.trim_end_matches('\n').trim_end_matches('\r');
+            spans.push((start, start + body.len()));
+            start += line.len();
+        }
+        Self {
+            text: text.to_string(),
+            spans,
+            next_offset: text.len() as u64,
+            ..Self::default()
+        }
+    }
+}
+
 /// How many of the last bytes read are kept to recognise a file's content later.
 pub const TAIL_BYTES: usize = 32;
 
