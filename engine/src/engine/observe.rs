@@ -1,7 +1,7 @@
 //! Observation: the scheduler's view of each job, and what the logs say since the last tick.
 //! Nothing here acts on the cluster.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -12,7 +12,7 @@ use crate::model::{
     Attempt, BackendKind, Checkpoint, JobState, ThroughputSample, Workflow, WorkflowId,
     WorkflowStatus,
 };
-use crate::store::{Db, StoreError};
+use crate::store::{Db, LogPosition, StoreError};
 use crate::telemetry::discover::LogPattern;
 use crate::telemetry::pipeline::{Digester, LogDigest};
 use crate::telemetry::straggler_report::StragglerReport;
@@ -405,12 +405,24 @@ impl Engine {
             max_line_bytes: self.config.telemetry.max_line_bytes,
             max_read_bytes: self.config.telemetry.max_read_bytes_per_tick,
         };
-        let workflows = self.store.db().workflows()?;
+        // What every log needs, in one read transaction: a pass reads every log a second, and a
+        // query a log (with its file locks) cost more than reading the logs.
+        let (workflows, attempts, positions) = self
+            .store
+            .db()
+            .reading(|db| Ok((db.workflows()?, db.active_attempts()?, db.log_positions()?)))?;
+        let mut by_workflow: HashMap<WorkflowId, Vec<Attempt>> = HashMap::new();
+        for attempt in attempts {
+            by_workflow
+                .entry(attempt.workflow_id)
+                .or_default()
+                .push(attempt);
+        }
         let mut followed = Vec::new();
         // One read's memory serves the next; it is dropped at the end of the tick.
         let mut spare = Chunk::default();
         for workflow in workflows.into_iter().filter(|w| w.status.is_active()) {
-            let attempts = self.store.db().attempts(workflow.id)?;
+            let attempts = by_workflow.remove(&workflow.id).unwrap_or_default();
             if let Some(path) = attempts.last().and_then(|latest| latest.log_path.clone()) {
                 followed.push(path);
             }
@@ -421,8 +433,14 @@ impl Engine {
                 if changed.is_some_and(|changed| !changed.contains(&absolute(&path))) {
                     continue;
                 }
-                let (offset, identity) = self.store.db().log_offset(workflow.id, attempt.index)?;
-                let end = self.store.db().log_end(workflow.id, attempt.index)?;
+                let LogPosition {
+                    offset,
+                    identity,
+                    end,
+                } = positions
+                    .get(&(workflow.id, attempt.index))
+                    .cloned()
+                    .unwrap_or_default();
                 let mut limits = limits;
                 if let Some(end) = end {
                     // A newer attempt of the job writes the rest of this file.
@@ -835,7 +853,11 @@ fn store_digest(
                 .and_then(|rank| attempt.nodes.get((rank / ranks_per_node) as usize).cloned()),
         })?;
     }
-    let known = db.checkpoints(workflow.id)?;
+    let known = if digest.checkpoints.is_empty() {
+        Vec::new()
+    } else {
+        db.checkpoints(workflow.id)?
+    };
     let mut newest = known.iter().map(|c| c.iteration).max();
     let mut progressed = false;
     for (iteration, path, time) in digest.checkpoints {
@@ -864,8 +886,8 @@ fn store_digest(
         });
     }
     // Re-read: observation earlier in this tick may have changed the stored rows.
-    if let Some(mut current) = db.workflow(workflow.id)?
-        && progressed
+    if progressed
+        && let Some(mut current) = db.workflow(workflow.id)?
         && current.failures_since_checkpoint != 0
     {
         current.failures_since_checkpoint = 0;
@@ -877,24 +899,15 @@ fn store_digest(
             &[],
         )?;
     }
-    if let Some(mut stored) = db
-        .attempts(workflow.id)?
-        .into_iter()
-        .find(|a| a.index == attempt.index)
-    {
-        // The heartbeat and progress clocks run on arrival time, not on the lines' own stamps: a node
-        // whose clock jumped ahead (or behind) must not hide a hang or fake one.
-        if digest.lines > 0 {
-            stored.last_log_time = Some(now);
-        }
-        if let Some(iteration) = digest.last_iteration
-            && stored.last_iteration.is_none_or(|last| iteration > last)
-        {
-            stored.last_iteration = Some(iteration);
-            stored.last_progress_time = Some(now);
-        }
-        db.save_attempt(&stored)?;
-    }
+    // The heartbeat and progress clocks run on arrival time, not on the lines' own stamps: a node
+    // whose clock jumped ahead (or behind) must not hide a hang or fake one.
+    db.note_log_activity(
+        workflow.id,
+        attempt.index,
+        (digest.lines > 0).then_some(now),
+        digest.last_iteration,
+        now,
+    )?;
     Ok(())
 }
 

@@ -31,7 +31,7 @@ impl FromRow for Action {
 
 impl Db<'_> {
     pub fn insert_action(&self, action: &Action) -> Result<ActionId, StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO actions (workflow_id, attempt_index, kind, params, state, permitted, why, command, \
              result, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
@@ -52,7 +52,7 @@ impl Db<'_> {
     }
 
     pub fn update_action(&self, action: &Action) -> Result<(), StoreError> {
-        let changed = self.conn.execute(
+        let changed = self.execute(
             "UPDATE actions SET state = ?2, command = ?3, result = ?4, updated_at = ?5, params = ?6 WHERE id = ?1",
             params![
                 action.id,

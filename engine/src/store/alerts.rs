@@ -90,7 +90,6 @@ impl Db<'_> {
     /// The last notification already turned into deliveries; `None` before alerts ever ran.
     pub fn alert_cursor(&self) -> Result<Option<i64>, StoreError> {
         Ok(self
-            .conn
             .query_row(
                 "SELECT last_notification_id FROM alert_cursor WHERE id = 1",
                 [],
@@ -100,7 +99,7 @@ impl Db<'_> {
     }
 
     pub fn set_alert_cursor(&self, last_notification_id: i64) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO alert_cursor (id, last_notification_id) VALUES (1, ?1) \
              ON CONFLICT(id) DO UPDATE SET last_notification_id = excluded.last_notification_id",
             [last_notification_id],
@@ -109,7 +108,7 @@ impl Db<'_> {
     }
 
     pub fn insert_delivery(&self, delivery: &Delivery) -> Result<i64, StoreError> {
-        self.conn.execute(
+        self.execute(
             &format!(
                 "INSERT INTO alert_deliveries ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 Delivery::COLUMNS.trim_start_matches("id, ")
@@ -135,7 +134,7 @@ impl Db<'_> {
 
     /// Records a try's outcome.
     pub fn update_delivery(&self, delivery: &Delivery) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "UPDATE alert_deliveries SET state = ?2, attempts = ?3, next_try_at = ?4, last_error = ?5, \
              updated_at = ?6 WHERE id = ?1",
             params![
@@ -159,7 +158,6 @@ impl Db<'_> {
         since: DateTime<Utc>,
     ) -> Result<Option<i64>, StoreError> {
         Ok(self
-            .conn
             .query_row(
                 "SELECT id FROM alert_deliveries WHERE channel = ?1 AND dedupe_key = ?2 \
                  AND created_at >= ?3 AND state IN ('pending', 'delivered') ORDER BY id LIMIT 1",
@@ -197,7 +195,7 @@ impl Db<'_> {
 
     /// How many deliveries of `channel` still wait, due or not.
     pub fn pending_deliveries(&self, channel: &str) -> Result<u32, StoreError> {
-        Ok(self.conn.query_row(
+        Ok(self.query_row(
             "SELECT COUNT(*) FROM alert_deliveries WHERE channel = ?1 AND state = 'pending'",
             [channel],
             |row| row.get(0),

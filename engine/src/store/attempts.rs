@@ -6,6 +6,8 @@ use rusqlite::{OptionalExtension, Row, params};
 
 use super::columns::{json, opt_time, time, to_json};
 use super::db::{Db, FromRow};
+use chrono::{DateTime, Utc};
+
 use super::{StoreError, time_to_text};
 use crate::model::{Attempt, JobState, WorkflowId};
 
@@ -45,7 +47,7 @@ impl FromRow for Attempt {
 impl Db<'_> {
     /// Inserts or replaces an attempt (keyed by workflow and index), keeping its log offset and handled mark.
     pub fn save_attempt(&self, attempt: &Attempt) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO attempts (workflow_id, idx, job_id, restart_count, nodes, gpus, state, state_raw, \
              reason, submit_time, start_time, end_time, exit_code, excluded_nodes, log_path, last_log_time, \
              last_iteration, updated_at, last_progress_time) \
@@ -82,11 +84,55 @@ impl Db<'_> {
         Ok(())
     }
 
+    /// What reading an attempt's log told: when a line last arrived (`heard`), and the iteration it
+    /// reached, which moves the progress clock to `now` only when it is beyond the one stored. One
+    /// narrow update: it runs for every log read, every pass.
+    pub fn note_log_activity(
+        &self,
+        workflow_id: WorkflowId,
+        index: u32,
+        heard: Option<DateTime<Utc>>,
+        iteration: Option<u64>,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if heard.is_none() && iteration.is_none() {
+            return Ok(());
+        }
+        // SQLite evaluates every SET against the row as it was, so the comparison reads the old
+        // iteration in both places.
+        self.execute(
+            "UPDATE attempts SET last_log_time = COALESCE(?3, last_log_time), \
+             last_progress_time = CASE WHEN ?4 IS NOT NULL AND (last_iteration IS NULL OR ?4 > last_iteration) \
+             THEN ?5 ELSE last_progress_time END, \
+             last_iteration = CASE WHEN ?4 IS NOT NULL AND (last_iteration IS NULL OR ?4 > last_iteration) \
+             THEN ?4 ELSE last_iteration END \
+             WHERE workflow_id = ?1 AND idx = ?2",
+            params![
+                workflow_id,
+                index,
+                heard.map(time_to_text),
+                iteration.map(|i| i as i64),
+                time_to_text(now),
+            ],
+        )?;
+        Ok(())
+    }
+
     /// A workflow's attempts, first to last.
     pub fn attempts(&self, workflow_id: WorkflowId) -> Result<Vec<Attempt>, StoreError> {
         self.select(
             "FROM attempts WHERE workflow_id = ?1 ORDER BY idx",
             [workflow_id],
+        )
+    }
+
+    /// Every attempt of every workflow still watched (not completed), by workflow and index: one read
+    /// for a pass over the logs.
+    pub fn active_attempts(&self) -> Result<Vec<Attempt>, StoreError> {
+        self.select(
+            "FROM attempts WHERE workflow_id IN (SELECT id FROM workflows WHERE status != 'completed') \
+             ORDER BY workflow_id, idx",
+            [],
         )
     }
 
@@ -111,7 +157,6 @@ impl Db<'_> {
     /// Whether the engine already acted on this attempt's failure (so a restart does not act again).
     pub fn attempt_handled(&self, workflow_id: WorkflowId, index: u32) -> Result<bool, StoreError> {
         let handled: Option<bool> = self
-            .conn
             .query_row(
                 "SELECT handled FROM attempts WHERE workflow_id = ?1 AND idx = ?2",
                 params![workflow_id, index],
@@ -126,7 +171,7 @@ impl Db<'_> {
         workflow_id: WorkflowId,
         index: u32,
     ) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "UPDATE attempts SET handled = 1 WHERE workflow_id = ?1 AND idx = ?2",
             params![workflow_id, index],
         )?;

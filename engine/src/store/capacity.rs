@@ -20,7 +20,7 @@ impl Db<'_> {
         jobs: impl Iterator<Item = &'s QueueSample>,
     ) -> Result<(), StoreError> {
         let time = time_to_text(instant.time);
-        self.conn.execute(
+        self.execute(
             "INSERT OR REPLACE INTO capacity_listings (time, seconds) VALUES (?1, ?2)",
             params![time, instant.seconds],
         )?;
@@ -66,13 +66,13 @@ impl Db<'_> {
     /// Forgets the listings recorded before `before`; how many listings of the jobs went.
     pub fn forget_listings_before(&self, before: DateTime<Utc>) -> Result<usize, StoreError> {
         let before = time_to_text(before);
-        let gone = self.conn.execute(
+        let gone = self.execute(
             "DELETE FROM capacity_listings WHERE time < ?1",
             params![before],
         )?;
         self.conn
             .execute("DELETE FROM capacity_jobs WHERE time < ?1", params![before])?;
-        self.conn.execute(
+        self.execute(
             "DELETE FROM capacity_nodes WHERE time < ?1",
             params![before],
         )?;
@@ -95,7 +95,7 @@ impl Db<'_> {
     }
 
     fn last_time(&self, sql: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
-        let text: Option<String> = self.conn.query_row(sql, [], |row| row.get(0))?;
+        let text: Option<String> = self.query_row(sql, [], |row| row.get(0))?;
         text.as_deref().map(time_from_text).transpose()
     }
 

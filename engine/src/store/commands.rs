@@ -66,7 +66,7 @@ impl Db<'_> {
         action_id: ActionId,
         time: DateTime<Utc>,
     ) -> Result<i64, StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO commands (time, kind, action_id) VALUES (?1, ?2, ?3)",
             params![time_to_text(time), kind.as_str(), action_id],
         )?;
@@ -80,7 +80,7 @@ impl Db<'_> {
         node: &str,
         time: DateTime<Utc>,
     ) -> Result<i64, StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO commands (time, kind, action_id, node) VALUES (?1, ?2, 0, ?3)",
             params![time_to_text(time), kind.as_str(), node],
         )?;
@@ -94,7 +94,6 @@ impl Db<'_> {
     /// The outcome of a command once the engine applied it.
     pub fn command_outcome(&self, id: i64) -> Result<Option<String>, StoreError> {
         let outcome: Option<Option<String>> = self
-            .conn
             .query_row(
                 "SELECT outcome FROM commands WHERE id = ?1 AND done = 1",
                 [id],
@@ -105,7 +104,7 @@ impl Db<'_> {
     }
 
     pub fn finish_command(&self, id: i64, outcome: &str) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "UPDATE commands SET done = 1, outcome = ?2 WHERE id = ?1",
             params![id, outcome],
         )?;

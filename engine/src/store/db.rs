@@ -30,13 +30,29 @@ impl<'c> Db<'c> {
         &self,
         read: impl FnOnce(&Db<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.conn.execute_batch("SAVEPOINT reading")?;
+        self.execute("SAVEPOINT reading", [])?;
         let result = read(self);
         // Released whether the read failed or not; nothing was written, so nothing is committed.
-        let released = self.conn.execute_batch("RELEASE reading");
+        let released = self.execute("RELEASE reading", []);
         let value = result?;
         released?;
         Ok(value)
+    }
+
+    /// Runs one statement, prepared once per connection: the engine writes the same few statements
+    /// for every log it reads, every pass, and parsing one costs more than running it.
+    pub(super) fn execute(&self, sql: &str, params: impl Params) -> Result<usize, rusqlite::Error> {
+        self.conn.prepare_cached(sql)?.execute(params)
+    }
+
+    /// The one row `sql` gives, through `map`, with the statement prepared once (see [`Db::execute`]).
+    pub(super) fn query_row<T>(
+        &self,
+        sql: &str,
+        params: impl Params,
+        map: impl FnOnce(&Row<'_>) -> Result<T, rusqlite::Error>,
+    ) -> Result<T, rusqlite::Error> {
+        self.conn.prepare_cached(sql)?.query_row(params, map)
     }
 
     /// Every row of `SELECT <T's columns> <tail>`, in the order the query gives them.

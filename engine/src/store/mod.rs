@@ -36,6 +36,7 @@ pub use alerts::{Delivery, DeliveryState};
 pub use commands::{Command, CommandKind};
 pub use db::Db;
 pub use evidence::CheckpointCount;
+pub use offsets::LogPosition;
 pub use workflows::WorkflowSummary;
 
 /// A store that could not be opened, read or written.
@@ -196,14 +197,27 @@ impl Store {
         change: impl FnOnce(&Db<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         // Immediate, so that a change that reads before it writes waits for another writer (the CLI
-        // queueing a command) instead of failing when it comes to write.
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let value = change(&Db::new(&tx))?;
+        // queueing a command) instead of failing when it comes to write. The statements are prepared
+        // once: the engine writes once for each log it reads, every pass.
+        let db = Db::new(&self.conn);
+        db.execute("BEGIN IMMEDIATE", [])?;
+        let open = Open(&db);
+        let value = change(&db)?;
         crate::chaos::point("store_commit");
-        tx.commit()?;
+        db.execute("COMMIT", [])?;
+        std::mem::forget(open);
         Ok(value)
+    }
+}
+
+/// A write transaction not committed: rolled back when dropped (the change failed, or panicked), so
+/// that nothing of it stays and the connection can begin the next.
+struct Open<'a, 'c>(&'a Db<'c>);
+
+impl Drop for Open<'_, '_> {
+    fn drop(&mut self) {
+        // A failed rollback (the transaction already ended by SQLite) leaves nothing to undo.
+        let _ = self.0.execute("ROLLBACK", []);
     }
 }
 

@@ -24,7 +24,7 @@ impl FromRow for Narrative {
 impl Db<'_> {
     /// Keeps a narrative, replacing an earlier one of the same failure.
     pub fn save_narrative(&self, narrative: &Narrative) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO narratives (workflow_id, anomaly_id, source, text, created_at) \
              VALUES (?1, ?2, ?3, ?4, ?5) \
              ON CONFLICT (workflow_id, anomaly_id) DO UPDATE SET source = ?3, text = ?4, created_at = ?5",

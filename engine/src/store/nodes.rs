@@ -68,7 +68,7 @@ impl FromRow for AddedExclusion {
 impl Db<'_> {
     /// Records an incident; false when the same incident (node, kind, job, attempt, time) is there.
     pub fn insert_node_incident(&self, incident: &NodeIncident) -> Result<bool, StoreError> {
-        let exists: bool = self.conn.query_row(
+        let exists: bool = self.query_row(
             "SELECT EXISTS(SELECT 1 FROM node_incidents WHERE node = ?1 AND kind = ?2 AND time = ?3 \
              AND job_id IS ?4 AND attempt_index IS ?5 AND workflow_id IS ?6)",
             params![
@@ -84,7 +84,7 @@ impl Db<'_> {
         if exists {
             return Ok(false);
         }
-        self.conn.execute(
+        self.execute(
             "INSERT INTO node_incidents (node, time, source, kind, weight, fatal, workflow_id, \
              attempt_index, job_id, evidence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
@@ -153,7 +153,7 @@ impl Db<'_> {
     }
 
     pub fn upsert_node_record(&self, record: &NodeRecord) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO nodes (node, state, since, reason, counted_from, quarantines, next_check_at, \
              failed_checks, probation_until, drain_reason, updated_at) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
@@ -179,7 +179,7 @@ impl Db<'_> {
 
     /// Remembers that runguard added `node` to a pending job's exclusions.
     pub fn add_exclusion(&self, exclusion: &AddedExclusion) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT OR IGNORE INTO node_exclusions (node, workflow_id, job_id, added_at) \
              VALUES (?1, ?2, ?3, ?4)",
             params![
@@ -221,7 +221,7 @@ impl Db<'_> {
     }
 
     pub fn remove_exclusion(&self, node: &str, job_id: &str) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "DELETE FROM node_exclusions WHERE node = ?1 AND job_id = ?2",
             params![node, job_id],
         )?;

@@ -27,7 +27,7 @@ impl FromRow for Notification {
 
 impl Db<'_> {
     pub fn insert_notification(&self, notification: &Notification) -> Result<i64, StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO notifications (workflow_id, time, severity, title, body, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
                 notification.workflow_id,
@@ -60,7 +60,7 @@ impl Db<'_> {
 
     /// The highest notification id, 0 when there is none.
     pub fn last_notification_id(&self) -> Result<i64, StoreError> {
-        Ok(self.conn.query_row(
+        Ok(self.query_row(
             "SELECT COALESCE(MAX(id), 0) FROM notifications",
             [],
             |row| row.get(0),

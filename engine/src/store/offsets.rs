@@ -1,13 +1,50 @@
 //! How far each log has been read: an attempt's own log, and shared logs (a node's kernel log).
 
+use std::collections::HashMap;
+
 use rusqlite::{OptionalExtension, Params, params};
 
 use super::StoreError;
 use super::db::Db;
 use crate::model::WorkflowId;
 
+/// Where reading an attempt's log stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogPosition {
+    /// Byte offset read up to.
+    pub offset: u64,
+    /// The identity of the file that offset is in.
+    pub identity: Option<String>,
+    /// Where the attempt's part of a shared log ends (see [`Db::log_end`]).
+    pub end: Option<u64>,
+}
+
 // Statements are cached: these run for every log on every pass.
 impl Db<'_> {
+    /// The position of every log of a workflow still watched, by workflow and attempt index: one
+    /// query for a pass over every log instead of two a log.
+    pub fn log_positions(&self) -> Result<HashMap<(WorkflowId, u32), LogPosition>, StoreError> {
+        let rows = self.select_rows(
+            "SELECT workflow_id, idx, log_offset, log_identity, log_end FROM attempts \
+             WHERE log_path IS NOT NULL \
+             AND workflow_id IN (SELECT id FROM workflows WHERE status != 'completed')",
+            [],
+            |row| {
+                let offset: i64 = row.get(2)?;
+                let end: Option<i64> = row.get(4)?;
+                Ok((
+                    (row.get(0)?, row.get(1)?),
+                    LogPosition {
+                        offset: offset.max(0) as u64,
+                        identity: row.get(3)?,
+                        end: end.map(|end| end.max(0) as u64),
+                    },
+                ))
+            },
+        )?;
+        Ok(rows.into_iter().collect())
+    }
+
     /// Byte offset up to which the attempt's log has been read, and the identity of the file it was in.
     pub fn log_offset(
         &self,

@@ -54,7 +54,7 @@ impl Db<'_> {
         multiphase: &Multiphase,
         phases: &[PhaseSpec],
     ) -> Result<MultiphaseId, StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO multiphases (name, backend, source, state, reason, created_at, updated_at) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
@@ -72,7 +72,7 @@ impl Db<'_> {
         )?;
         let id = self.conn.last_insert_rowid();
         for (index, spec) in phases.iter().enumerate() {
-            self.conn.execute(
+            self.execute(
                 "INSERT INTO phases (multiphase_id, idx, name, spec, state, updated_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![
@@ -89,7 +89,7 @@ impl Db<'_> {
     }
 
     pub fn update_multiphase(&self, multiphase: &Multiphase) -> Result<(), StoreError> {
-        let changed = self.conn.execute(
+        let changed = self.execute(
             "UPDATE multiphases SET state = ?2, reason = ?3, updated_at = ?4 WHERE id = ?1",
             params![
                 multiphase.id,
@@ -130,7 +130,7 @@ impl Db<'_> {
     }
 
     pub fn update_phase(&self, phase: &Phase) -> Result<(), StoreError> {
-        let changed = self.conn.execute(
+        let changed = self.execute(
             "UPDATE phases SET state = ?3, workflow_id = ?4, job_id = ?5, reason = ?6, \
              updated_at = ?7 WHERE multiphase_id = ?1 AND idx = ?2",
             params![

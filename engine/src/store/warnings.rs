@@ -14,7 +14,7 @@ impl Db<'_> {
         message: &str,
         time: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO warnings (kind, count, last_message, last_time) VALUES (?1, 1, ?2, ?3) \
              ON CONFLICT (kind) DO UPDATE SET count = count + 1, last_message = ?2, last_time = ?3",
             params![kind, message, time_to_text(time)],
@@ -33,7 +33,7 @@ impl Db<'_> {
         if count == 0 {
             return Ok(());
         }
-        self.conn.execute(
+        self.execute(
             "INSERT INTO warnings (kind, count, last_message, last_time) VALUES (?1, ?4, ?2, ?3) \
              ON CONFLICT (kind) DO UPDATE SET count = count + ?4, last_message = ?2, last_time = ?3",
             params![kind, message, time_to_text(time), count as i64],

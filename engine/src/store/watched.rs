@@ -14,7 +14,7 @@ impl Db<'_> {
         job_ref: &str,
         time: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let added = self.conn.execute(
+        let added = self.execute(
             "INSERT OR IGNORE INTO watched_jobs (backend, job_ref, added_at) VALUES (?1, ?2, ?3)",
             params![backend, job_ref, time_to_text(time)],
         )?;
@@ -23,7 +23,7 @@ impl Db<'_> {
 
     /// Stops watching a job by reference; false when it was not watched.
     pub fn remove_watched(&self, backend: &str, job_ref: &str) -> Result<bool, StoreError> {
-        let removed = self.conn.execute(
+        let removed = self.execute(
             "DELETE FROM watched_jobs WHERE backend = ?1 AND job_ref = ?2",
             params![backend, job_ref],
         )?;

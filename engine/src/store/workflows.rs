@@ -42,7 +42,7 @@ impl FromRow for Workflow {
 impl Db<'_> {
     /// Stores a new workflow and returns its id (the `id` field of `workflow` is ignored).
     pub fn insert_workflow(&self, workflow: &Workflow) -> Result<WorkflowId, StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO workflows (name, backend, spec, limits, status, status_reason, succeeded, \
              requeues_used, failures_since_checkpoint, created_at, updated_at) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
@@ -64,7 +64,7 @@ impl Db<'_> {
     }
 
     pub fn update_workflow(&self, workflow: &Workflow) -> Result<(), StoreError> {
-        let changed = self.conn.execute(
+        let changed = self.execute(
             "UPDATE workflows SET name = ?2, spec = ?3, limits = ?4, status = ?5, status_reason = ?6, \
              succeeded = ?7, requeues_used = ?8, failures_since_checkpoint = ?9, updated_at = ?10 \
              WHERE id = ?1",
@@ -107,17 +107,17 @@ impl Db<'_> {
     }
 
     pub fn workflow_summary(&self, id: WorkflowId) -> Result<WorkflowSummary, StoreError> {
-        let (checkpoints, last): (u32, Option<i64>) = self.conn.query_row(
+        let (checkpoints, last): (u32, Option<i64>) = self.query_row(
             "SELECT COUNT(*), MAX(iteration) FROM checkpoints WHERE workflow_id = ?1",
             [id],
             |row| Ok((row.get(0)?, row.get(1)?)),
         )?;
-        let anomalies: u32 = self.conn.query_row(
+        let anomalies: u32 = self.query_row(
             "SELECT COUNT(*) FROM anomalies WHERE workflow_id = ?1",
             [id],
             |row| row.get(0),
         )?;
-        let pending_approvals: u32 = self.conn.query_row(
+        let pending_approvals: u32 = self.query_row(
             "SELECT COUNT(*) FROM actions WHERE workflow_id = ?1 AND state = 'proposed'",
             [id],
             |row| row.get(0),

@@ -25,7 +25,7 @@ impl FromRow for Anomaly {
 
 impl Db<'_> {
     pub fn insert_anomaly(&self, anomaly: &Anomaly) -> Result<i64, StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO anomalies (workflow_id, attempt_index, kind, time, summary, evidence) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
@@ -59,7 +59,7 @@ impl Db<'_> {
         attempt_index: u32,
         kind: AnomalyKind,
     ) -> Result<bool, StoreError> {
-        let count: i64 = self.conn.query_row(
+        let count: i64 = self.query_row(
             "SELECT COUNT(*) FROM anomalies WHERE workflow_id = ?1 AND attempt_index = ?2 AND kind = ?3",
             params![workflow_id, attempt_index, kind.as_str()],
             |row| row.get(0),

@@ -33,7 +33,7 @@ impl FromRow for Attribution {
 
 impl Db<'_> {
     pub fn insert_attribution(&self, attribution: &Attribution) -> Result<i64, StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO attributions (workflow_id, attempt_index, category, component, culprit, confidence, \
              recoverable, signature, explanation, evidence, time, remedies) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",

@@ -49,7 +49,7 @@ impl FromRow for Checkpoint {
 
 impl Db<'_> {
     pub fn insert_checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO checkpoints (workflow_id, attempt_index, iteration, time, path) \
              VALUES (?1, ?2, ?3, ?4, ?5)",
             params![

@@ -31,7 +31,7 @@ impl Db<'_> {
         decision: &str,
         evidence: &[String],
     ) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO journal (workflow_id, time, decision, evidence) VALUES (?1, ?2, ?3, ?4)",
             params![
                 workflow_id,

@@ -30,12 +30,12 @@ impl Db<'_> {
         attempt_index: u32,
         line: &EvidenceLine,
     ) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO evidence_lines (workflow_id, attempt_index, time, rank, text) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![workflow_id, attempt_index, time_to_text(line.time), line.rank, line.text],
         )?;
         let id = self.conn.last_insert_rowid();
-        self.conn.execute(
+        self.execute(
             "DELETE FROM evidence_lines WHERE workflow_id = ?1 AND attempt_index = ?2 AND id <= ?3",
             params![workflow_id, attempt_index, id - EVIDENCE_LINES_PER_ATTEMPT],
         )?;

@@ -27,7 +27,7 @@ impl FromRow for ThroughputSample {
 
 impl Db<'_> {
     pub fn insert_throughput(&self, sample: &ThroughputSample) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO throughput (workflow_id, attempt_index, time, iteration, tflops_per_gpu, rank, node) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![

@@ -18,7 +18,7 @@ impl Db<'_> {
         message: &str,
         lines: &[String],
     ) -> Result<(), StoreError> {
-        self.conn.execute(
+        self.execute(
             "INSERT INTO tracebacks (workflow_id, attempt_index, rank, exception, message, lines) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
@@ -40,7 +40,6 @@ impl Db<'_> {
         attempt_index: u32,
     ) -> Result<Option<Vec<String>>, StoreError> {
         let found: Option<(Option<u32>, String)> = self
-            .conn
             .query_row(
                 "SELECT rank, lines FROM tracebacks WHERE workflow_id = ?1 AND attempt_index = ?2 \
                  ORDER BY id DESC LIMIT 1",
