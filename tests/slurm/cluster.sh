@@ -56,6 +56,51 @@ if [ -z "$release" ]; then
         release=22.05
     fi
 fi
+# Reservations of controller ports by the clusters of this machine, one directory a port base holding
+# the cluster directory that took it; a reservation whose cluster directory is gone is free again.
+ports_dir=${TMPDIR:-/tmp}/runguard-slurm-ports
+
+# A port base whose five ports no socket uses and no other cluster reserved, below the kernel's
+# ephemeral range (where srun, slurmstepd and clients bind ports of their own at random): starting
+# from one the pid chooses, so that concurrent clusters seldom try the same.
+pick_port_base() {
+    mkdir -p "$ports_dir"
+    local used first candidate port taken
+    used=" $(ss -Htan 2>/dev/null | awk '{ n = split($4, a, ":"); printf "%s ", a[n] }') "
+    first=$(($$ % 1500))
+    for offset in $(seq 0 1499); do
+        candidate=$((20000 + ((first + offset) % 1500) * 8))
+        taken=0
+        for port in $(seq "$candidate" $((candidate + 4))); do
+            case "$used" in *" $port "*) taken=1 ;; esac
+        done
+        [ "$taken" = 0 ] || continue
+        if [ -d "$ports_dir/$candidate" ]; then
+            owner=$(cat "$ports_dir/$candidate/dir" 2>/dev/null || true)
+            [ -n "$owner" ] && [ -d "$owner" ] && continue
+            rm -rf "$ports_dir/$candidate"
+        fi
+        # mkdir is atomic: of two clusters choosing the same base, one gets it.
+        if mkdir "$ports_dir/$candidate" 2>/dev/null; then
+            echo "$dir" >"$ports_dir/$candidate/dir"
+            echo "$candidate"
+            return
+        fi
+    done
+    echo "no free port base for a Slurm cluster" >&2
+    exit 1
+}
+
+# Gives back the cluster's port reservation.
+release_port_base() {
+    local base
+    base=$(cat "$dir/port_base" 2>/dev/null || true)
+    [ -n "$base" ] || return 0
+    if [ "$(cat "$ports_dir/$base/dir" 2>/dev/null)" = "$dir" ]; then
+        rm -rf "${ports_dir:?}/$base"
+    fi
+}
+
 case "$release" in
     22.05 | 24.11) ;;
     *) echo "unknown release $release (22.05 or 24.11)" >&2; exit 2 ;;
@@ -98,7 +143,8 @@ AuthAltParameters=jwt_key=$RUNGUARD_SLURM_JWT_KEY
 "
     fi
     # Ports of their own, so clusters of concurrent test runs do not answer each other.
-    base=${RUNGUARD_SLURM_PORT_BASE:-$((20000 + ($$ % 2000) * 8))}
+    base=${RUNGUARD_SLURM_PORT_BASE:-$(pick_port_base)}
+    echo "$base" >"$dir/port_base"
     cat > "$conf" <<CONF
 ClusterName=lab
 SlurmctldHost=localhost
@@ -373,6 +419,7 @@ case "$cmd" in
             22.05) stop_pidfiles; stop_steps_2205 ;;
             24.11) stop_2411 ;;
         esac
+        release_port_base
         ;;
     status)
         if [ "$release" = 24.11 ]; then
