@@ -52,6 +52,40 @@ struct Round {
     decision: f64,
     /// Job failed → new attempt running.
     running: f64,
+    /// Job failed → runguard's hold released (runguard's part ends here), from slurmctld's log.
+    released: Option<f64>,
+    /// Hold released → job allocated by Slurm's scheduler, from slurmctld's log.
+    scheduled: Option<f64>,
+}
+
+/// When slurmctld's log says it released `job_id`'s hold and then allocated the job: Slurm's share
+/// of the recovery (its main scheduler runs at most once every `batch_sched_delay`, 3 s by default,
+/// after the last run).
+fn release_and_allocation(log: &Path, job_id: &str) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let time = |line: &str| {
+        let stamp = line.strip_prefix('[')?.split(']').next()?;
+        chrono::NaiveDateTime::parse_from_str(stamp, "%Y-%m-%dT%H:%M:%S%.3f")
+            .ok()?
+            .and_local_timezone(chrono::Local)
+            .single()
+            .map(|time| time.with_timezone(&Utc))
+    };
+    let job = format!("JobId={job_id} ");
+    let released = text
+        .lines()
+        .filter(|line| line.contains("release hold on") && line.contains(&job))
+        .next_back()
+        .and_then(time)?;
+    let allocated = text
+        .lines()
+        .filter(|line| {
+            (line.contains("sched: Allocate") || line.contains("_start_job: Started"))
+                && line.contains(&job)
+        })
+        .filter_map(time)
+        .find(|at| *at >= released)?;
+    Some((released, allocated))
 }
 
 fn slurm(conf: &Path, program: &str) -> Command {
@@ -176,9 +210,14 @@ fn round(cluster: &Cluster, work: &Path, poll_secs: f64, index: usize) -> Result
         .map_err(|e| format!("failed_at: {e}"))?;
     let failed = DateTime::from_timestamp_micros((failed * 1e6) as i64).ok_or("failed_at")?;
     let running = running.ok_or("the new attempt never ran")?;
+    let seconds =
+        |from: DateTime<Utc>, to: DateTime<Utc>| (to - from).num_milliseconds() as f64 / 1000.0;
+    let slurm = release_and_allocation(&cluster.dir.join("log/slurmctld.log"), &job_id);
     Ok(Round {
-        decision: (decided - failed).num_milliseconds() as f64 / 1000.0,
-        running: (running - failed).num_milliseconds() as f64 / 1000.0,
+        decision: seconds(failed, decided),
+        running: seconds(failed, running),
+        released: slurm.map(|(released, _)| seconds(failed, released)),
+        scheduled: slurm.map(|(released, allocated)| seconds(released, allocated)),
     })
 }
 
@@ -251,5 +290,17 @@ fn main() {
             "poll {poll:>3} s  t0 → new attempt running: {}",
             summary(&running)
         );
+        let released: Vec<f64> = rounds.iter().filter_map(|r| r.released).collect();
+        let scheduled: Vec<f64> = rounds.iter().filter_map(|r| r.scheduled).collect();
+        if !released.is_empty() && !scheduled.is_empty() {
+            println!(
+                "poll {poll:>3} s  t0 → hold released (runguard's part): {}",
+                summary(&released)
+            );
+            println!(
+                "poll {poll:>3} s  released → allocated (Slurm's scheduler): {}",
+                summary(&scheduled)
+            );
+        }
     }
 }
