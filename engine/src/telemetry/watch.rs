@@ -1,32 +1,54 @@
-//! Wake-ups when a followed log changes (inotify through `notify`), so a new line is read within a
+//! Wake-ups when a followed log changes (inotify), so a new line is read within a
 //! fraction of a second. Polling stays the ground truth: cluster file systems (NFS, Lustre, GPFS) often
 //! deliver no events, and every file is still read once per poll interval; between two, a wake-up reads
 //! only the files that changed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 use tokio::sync::Notify;
+
+/// What wakes the engine: a followed file written, truncated, created or moved into place. Not its
+/// opening or closing, which every read of runguard's own (and every writer's open) would report.
+const MASK: WatchMask = WatchMask::MODIFY
+    .union(WatchMask::CREATE)
+    .union(WatchMask::MOVED_TO)
+    .union(WatchMask::DELETE)
+    .union(WatchMask::ONLYDIR);
+
+/// What the watcher and its reading thread share.
+#[derive(Default)]
+struct Shared {
+    /// The files whose changes wake the engine.
+    files: Mutex<HashSet<PathBuf>>,
+    /// The watched directories by watch descriptor id, as the events name them.
+    directories: Mutex<HashMap<i32, PathBuf>>,
+    /// Followed files that changed since [`LogWatcher::take_changed`] was last called.
+    changed: Mutex<HashSet<PathBuf>>,
+    /// Set when the watcher is dropped: the thread ends at its next event.
+    stopping: AtomicBool,
+    wake: Arc<Notify>,
+}
 
 /// Watches the directories of the followed files and signals `wake` when one of the files changes.
 pub struct LogWatcher {
-    watcher: Option<RecommendedWatcher>,
-    /// Directories with an active watch.
-    directories: HashSet<PathBuf>,
-    /// The files whose changes wake the engine; shared with the event handler thread.
-    files: Arc<Mutex<HashSet<PathBuf>>>,
-    /// Followed files that changed since [`LogWatcher::take_changed`] was last called.
-    changed: Arc<Mutex<HashSet<PathBuf>>>,
-    wake: Arc<Notify>,
+    /// The inotify instance until the first watch starts the thread that reads it.
+    idle: Option<Inotify>,
+    /// Adds and removes watches; `None` without inotify (polling only).
+    watches: Option<Watches>,
+    /// Directories with a watch this watcher added.
+    directories: HashMap<PathBuf, WatchDescriptor>,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for LogWatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogWatcher")
-            .field("events", &self.watcher.is_some())
-            .field("directories", &self.directories)
+            .field("events", &self.watches.is_some())
+            .field("directories", &self.directories.keys())
             .finish_non_exhaustive()
     }
 }
@@ -41,70 +63,46 @@ impl LogWatcher {
     /// A watcher that never wakes: following by polling only.
     pub fn polling_only() -> Self {
         Self {
-            watcher: None,
-            directories: HashSet::new(),
-            files: Arc::default(),
-            changed: Arc::default(),
-            wake: Arc::new(Notify::new()),
+            idle: None,
+            watches: None,
+            directories: HashMap::new(),
+            shared: Arc::default(),
         }
     }
 
     /// A watcher; without inotify (limits reached, unsupported platform) it only ever polls.
     pub fn new() -> Self {
-        let files: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
-        let changed: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
-        let wake = Arc::new(Notify::new());
-        let handler_files = Arc::clone(&files);
-        let handler_changed = Arc::clone(&changed);
-        let handler_wake = Arc::clone(&wake);
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            let Ok(event) = event else {
-                return;
-            };
-            if matches!(event.kind, EventKind::Access(_)) {
-                return;
-            }
-            let followed = crate::sync::lock(&handler_files);
-            let mut hit = false;
-            for path in event.paths.iter().filter(|path| followed.contains(*path)) {
-                crate::sync::lock(&handler_changed).insert(path.clone());
-                hit = true;
-            }
-            if hit {
-                handler_wake.notify_one();
-            }
-        });
-        let watcher = match watcher {
-            Ok(watcher) => Some(watcher),
+        match Inotify::init() {
+            Ok(inotify) => Self {
+                watches: Some(inotify.watches()),
+                idle: Some(inotify),
+                directories: HashMap::new(),
+                shared: Arc::default(),
+            },
             Err(err) => {
                 tracing::warn!(%err, "no file events; following logs by polling only");
-                None
+                Self::polling_only()
             }
-        };
-        Self {
-            watcher,
-            directories: HashSet::new(),
-            files,
-            changed,
-            wake,
         }
     }
 
     /// The followed files that changed since the last call, as absolute paths; `None` without file
     /// events (everything must then be read).
     pub fn take_changed(&self) -> Option<HashSet<PathBuf>> {
-        self.watcher.as_ref()?;
-        Some(std::mem::take(&mut *crate::sync::lock(&self.changed)))
+        self.watches.as_ref()?;
+        Some(std::mem::take(&mut *crate::sync::lock(
+            &self.shared.changed,
+        )))
     }
 
     /// Resolves when a followed file changed since the last wake-up.
     pub fn wake(&self) -> Arc<Notify> {
-        Arc::clone(&self.wake)
+        Arc::clone(&self.shared.wake)
     }
 
     /// Whether file events are available (else only polling).
     pub fn has_events(&self) -> bool {
-        self.watcher.is_some()
+        self.watches.is_some()
     }
 
     /// Sets the files to follow. Their directories are watched (not the files), so a file that appears
@@ -115,21 +113,110 @@ impl LogWatcher {
             .iter()
             .filter_map(|path| path.parent().map(Path::to_path_buf))
             .collect();
-        *crate::sync::lock(&self.files) = wanted;
-        let Some(watcher) = self.watcher.as_mut() else {
+        *crate::sync::lock(&self.shared.files) = wanted;
+        let Some(watches) = self.watches.as_mut() else {
             return;
         };
-        for gone in self.directories.difference(&directories) {
-            let _ = watcher.unwatch(gone);
+        // A watch the kernel ended (its directory removed) is added again once the directory is back.
+        {
+            let live = crate::sync::lock(&self.shared.directories);
+            self.directories
+                .retain(|_, wd| live.contains_key(&wd.get_watch_descriptor_id()));
         }
-        self.directories.retain(|dir| directories.contains(dir));
-        for dir in directories {
-            // A directory that does not exist yet is retried on the next call.
-            if !self.directories.contains(&dir)
-                && watcher.watch(&dir, RecursiveMode::NonRecursive).is_ok()
-            {
-                self.directories.insert(dir);
+        let gone: Vec<PathBuf> = self
+            .directories
+            .keys()
+            .filter(|dir| !directories.contains(*dir))
+            .cloned()
+            .collect();
+        for dir in gone {
+            if let Some(wd) = self.directories.remove(&dir) {
+                crate::sync::lock(&self.shared.directories).remove(&wd.get_watch_descriptor_id());
+                let _ = watches.remove(wd);
             }
+        }
+        for dir in directories {
+            if self.directories.contains_key(&dir) {
+                continue;
+            }
+            // A directory that does not exist yet is retried on the next call.
+            let Ok(wd) = watches.add(&dir, MASK) else {
+                continue;
+            };
+            crate::sync::lock(&self.shared.directories)
+                .insert(wd.get_watch_descriptor_id(), dir.clone());
+            self.directories.insert(dir, wd);
+            if let Some(inotify) = self.idle.take() {
+                let shared = Arc::clone(&self.shared);
+                let started = std::thread::Builder::new()
+                    .name("runguard-log-events".into())
+                    .spawn(move || read_events(inotify, &shared));
+                if let Err(err) = started {
+                    tracing::warn!(%err, "no file events; following logs by polling only");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for LogWatcher {
+    /// Removing the watches makes the kernel send the thread one last event each, after which it
+    /// sees `stopping` and ends (a watcher that never watched has no thread: its fd just closes).
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        if let Some(watches) = self.watches.as_mut() {
+            for (_, wd) in self.directories.drain() {
+                let _ = watches.remove(wd);
+            }
+        }
+    }
+}
+
+/// The reading thread: marks the followed files events name as changed and wakes the engine once
+/// per batch of events.
+fn read_events(mut inotify: Inotify, shared: &Shared) {
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        let events = match inotify.read_events_blocking(&mut buffer) {
+            Ok(events) => events,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => {
+                tracing::warn!(%err, "file events stopped; following logs by polling only");
+                return;
+            }
+        };
+        let mut hit = false;
+        {
+            let files = crate::sync::lock(&shared.files);
+            let mut directories = crate::sync::lock(&shared.directories);
+            let mut changed = crate::sync::lock(&shared.changed);
+            for event in events {
+                if event.mask.contains(EventMask::Q_OVERFLOW) {
+                    // Events were lost: any followed file may have changed.
+                    changed.extend(files.iter().cloned());
+                    hit = true;
+                    continue;
+                }
+                let id = event.wd.get_watch_descriptor_id();
+                if event.mask.contains(EventMask::IGNORED) {
+                    directories.remove(&id);
+                    continue;
+                }
+                let (Some(dir), Some(name)) = (directories.get(&id), event.name) else {
+                    continue;
+                };
+                let path = dir.join(name);
+                if files.contains(&path) {
+                    changed.insert(path);
+                    hit = true;
+                }
+            }
+        }
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        if hit {
+            shared.wake.notify_one();
         }
     }
 }
@@ -183,5 +270,50 @@ mod tests {
         std::fs::write(&late, b"hello\n").unwrap();
         let woke = tokio::time::timeout(Duration::from_secs(5), wake.notified()).await;
         assert!(woke.is_ok());
+    }
+
+    #[tokio::test]
+    async fn reading_a_followed_file_does_not_wake_but_truncating_it_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("train.log");
+        std::fs::write(&log, b"iteration 1\n").unwrap();
+        let mut watcher = LogWatcher::new();
+        if !watcher.has_events() {
+            return;
+        }
+        watcher.follow([log.as_path()]);
+        let wake = watcher.wake();
+        let _ = std::fs::read(&log).unwrap();
+        let woke = tokio::time::timeout(Duration::from_millis(300), wake.notified()).await;
+        assert!(woke.is_err(), "runguard's own read woke the engine");
+        std::fs::File::create(&log).unwrap();
+        let woke = tokio::time::timeout(Duration::from_secs(5), wake.notified()).await;
+        assert!(woke.is_ok(), "a truncation did not wake");
+    }
+
+    #[tokio::test]
+    async fn a_directory_removed_and_made_again_is_watched_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("logs");
+        std::fs::create_dir(&logs).unwrap();
+        let log = logs.join("train.log");
+        let mut watcher = LogWatcher::new();
+        if !watcher.has_events() {
+            return;
+        }
+        watcher.follow([log.as_path()]);
+        std::fs::remove_dir(&logs).unwrap();
+        // The kernel ends the watch; the thread hears it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        std::fs::create_dir(&logs).unwrap();
+        watcher.follow([log.as_path()]);
+        let wake = watcher.wake();
+        std::fs::write(&log, b"hello\n").unwrap();
+        let woke = tokio::time::timeout(Duration::from_secs(5), wake.notified()).await;
+        assert!(woke.is_ok(), "the directory made again was not watched");
+        assert_eq!(
+            watcher.take_changed().unwrap(),
+            HashSet::from([absolute(&log)])
+        );
     }
 }
