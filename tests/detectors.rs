@@ -205,6 +205,37 @@ async fn a_job_pending_too_long_is_stuck_with_the_scheduler_reason() {
 }
 
 #[tokio::test]
+async fn a_requeued_job_waits_in_the_queue_from_its_requeue_not_from_its_first_submission() {
+    let (rig, log) = one_job(JobState::Running);
+    let mut engine = rig.engine();
+    // Two hours of training, then a GPU falls off the bus and the job fails.
+    for step in 1..=240u64 {
+        log.iteration(step * 10, 400.0);
+        rig.step(&mut engine, 30).await;
+    }
+    log.write(b"node-02: NVRM: Xid (PCI:0000:9b:00): 79, pid=4242, name=python, GPU has fallen off the bus.\n");
+    let ended = rig.now();
+    rig.backend.update("77", |job| {
+        job.state = JobState::Failed;
+        job.state_raw = "FAILED".into();
+        job.exit_code = Some(1);
+        job.end_time = Some(ended);
+    });
+    rig.step(&mut engine, 1).await;
+    rig.step(&mut engine, 1).await;
+    assert_eq!(rig.backend.requeues().len(), 1, "{:?}", rig.backend.calls());
+    // Queued again, it holds no nodes until it starts.
+    rig.backend.update("77", |job| job.nodes.clear());
+    let stuck = |rig: &EngineRig| rig.anomalies().contains(&AnomalyKind::StuckPending);
+    // Pending for 59 minutes after the requeue, three hours after the first submission.
+    rig.step(&mut engine, 3540).await;
+    rig.step(&mut engine, 120).await;
+    assert!(!stuck(&rig), "counted from the first submission");
+    rig.step(&mut engine, 0).await;
+    assert!(stuck(&rig), "an hour after the requeue it is stuck");
+}
+
+#[tokio::test]
 async fn a_restarted_engine_continues_reading_where_it_stopped_without_repeating_anomalies() {
     let (rig, log) = one_job(JobState::Running);
     let mut engine = rig.engine();

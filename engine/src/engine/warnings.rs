@@ -29,7 +29,23 @@ impl Engine {
             let checkpoints = self.store.db().checkpoints(workflow.id)?;
             findings.extend(detect::checkpoint_stall(attempt, &checkpoints, now, config));
         }
-        findings.extend(detect::stuck_pending(attempt, now, config));
+        if attempt.state == JobState::Pending {
+            // A requeued job keeps the submit time of its first run: its wait in the queue starts
+            // when its previous attempt ended, not at the original submission.
+            let mut queued = attempt.clone();
+            if attempt.index > 0 {
+                let previous_end = self
+                    .store
+                    .db()
+                    .attempts(workflow.id)?
+                    .iter()
+                    .filter(|earlier| earlier.index < attempt.index)
+                    .filter_map(|earlier| earlier.end_time)
+                    .max();
+                queued.submit_time = queued.submit_time.max(previous_end);
+            }
+            findings.extend(detect::stuck_pending(&queued, now, config));
+        }
         findings.extend(self.blocked_upstream(workflow, attempt)?);
         for finding in findings {
             self.raise_warning(workflow, attempt, finding, now)?;
