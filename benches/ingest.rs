@@ -151,7 +151,8 @@ fn stages(path: &Path, catalog: &Catalog) {
             .expect("readable log");
         spare = Some(chunk);
     }));
-    let chunk = read_new_lines_reusing(path, 0, None, LIMITS, Chunk::default()).expect("readable log");
+    let chunk =
+        read_new_lines_reusing(path, 0, None, LIMITS, Chunk::default()).expect("readable log");
     let scan = best(Box::new(|| {
         std::hint::black_box(catalog.candidate_lines(&chunk));
     }));
