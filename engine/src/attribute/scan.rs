@@ -323,45 +323,60 @@ fn push_shape(bytes: &[u8], out: &mut Vec<u8>, reading: Reading) {
     }
 }
 
-/// A multiplicative hash over four independent lanes of eight bytes: shapes are hashed once per line,
-/// and a single chain of multiplications (or SipHash) would cost as much as the rest of the lookup.
-/// Only lookups of this process's own lines use it.
+/// A multiplicative hash: each 16 bytes go through one wide multiplication, independent of the others
+/// so the processor overlaps them, and a last one mixes their sum. Shapes are hashed once per line,
+/// where a chain of dependent multiplications (or SipHash) would cost as much as the rest of the
+/// lookup. Only lookups of this process's own lines use it.
 #[derive(Default)]
 struct ShapeHasher(u64);
 
-const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+const K0: u64 = 0x243f_6a88_85a3_08d3;
+const K1: u64 = 0x1319_8a2e_0370_7344;
+const K2: u64 = 0xa409_3822_299f_31d0;
+const K3: u64 = 0x082e_fa98_ec4e_6c89;
 
-fn mix(state: u64, word: u64) -> u64 {
-    (state.rotate_left(5) ^ word).wrapping_mul(SEED)
+/// The 128-bit product of `a` and `b`, its halves xored.
+fn folded_multiply(a: u64, b: u64) -> u64 {
+    let product = u128::from(a) * u128::from(b);
+    (product as u64) ^ ((product >> 64) as u64)
 }
 
-fn word_at(bytes: &[u8], at: usize) -> u64 {
-    let mut eight = [0u8; 8];
-    let available = bytes.len().saturating_sub(at).min(8);
-    eight[..available].copy_from_slice(&bytes[at..at + available]);
-    u64::from_le_bytes(eight)
+/// One 16-byte block, keyed by its place, so equal blocks at different places count differently.
+fn mix_block(block: &[u8; 16], place: u64) -> u64 {
+    let (low, high) = block.split_at(8);
+    let word = |half: &[u8]| {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(half);
+        u64::from_le_bytes(eight)
+    };
+    folded_multiply(word(low) ^ place.wrapping_mul(K3) ^ K0, word(high) ^ K1)
 }
 
 impl Hasher for ShapeHasher {
     fn write(&mut self, bytes: &[u8]) {
-        let mut lanes = [self.0, 1, 2, 3];
-        let mut blocks = bytes.chunks_exact(32);
-        for block in blocks.by_ref() {
-            for (lane, at) in lanes.iter_mut().zip([0, 8, 16, 24]) {
-                *lane = mix(*lane, word_at(block, at));
-            }
+        let (blocks, rest) = bytes.as_chunks::<16>();
+        let mut sum = self.0 ^ (bytes.len() as u64).wrapping_mul(K2);
+        for (place, block) in blocks.iter().enumerate() {
+            sum = sum.wrapping_add(mix_block(block, place as u64));
         }
-        let rest = blocks.remainder();
-        for (lane, at) in lanes.iter_mut().zip([0, 8, 16, 24]) {
-            if at < rest.len() {
-                *lane = mix(*lane, word_at(rest, at));
-            }
+        if !rest.is_empty() {
+            // The last 16 bytes, overlapping the blocks before (the length is in the sum): read where
+            // they are, as bytes copied into a padded block would be read back before they arrive.
+            let last = match bytes.last_chunk::<16>() {
+                Some(last) => *last,
+                None => {
+                    let mut last = [0u8; 16];
+                    last[..rest.len()].copy_from_slice(rest);
+                    last
+                }
+            };
+            sum = sum.wrapping_add(mix_block(&last, blocks.len() as u64));
         }
-        self.0 = lanes.into_iter().fold(0, mix);
+        self.0 = folded_multiply(sum ^ K0, K1);
     }
 
     fn write_usize(&mut self, value: usize) {
-        self.0 = mix(self.0, value as u64);
+        self.0 = folded_multiply(self.0 ^ value as u64 ^ K3, K2);
     }
 
     fn finish(&self) -> u64 {
