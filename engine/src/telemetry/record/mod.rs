@@ -420,7 +420,10 @@ fn iteration_counter(message: &str) -> Counter<'_> {
         }
         Some(at)
     };
-    for found in memchr::memmem::find_iter(bytes, WORD) {
+    // Built once: a searcher built per call costs as much as the search.
+    static FINDER: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new(WORD));
+    for found in FINDER.find_iter(bytes) {
         match found
             .checked_sub(1)
             .and_then(|before| bytes.get(before).copied())
