@@ -5,6 +5,10 @@
 //! `cargo bench --bench ingest` (size with `RUNGUARD_BENCH_MB`, default 1024). Prints MB/s, lines/s
 //! and peak memory of each, and, when `rg` is installed, the same file through `rg -c` with the
 //! catalog's own patterns (one thread and all threads) and the ratios to it.
+//!
+//! `RUNGUARD_BENCH_IDS=1` ends every line with its own hex id, so no two lines share a shape (the
+//! worst case of the candidate scan); `RUNGUARD_BENCH_PARTS=ingest` measures the ingest alone;
+//! `RUNGUARD_BENCH_STAGES=1` first times each stage of the ingest on the first read, best of ten.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -34,9 +38,16 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024);
-    let path = target_dir().join(format!("bench-ingest-{megabytes}mb.log"));
+    let ids = std::env::var("RUNGUARD_BENCH_IDS").is_ok_and(|v| v == "1");
+    let ingest_only = std::env::var("RUNGUARD_BENCH_PARTS").is_ok_and(|v| v == "ingest");
+    let name = if ids {
+        format!("bench-ingest-{megabytes}mb-ids.log")
+    } else {
+        format!("bench-ingest-{megabytes}mb.log")
+    };
+    let path = target_dir().join(name);
     let generated = Instant::now();
-    let bytes = ensure_log(&path, megabytes * 1024 * 1024);
+    let bytes = ensure_log(&path, megabytes * 1024 * 1024, ids);
     println!(
         "log: {} ({:.0} MB, ready in {:.1} s)",
         path.display(),
@@ -49,6 +60,10 @@ fn main() {
     let nodes: Vec<String> = (1..=32).map(|n| format!("node-{n:02}")).collect();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mb = bytes as f64 / 1e6;
+
+    if std::env::var("RUNGUARD_BENCH_STAGES").is_ok_and(|v| v == "1") {
+        stages(&path, &catalog);
+    }
 
     reset_peak_memory();
     let (start, cpu) = (Instant::now(), cpu_seconds());
@@ -70,6 +85,9 @@ fn main() {
         *SCAN_SECONDS.lock().unwrap_or_else(|e| e.into_inner())
     );
     println!("  kept {evidence} evidence lines, {samples} throughput samples, {findings} findings");
+    if ingest_only {
+        return;
+    }
 
     reset_peak_memory();
     let input = ExplainInput {
@@ -113,6 +131,48 @@ fn main() {
         }
         _ => println!("rg not installed: no reference ratio (apt-get install ripgrep)"),
     }
+}
+
+/// The stages of the ingest on the file's first read, each the best of ten runs, so that a loaded
+/// machine's interruptions fall out: reading and framing, the candidate scan, the digest.
+fn stages(path: &Path, catalog: &Catalog) {
+    let best = |mut run: Box<dyn FnMut() + '_>| {
+        (0..10)
+            .map(|_| {
+                let start = Instant::now();
+                run();
+                start.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let mut spare = Some(Chunk::default());
+    let read = best(Box::new(|| {
+        let chunk = read_new_lines_reusing(path, 0, None, LIMITS, spare.take().unwrap_or_default())
+            .expect("readable log");
+        spare = Some(chunk);
+    }));
+    let chunk =
+        read_new_lines_reusing(path, 0, None, LIMITS, Chunk::default()).expect("readable log");
+    let scan = best(Box::new(|| {
+        std::hint::black_box(catalog.candidate_lines(&chunk));
+    }));
+    let candidates = catalog.candidate_lines(&chunk);
+    let now = Utc::now();
+    let digest = best(Box::new(|| {
+        let mut digester = Digester::new(|line: &str| catalog.is_notable(line), now, None, None);
+        digester.push_chunk(&chunk, &candidates);
+        std::hint::black_box(digester.finish());
+    }));
+    let mb = chunk.text.len() as f64 / 1e6;
+    let marked = candidates.iter().filter(|marked| **marked).count();
+    println!(
+        "stages on the first {mb:.0} MB ({} lines, {marked} marked), best of 10: read and frame {:.1} ms, scan {:.1} ms, digest {:.1} ms = {:.0} MB/s together",
+        chunk.spans.len(),
+        read * 1e3,
+        scan * 1e3,
+        digest * 1e3,
+        mb / (read + scan + digest)
+    );
 }
 
 /// Reads the file the way the engine does, in bounded chunks, running the detectors after each chunk
@@ -190,8 +250,9 @@ fn target_dir() -> PathBuf {
     dir
 }
 
-/// Writes a realistic 256-rank Megatron unified log of about `size` bytes, unless one is there.
-fn ensure_log(path: &Path, size: u64) -> u64 {
+/// Writes a realistic 256-rank Megatron unified log of about `size` bytes, unless one is there; with
+/// `ids`, every line ends with its own 16-digit hex id.
+fn ensure_log(path: &Path, size: u64, ids: bool) -> u64 {
     if let Ok(meta) = std::fs::metadata(path)
         && meta.len() >= size
     {
@@ -263,8 +324,17 @@ fn ensure_log(path: &Path, size: u64) -> u64 {
             ),
         };
         out.write_all(line.as_bytes()).expect("write log");
-        out.write_all(b"\n").expect("write log");
         written += line.len() as u64 + 1;
+        if ids {
+            // splitmix64 of the line number: every id differs, and its letters fall anywhere.
+            let mut id = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            id = (id ^ (id >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            id = (id ^ (id >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            id ^= id >> 31;
+            write!(out, " trace={id:016x}").expect("write log");
+            written += 23;
+        }
+        out.write_all(b"\n").expect("write log");
     }
     out.flush().expect("flush log");
     written

@@ -11,9 +11,17 @@
 //! line, and a line whose shape is known costs one pass to compute its shape and one hash lookup. The
 //! verdict marks more lines than the literals themselves would (a shape can hold `Xid 00` where the
 //! line held `Xid 13`), never fewer, and every marked line is confirmed on its own text afterwards.
+//!
+//! Lines that each carry their own hex id (a trace id, a hash) all differ in their shapes. Once a read
+//! has shown many shapes, a line whose shape is new is also read coarser, every hex digit (`0`-`9`,
+//! `a`-`f`, `A`-`F`) as `0`, and searched for the literals and patterns read the same way (a class
+//! holding any hex digit admits `0`). The argument is the same: every replaced byte and `0` are word
+//! characters, and a class admits the replacement of each byte it admits. The coarse shape is a
+//! function of the fine one, so its verdict holds for every line of the fine shape too.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, OnceLock};
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, BuildError};
 use regex::Regex;
@@ -23,6 +31,9 @@ use crate::telemetry::tail::Chunk;
 
 /// Shapes remembered per read; past this, unknown shapes are searched without being remembered.
 const MAX_SHAPES: usize = 8192;
+/// Distinct shapes in one read past which new shapes are read coarser too (see the module's doc):
+/// fewer, and the log's lines repeat their shapes; the coarse search is then built once.
+const COARSE_AFTER: usize = 64;
 /// Longest line whose shape is remembered: long lines rarely repeat (tqdm redraws, dumps), and a
 /// bound keeps the memory of one read's shapes small.
 const MAX_SHAPE_BYTES: usize = 512;
@@ -33,10 +44,44 @@ const MAX_SHAPE_BYTES: usize = 512;
 pub struct LineScan {
     /// The literals, their digits read as `0`.
     shaped: AhoCorasick,
+    /// The literals as given, for the coarse searches.
+    literals: Vec<String>,
     /// Patterns without usable literals (and the locators), as given...
     pattern: String,
     /// ...and widened to match the shapes of the lines they match.
     shaped_pattern: Option<Regex>,
+    /// The literals and the patterns with hex digits read as `0`, built when a log first needs them
+    /// (None when they cannot be built: the fine shapes alone are then used, as sound).
+    coarse: Arc<OnceLock<Option<Searches>>>,
+}
+
+/// The literals and the literal-less pattern, read in one [`Reading`].
+#[derive(Debug)]
+struct Searches {
+    literals: AhoCorasick,
+    pattern: Option<Regex>,
+}
+
+/// Which bytes a shape reads as `0`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Reading {
+    /// ASCII digits.
+    Digits,
+    /// ASCII hex digits, either case.
+    Hex,
+}
+
+impl Reading {
+    /// Whether a class range holds a byte this reading replaces.
+    fn overlaps(self, start: u32, end: u32) -> bool {
+        let ranges: &[(u8, u8)] = match self {
+            Reading::Digits => &[(b'0', b'9')],
+            Reading::Hex => &[(b'0', b'9'), (b'a', b'f'), (b'A', b'F')],
+        };
+        ranges
+            .iter()
+            .any(|&(low, high)| start <= u32::from(high) && end >= u32::from(low))
+    }
 }
 
 /// Why a scan could not be built.
@@ -54,38 +99,24 @@ impl LineScan {
     /// `pattern`, when not empty, is one regex (line anchors meaning the line's ends) for what has no
     /// literal.
     pub fn new(literals: &[String], pattern: &str) -> Result<Self, ScanError> {
-        let mut shaped: Vec<Vec<u8>> = literals
-            .iter()
-            .map(|literal| shape_of(literal.as_bytes()))
-            .collect();
-        shaped.sort();
-        shaped.dedup();
-        // A full DFA: it is built once, and the shapes of every log's lines go through it.
-        let shaped = AhoCorasickBuilder::new()
-            .kind(Some(AhoCorasickKind::DFA))
-            .build(&shaped)
-            .map_err(ScanError::Literals)?;
-        let shaped_pattern = if pattern.is_empty() {
-            None
-        } else {
-            let hir = regex_syntax::ParserBuilder::new()
-                .multi_line(true)
-                .build()
-                .parse(pattern)
-                .map_err(|err| ScanError::Parse(Box::new(err)))?;
-            let widened = widen_digits(&hir).to_string();
-            Some(
-                regex::RegexBuilder::new(&widened)
-                    .size_limit(64 << 20)
-                    .build()
-                    .map_err(ScanError::Pattern)?,
-            )
-        };
+        let Searches {
+            literals: shaped,
+            pattern: shaped_pattern,
+        } = Searches::new(literals, pattern, Reading::Digits)?;
         Ok(Self {
             shaped,
+            literals: literals.to_vec(),
             pattern: pattern.to_string(),
             shaped_pattern,
+            coarse: Arc::new(OnceLock::new()),
         })
+    }
+
+    /// The coarse searches, built on first use.
+    fn coarse(&self) -> Option<&Searches> {
+        self.coarse
+            .get_or_init(|| Searches::new(&self.literals, &self.pattern, Reading::Hex).ok())
+            .as_ref()
     }
 
     /// The patterns without literals, for inspection.
@@ -111,14 +142,35 @@ impl LineScan {
     /// that the line holds no literal and matches no pattern.
     fn may_match(&self, line: &[u8], shapes: &mut Shapes) -> bool {
         shapes.scratch.clear();
-        push_shape(line, &mut shapes.scratch);
+        push_shape(line, &mut shapes.scratch, Reading::Digits);
         if line.len() > MAX_SHAPE_BYTES {
             return self.shape_matches(&shapes.scratch);
         }
         if let Some(&verdict) = shapes.known.get(shapes.scratch.as_slice()) {
             return verdict;
         }
-        let verdict = self.shape_matches(&shapes.scratch);
+        let verdict = match (shapes.known.len() >= COARSE_AFTER)
+            .then(|| self.coarse())
+            .flatten()
+        {
+            Some(coarse) => {
+                shapes.coarse_scratch.clear();
+                push_shape(line, &mut shapes.coarse_scratch, Reading::Hex);
+                match shapes.coarse_known.get(shapes.coarse_scratch.as_slice()) {
+                    Some(&verdict) => verdict,
+                    None => {
+                        let verdict = coarse.matches(&shapes.coarse_scratch);
+                        if shapes.coarse_known.len() < MAX_SHAPES {
+                            shapes
+                                .coarse_known
+                                .insert(shapes.coarse_scratch.clone().into_boxed_slice(), verdict);
+                        }
+                        verdict
+                    }
+                }
+            }
+            None => self.shape_matches(&shapes.scratch),
+        };
         if shapes.known.len() < MAX_SHAPES {
             shapes
                 .known
@@ -128,21 +180,67 @@ impl LineScan {
     }
 
     fn shape_matches(&self, shape: &[u8]) -> bool {
-        self.shaped.is_match(shape)
-            || self.shaped_pattern.as_ref().is_some_and(|pattern| {
-                // A shape is valid UTF-8: only ASCII digits were replaced, by an ASCII digit.
-                std::str::from_utf8(shape).is_ok_and(|text| pattern.is_match(text))
-            })
+        matches(&self.shaped, self.shaped_pattern.as_ref(), shape)
     }
 }
 
-/// `hir` with `0` added to every class that holds an ASCII digit and every digit of its literals read
-/// as `0`: it matches the shape of every line `hir` matches.
-fn widen_digits(hir: &Hir) -> Hir {
-    let overlaps_digits = |start: u32, end: u32| start <= u32::from(b'9') && end >= u32::from(b'0');
+impl Searches {
+    /// The literals and the pattern (see [`LineScan::new`]) read in `reading`.
+    fn new(literals: &[String], pattern: &str, reading: Reading) -> Result<Self, ScanError> {
+        let mut shaped: Vec<Vec<u8>> = literals
+            .iter()
+            .map(|literal| shape_of(literal.as_bytes(), reading))
+            .collect();
+        shaped.sort();
+        shaped.dedup();
+        // A full DFA: it is built once, and the shapes of every log's lines go through it.
+        let shaped = AhoCorasickBuilder::new()
+            .kind(Some(AhoCorasickKind::DFA))
+            .build(&shaped)
+            .map_err(ScanError::Literals)?;
+        let shaped_pattern = if pattern.is_empty() {
+            None
+        } else {
+            let hir = regex_syntax::ParserBuilder::new()
+                .multi_line(true)
+                .build()
+                .parse(pattern)
+                .map_err(|err| ScanError::Parse(Box::new(err)))?;
+            let widened = widen(&hir, reading).to_string();
+            Some(
+                regex::RegexBuilder::new(&widened)
+                    .size_limit(64 << 20)
+                    .build()
+                    .map_err(ScanError::Pattern)?,
+            )
+        };
+        Ok(Self {
+            literals: shaped,
+            pattern: shaped_pattern,
+        })
+    }
+
+    fn matches(&self, shape: &[u8]) -> bool {
+        matches(&self.literals, self.pattern.as_ref(), shape)
+    }
+}
+
+/// Whether `shape` holds one of `literals` or matches `pattern`.
+fn matches(literals: &AhoCorasick, pattern: Option<&Regex>, shape: &[u8]) -> bool {
+    literals.is_match(shape)
+        || pattern.is_some_and(|pattern| {
+            // A shape is valid UTF-8 when its line is: only ASCII bytes were replaced, by `0`.
+            std::str::from_utf8(shape).is_ok_and(|text| pattern.is_match(text))
+        })
+}
+
+/// `hir` with `0` added to every class that holds a byte `reading` replaces and those bytes of its
+/// literals read as `0`: it matches the shape of every line `hir` matches.
+fn widen(hir: &Hir, reading: Reading) -> Hir {
+    let overlaps_digits = |start: u32, end: u32| reading.overlaps(start, end);
     match hir.kind() {
         HirKind::Empty => Hir::empty(),
-        HirKind::Literal(literal) => Hir::literal(shape_of(&literal.0)),
+        HirKind::Literal(literal) => Hir::literal(shape_of(&literal.0, reading)),
         HirKind::Class(Class::Unicode(class)) => {
             let mut class = class.clone();
             if class
@@ -172,16 +270,20 @@ fn widen_digits(hir: &Hir) -> Hir {
         HirKind::Look(look) => Hir::look(*look),
         HirKind::Repetition(repetition) => {
             let mut repetition = repetition.clone();
-            repetition.sub = Box::new(widen_digits(&repetition.sub));
+            repetition.sub = Box::new(widen(&repetition.sub, reading));
             Hir::repetition(repetition)
         }
         HirKind::Capture(capture) => {
             let mut capture = capture.clone();
-            capture.sub = Box::new(widen_digits(&capture.sub));
+            capture.sub = Box::new(widen(&capture.sub, reading));
             Hir::capture(capture)
         }
-        HirKind::Concat(parts) => Hir::concat(parts.iter().map(widen_digits).collect()),
-        HirKind::Alternation(parts) => Hir::alternation(parts.iter().map(widen_digits).collect()),
+        HirKind::Concat(parts) => {
+            Hir::concat(parts.iter().map(|part| widen(part, reading)).collect())
+        }
+        HirKind::Alternation(parts) => {
+            Hir::alternation(parts.iter().map(|part| widen(part, reading)).collect())
+        }
     }
 }
 
@@ -191,66 +293,90 @@ struct Shapes {
     known: HashMap<Box<[u8]>, bool, BuildHasherDefault<ShapeHasher>>,
     /// The current line's shape, built here to look it up without allocating.
     scratch: Vec<u8>,
+    /// The coarse shapes, once the read has shown many fine ones.
+    coarse_known: HashMap<Box<[u8]>, bool, BuildHasherDefault<ShapeHasher>>,
+    coarse_scratch: Vec<u8>,
 }
 
-fn digit_as_zero(byte: u8) -> u8 {
-    if byte.is_ascii_digit() { b'0' } else { byte }
-}
-
-fn shape_of(bytes: &[u8]) -> Vec<u8> {
+fn shape_of(bytes: &[u8], reading: Reading) -> Vec<u8> {
     let mut shape = Vec::with_capacity(bytes.len());
-    push_shape(bytes, &mut shape);
+    push_shape(bytes, &mut shape, reading);
     shape
 }
 
-/// Appends the shape of `bytes`, in a loop the compiler turns into vector instructions.
-fn push_shape(bytes: &[u8], out: &mut Vec<u8>) {
+/// Appends the shape of `bytes`, in loops the compiler turns into vector instructions.
+fn push_shape(bytes: &[u8], out: &mut Vec<u8>, reading: Reading) {
     let start = out.len();
     out.resize(start + bytes.len(), 0);
-    for (shaped, &byte) in out[start..].iter_mut().zip(bytes) {
-        *shaped = digit_as_zero(byte);
+    let shaped = out[start..].iter_mut().zip(bytes);
+    match reading {
+        Reading::Digits => {
+            for (shaped, &byte) in shaped {
+                *shaped = if byte.is_ascii_digit() { b'0' } else { byte };
+            }
+        }
+        Reading::Hex => {
+            for (shaped, &byte) in shaped {
+                *shaped = if byte.is_ascii_hexdigit() { b'0' } else { byte };
+            }
+        }
     }
 }
 
-/// A multiplicative hash over four independent lanes of eight bytes: shapes are hashed once per line,
-/// and a single chain of multiplications (or SipHash) would cost as much as the rest of the lookup.
-/// Only lookups of this process's own lines use it.
+/// A multiplicative hash: each 16 bytes go through one wide multiplication, independent of the others
+/// so the processor overlaps them, and a last one mixes their sum. Shapes are hashed once per line,
+/// where a chain of dependent multiplications (or SipHash) would cost as much as the rest of the
+/// lookup. Only lookups of this process's own lines use it.
 #[derive(Default)]
 struct ShapeHasher(u64);
 
-const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+const K0: u64 = 0x243f_6a88_85a3_08d3;
+const K1: u64 = 0x1319_8a2e_0370_7344;
+const K2: u64 = 0xa409_3822_299f_31d0;
+const K3: u64 = 0x082e_fa98_ec4e_6c89;
 
-fn mix(state: u64, word: u64) -> u64 {
-    (state.rotate_left(5) ^ word).wrapping_mul(SEED)
+/// The 128-bit product of `a` and `b`, its halves xored.
+fn folded_multiply(a: u64, b: u64) -> u64 {
+    let product = u128::from(a) * u128::from(b);
+    (product as u64) ^ ((product >> 64) as u64)
 }
 
-fn word_at(bytes: &[u8], at: usize) -> u64 {
-    let mut eight = [0u8; 8];
-    let available = bytes.len().saturating_sub(at).min(8);
-    eight[..available].copy_from_slice(&bytes[at..at + available]);
-    u64::from_le_bytes(eight)
+/// One 16-byte block, keyed by its place, so equal blocks at different places count differently.
+fn mix_block(block: &[u8; 16], place: u64) -> u64 {
+    let (low, high) = block.split_at(8);
+    let word = |half: &[u8]| {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(half);
+        u64::from_le_bytes(eight)
+    };
+    folded_multiply(word(low) ^ place.wrapping_mul(K3) ^ K0, word(high) ^ K1)
 }
 
 impl Hasher for ShapeHasher {
     fn write(&mut self, bytes: &[u8]) {
-        let mut lanes = [self.0, 1, 2, 3];
-        let mut blocks = bytes.chunks_exact(32);
-        for block in blocks.by_ref() {
-            for (lane, at) in lanes.iter_mut().zip([0, 8, 16, 24]) {
-                *lane = mix(*lane, word_at(block, at));
-            }
+        let (blocks, rest) = bytes.as_chunks::<16>();
+        let mut sum = self.0 ^ (bytes.len() as u64).wrapping_mul(K2);
+        for (place, block) in blocks.iter().enumerate() {
+            sum = sum.wrapping_add(mix_block(block, place as u64));
         }
-        let rest = blocks.remainder();
-        for (lane, at) in lanes.iter_mut().zip([0, 8, 16, 24]) {
-            if at < rest.len() {
-                *lane = mix(*lane, word_at(rest, at));
-            }
+        if !rest.is_empty() {
+            // The last 16 bytes, overlapping the blocks before (the length is in the sum): read where
+            // they are, as bytes copied into a padded block would be read back before they arrive.
+            let last = match bytes.last_chunk::<16>() {
+                Some(last) => *last,
+                None => {
+                    let mut last = [0u8; 16];
+                    last[..rest.len()].copy_from_slice(rest);
+                    last
+                }
+            };
+            sum = sum.wrapping_add(mix_block(&last, blocks.len() as u64));
         }
-        self.0 = lanes.into_iter().fold(0, mix);
+        self.0 = folded_multiply(sum ^ K0, K1);
     }
 
     fn write_usize(&mut self, value: usize) {
-        self.0 = mix(self.0, value as u64);
+        self.0 = folded_multiply(self.0 ^ value as u64 ^ K3, K2);
     }
 
     fn finish(&self) -> u64 {
@@ -312,6 +438,52 @@ mod tests {
     }
 
     #[test]
+    fn lines_each_with_their_own_hex_id_are_marked_whenever_a_literal_or_pattern_is_in_them() {
+        let literals = ["Xid 79", "dead peer", "Bus error", "ABORT"];
+        let pattern = r"code 1\d{2}$|\bfe[a-c]+d me\b";
+        let scan = LineScan::new(&literals.map(str::to_string), pattern).unwrap();
+        let original = Regex::new(&format!("(?m){pattern}")).unwrap();
+        let mut text = String::new();
+        let mut id = 0x9e37_79b9_7f4a_7c15u64;
+        for n in 0..3000u64 {
+            id = id.rotate_left(17).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ n;
+            let tail = match n % 300 {
+                7 => " Xid 79 on gpu 2",
+                8 => " saw dead peer",
+                9 => " Bus error",
+                10 => " exit code 142",
+                11 => " fed feabd me",
+                12 => " ABORT",
+                _ => " step done",
+            };
+            text.push_str(&format!("[rank {}] trace={id:016x}{tail}\n", n % 8));
+        }
+        let read = chunk(&text);
+        let marks = scan.candidate_lines(&read);
+        let mut marked = 0;
+        for (line, mark) in read.lines().zip(&marks) {
+            let holds =
+                literals.iter().any(|literal| line.contains(literal)) || original.is_match(line);
+            assert!(!holds || *mark, "{line}");
+            marked += usize::from(*mark);
+        }
+        // The coarse shapes repeat: the lines that hold nothing are mostly passed over.
+        assert!(marked < 600, "{marked} of 3000 marked");
+        assert!(scan.coarse.get().is_some_and(Option::is_some));
+    }
+
+    #[test]
+    fn a_log_of_few_shapes_never_builds_the_coarse_searches() {
+        let scan = scan(&["NCCL WARN"]);
+        let mut text = String::new();
+        for step in 0..5000 {
+            text.push_str(&format!("step {step} loss 2.{step}\n"));
+        }
+        scan.candidate_lines(&chunk(&text));
+        assert!(scan.coarse.get().is_none());
+    }
+
+    #[test]
     fn the_literal_less_patterns_mark_their_lines() {
         let scan = LineScan::new(
             &["Segmentation fault".to_string()],
@@ -353,8 +525,13 @@ mod tests {
             for line in lines {
                 if original.is_match(line) {
                     assert!(
-                        scan.shape_matches(&shape_of(line.as_bytes())),
+                        scan.shape_matches(&shape_of(line.as_bytes(), Reading::Digits)),
                         "{pattern} on {line}"
+                    );
+                    let coarse = Searches::new(&[], pattern, Reading::Hex).unwrap();
+                    assert!(
+                        coarse.matches(&shape_of(line.as_bytes(), Reading::Hex)),
+                        "{pattern} on {line}, hex digits read as 0"
                     );
                 }
             }

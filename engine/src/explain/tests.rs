@@ -155,6 +155,29 @@ fn the_candidate_scan_passes_over_only_lines_the_full_checks_find_nothing_in() {
 }
 
 #[test]
+fn the_candidate_scan_passes_over_only_lines_the_full_checks_find_nothing_in_when_no_shape_repeats()
+{
+    let catalog = Catalog::builtin().unwrap();
+    let mut id = 0x9e37_79b9_7f4a_7c15u64;
+    let mut with_ids = |text: &str| {
+        let mut out = String::new();
+        for line in text.lines() {
+            id = id.rotate_left(23).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ 0x94d0_49bb;
+            out.push_str(&format!("{line} trace={id:016x}\n"));
+        }
+        out
+    };
+    for path in corpus_logs() {
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        let (fast, full) = digests(&catalog, &with_ids(&text));
+        assert_eq!(fast, full, "{}", path.display());
+    }
+    let (fast, full) = digests(&catalog, &with_ids(&generated_log()));
+    assert!(!full.evidence.is_empty() && !full.samples.is_empty());
+    assert_eq!(fast, full);
+}
+
+#[test]
 fn the_candidate_scan_marks_only_what_may_match_on_a_progress_log() {
     let catalog = Catalog::builtin().unwrap();
     let chunk = chunk_of(&generated_log());

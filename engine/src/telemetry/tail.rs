@@ -301,16 +301,22 @@ pub fn read_new_lines_reusing(
     chunk.tail = buffer[consumed.saturating_sub(TAIL_BYTES)..].to_vec();
     match String::from_utf8(buffer) {
         Ok(text) => {
-            // A cut inside a multi-byte character moves back to the character's start.
-            chunk.spans = raw_spans
-                .into_iter()
-                .map(|(start, mut end)| {
-                    while end > start && !text.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    (start, end)
-                })
-                .collect();
+            // A cut inside a multi-byte character moves back to the character's start. Only the line
+            // cap cuts inside a line (newlines and carriage returns are ASCII): without a cut line the
+            // spans stand as they are.
+            chunk.spans = if chunk.truncated_lines == 0 {
+                raw_spans
+            } else {
+                raw_spans
+                    .into_iter()
+                    .map(|(start, mut end)| {
+                        while end > start && !text.is_char_boundary(end) {
+                            end -= 1;
+                        }
+                        (start, end)
+                    })
+                    .collect()
+            };
             chunk.text = text;
         }
         Err(err) => {

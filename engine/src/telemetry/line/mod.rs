@@ -184,7 +184,12 @@ fn split_srun_label(line: &str) -> (Option<u32>, &str) {
         Some(b' ') => colon + 2,
         Some(_) => return (None, line),
     };
-    let rank = line.get(digits_start..colon).and_then(|d| d.parse().ok());
+    // Only ASCII digits lie between: read them here rather than through `str::parse`, which checks
+    // for a sign and for other radixes on every line.
+    let digits = bytes.get(digits_start..colon).unwrap_or_default();
+    let rank = digits.iter().try_fold(0u32, |rank, &digit| {
+        rank.checked_mul(10)?.checked_add(u32::from(digit - b'0'))
+    });
     (rank, line.get(rest_start..).unwrap_or_default())
 }
 

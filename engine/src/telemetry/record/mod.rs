@@ -189,7 +189,13 @@ pub fn signal_markers() -> &'static Regex {
 /// [`recognise`] with the result of a whole-read [`signal_markers`] search: `markers_possible` false
 /// says the line holds none of them, so that per-line search is skipped.
 pub fn recognise_hinted(message: &str, markers_possible: bool) -> Option<Record> {
-    let message = super::line::trim(latest_progress_update(message));
+    // Most lines hold neither a carriage return nor a bar: one search tells, instead of one for each.
+    let plain = memchr::memchr2(b'\r', b'|', message.as_bytes()).is_none();
+    let message = if plain {
+        super::line::trim(message)
+    } else {
+        super::line::trim(latest_progress_update(message))
+    };
     if message.is_empty() {
         return None;
     }
@@ -199,7 +205,7 @@ pub fn recognise_hinted(message: &str, markers_possible: bool) -> Option<Record>
     // Structured telemetry: JSON lines start with `{`; key=value records are
     // `[type=... | ...]`, so a line without `|` cannot be one. A telemetry
     // record says what it says; its free text is not read for other signals.
-    let has_bar = memchr::memchr(b'|', message.as_bytes()).is_some();
+    let has_bar = !plain && memchr::memchr(b'|', message.as_bytes()).is_some();
     if (has_bar || message.starts_with('{'))
         && let Some(telemetry) = structured::parse(message)
     {
@@ -307,9 +313,16 @@ fn megatron_iteration(message: &str) -> Option<Record> {
     if !message.contains("iteration") {
         return None;
     }
-    let captures = MEGATRON_ITERATION.captures(message)?;
-    let iteration = captures.get(1)?.as_str().parse().ok()?;
-    let total = captures.get(2).and_then(|m| m.as_str().parse().ok());
+    let (iteration, total) = match iteration_counter(message) {
+        Counter::Found(iteration, total) => (iteration, total),
+        Counter::Absent => return None,
+        Counter::Undecided => {
+            let captures = MEGATRON_ITERATION.captures(message)?;
+            (captures.get(1)?.as_str(), captures.get(2)?.as_str())
+        }
+    };
+    let iteration = iteration.parse().ok()?;
+    let total = total.parse().ok();
     let mut elapsed_ms = None;
     let mut tflops_per_gpu = None;
     let mut lm_loss = None;
@@ -319,12 +332,13 @@ fn megatron_iteration(message: &str) -> Option<Record> {
     let mut loss_scale = None;
     let mut skipped_iterations = None;
     let mut nan_iterations = None;
-    for field in message.split('|') {
-        let Some((key, value)) = field.split_once(':') else {
+    for field in bar_fields(message) {
+        let Some(colon) = memchr::memchr(b':', field.as_bytes()) else {
             continue;
         };
-        let key = key.trim();
-        let value = value.trim();
+        // `:` is ASCII: both sides are whole characters.
+        let key = field.get(..colon).unwrap_or_default().trim();
+        let value = field.get(colon + 1..).unwrap_or_default().trim();
         match key {
             "elapsed time per iteration (ms)" => elapsed_ms = value.parse().ok(),
             "lm loss" => lm_loss = value.parse::<f64>().ok(),
@@ -358,6 +372,101 @@ fn megatron_iteration(message: &str) -> Option<Record> {
         skipped_iterations,
         nan_iterations,
     })
+}
+
+/// The fields of a line between its `|`, as `str::split('|')` gives them, found with one vector search.
+fn bar_fields(message: &str) -> impl Iterator<Item = &str> + '_ {
+    let mut start = 0;
+    memchr::memchr_iter(b'|', message.as_bytes())
+        .chain(std::iter::once(message.len()))
+        .map(move |end| {
+            // `|` is ASCII: every field is whole characters.
+            let field = message.get(start..end).unwrap_or_default();
+            start = end + 1;
+            field
+        })
+}
+
+/// What [`iteration_counter`] could tell without the regex.
+#[derive(Debug, PartialEq)]
+enum Counter<'m> {
+    /// The iteration and the total, as [`MEGATRON_ITERATION`] captures them.
+    Found(&'m str, &'m str),
+    /// [`MEGATRON_ITERATION`] does not match.
+    Absent,
+    /// A character outside ASCII stands where the answer depends on it (a Unicode digit, space or
+    /// letter): only the regex knows.
+    Undecided,
+}
+
+/// [`MEGATRON_ITERATION`] (`\biteration\s+(\d+)\s*/\s*(\d+)\s*\|`) read by hand over ASCII: every
+/// iteration line goes through it, and the regex's captures cost more than the rest of the line's
+/// parse. Each `iteration` is tried in order, so the first that fits is the regex's leftmost match.
+fn iteration_counter(message: &str) -> Counter<'_> {
+    const WORD: &[u8] = b"iteration";
+    let bytes = message.as_bytes();
+    // ASCII whitespace as Unicode's White_Space has it (vertical tab included).
+    let space = |byte: u8| matches!(byte, b'\t'..=b'\r' | b' ');
+    // Where a run of `take` bytes starting at `at` ends; None at a byte outside ASCII.
+    let run = |mut at: usize, take: &dyn Fn(u8) -> bool| -> Option<usize> {
+        while let Some(&byte) = bytes.get(at) {
+            if !byte.is_ascii() {
+                return None;
+            }
+            if !take(byte) {
+                break;
+            }
+            at += 1;
+        }
+        Some(at)
+    };
+    // Built once: a searcher built per call costs as much as the search.
+    static FINDER: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new(WORD));
+    for found in FINDER.find_iter(bytes) {
+        match found
+            .checked_sub(1)
+            .and_then(|before| bytes.get(before).copied())
+        {
+            Some(before) if !before.is_ascii() => return Counter::Undecided,
+            Some(before) if before.is_ascii_alphanumeric() || before == b'_' => continue,
+            _ => {}
+        }
+        let start = found + WORD.len();
+        let Some(digits) = run(start, &space) else {
+            return Counter::Undecided;
+        };
+        let Some(after_iteration) = run(digits, &|byte: u8| byte.is_ascii_digit()) else {
+            return Counter::Undecided;
+        };
+        let Some(slash) = run(after_iteration, &space) else {
+            return Counter::Undecided;
+        };
+        if digits == start || after_iteration == digits || bytes.get(slash) != Some(&b'/') {
+            continue;
+        }
+        let Some(total_start) = run(slash + 1, &space) else {
+            return Counter::Undecided;
+        };
+        let Some(total_end) = run(total_start, &|byte: u8| byte.is_ascii_digit()) else {
+            return Counter::Undecided;
+        };
+        let Some(bar) = run(total_end, &space) else {
+            return Counter::Undecided;
+        };
+        if total_end == total_start || bytes.get(bar) != Some(&b'|') {
+            continue;
+        }
+        // Only ASCII bytes were passed over: the bounds are character boundaries.
+        return match (
+            message.get(digits..after_iteration),
+            message.get(total_start..total_end),
+        ) {
+            (Some(iteration), Some(total)) => Counter::Found(iteration, total),
+            _ => Counter::Undecided,
+        };
+    }
+    Counter::Absent
 }
 
 /// A tqdm bar as Lightning and NeMo print it:

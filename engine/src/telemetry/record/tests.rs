@@ -851,3 +851,64 @@ fn records_serialise_with_a_snake_case_type_tag() {
         r#"{"type":"traceback_start"}"#
     );
 }
+
+/// What the regex captures, in the terms of [`iteration_counter`].
+fn counter_by_regex(message: &str) -> Option<(&str, &str)> {
+    let captures = MEGATRON_ITERATION.captures(message)?;
+    Some((captures.get(1)?.as_str(), captures.get(2)?.as_str()))
+}
+
+fn assert_counter_agrees(message: &str) {
+    match iteration_counter(message) {
+        Counter::Found(iteration, total) => assert_eq!(
+            counter_by_regex(message),
+            Some((iteration, total)),
+            "{message:?}"
+        ),
+        Counter::Absent => assert_eq!(counter_by_regex(message), None, "{message:?}"),
+        Counter::Undecided => assert!(!message.is_ascii(), "{message:?}"),
+    }
+}
+
+#[test]
+fn the_iteration_counter_reads_what_the_regex_captures() {
+    for message in [
+        "iteration      120/   1000 | lm loss: 2.0",
+        " iteration 5 /7|",
+        "reiteration 5/7 | iteration 6/8 |",
+        "iteration 5/7 iteration 6/8 |",
+        "iteration\u{b}5\t/\r7\u{c}|",
+        "iteration5/7|",
+        "iteration 5/ |",
+        "iteration 5/7",
+        "é iteration 5/7 |",
+        "éiteration 5/7 |",
+        "iteration\u{3000}5/7 |",
+        "iteration 5٣/7 |",
+        "iteration 5/7\u{a0}|",
+        "_iteration 5/7 | iteration 1/2 |",
+    ] {
+        assert_counter_agrees(message);
+    }
+    assert_eq!(
+        iteration_counter("x | iteration 12 / 40 |"),
+        Counter::Found("12", "40")
+    );
+}
+
+proptest::proptest! {
+    /// On any text built from the pieces the pattern cares about, ASCII or not, the hand reading
+    /// agrees with the regex, or leaves the answer to it.
+    #[test]
+    fn the_iteration_counter_agrees_with_the_regex_everywhere(
+        pieces in proptest::collection::vec(
+            proptest::sample::select(vec![
+                "iteration", "iter", " ", "\t", "\u{b}", "\u{3000}", "\u{a0}", "1", "42", "٣", "/",
+                "|", "x", "_", "é", ":",
+            ]),
+            0..12,
+        )
+    ) {
+        assert_counter_agrees(&pieces.concat());
+    }
+}
