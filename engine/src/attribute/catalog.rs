@@ -286,7 +286,22 @@ pub struct SignatureSpec {
     /// for these instead, and the patterns confirm.
     #[serde(default)]
     pub prefilter: Vec<String>,
+    /// Whether a running attempt that prints a matching line cannot complete its collective (the
+    /// engine fails it once progress stopped after the line, without waiting for the silence bound):
+    /// every matching line, or only those matching one of the given patterns too (the fatal status
+    /// codes of an error that also has harmless ones).
+    #[serde(default)]
+    pub fatal_while_running: Option<FatalWhileRunning>,
     pub explanation: String,
+}
+
+/// Which of a signature's lines are fatal while the run is running, as written in the catalog:
+/// `fatal_while_running = true`, or a list of patterns a line must also match.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FatalWhileRunning {
+    Every(bool),
+    Matching(Vec<String>),
 }
 
 /// A signature ready to match.
@@ -305,6 +320,8 @@ pub struct Signature {
     pub sequence: Option<Sequence>,
     patterns: Vec<Regex>,
     context: Vec<Regex>,
+    /// Its lines that are fatal while running: none, every one (empty), or those matching one.
+    fatal: Option<Vec<Regex>>,
 }
 
 impl Signature {
@@ -324,6 +341,13 @@ impl Signature {
     /// Whether the signature needs a context at all.
     pub fn has_context(&self) -> bool {
         !self.context.is_empty()
+    }
+
+    /// Whether `line`, one of this signature's, means a running collective cannot complete.
+    pub fn is_fatal_while_running(&self, line: &str) -> bool {
+        self.fatal.as_ref().is_some_and(|patterns| {
+            patterns.is_empty() || patterns.iter().any(|pattern| pattern.is_match(line))
+        })
     }
 }
 
@@ -538,6 +562,32 @@ impl Catalog {
                     invalid_in(&file, format!("{}: context {pattern:?}: {err}", spec.id))
                 })?);
             }
+            let fatal = match &spec.fatal_while_running {
+                None | Some(FatalWhileRunning::Every(false)) => None,
+                Some(FatalWhileRunning::Every(true)) => Some(Vec::new()),
+                Some(FatalWhileRunning::Matching(patterns)) if patterns.is_empty() => {
+                    return Err(invalid_in(
+                        &file,
+                        format!(
+                            "{}: fatal_while_running is true or a list of at least one pattern",
+                            spec.id
+                        ),
+                    ));
+                }
+                Some(FatalWhileRunning::Matching(patterns)) => Some(
+                    patterns
+                        .iter()
+                        .map(|pattern| {
+                            Regex::new(pattern).map_err(|err| {
+                                invalid_in(
+                                    &file,
+                                    format!("{}: fatal_while_running {pattern:?}: {err}", spec.id),
+                                )
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+            };
             signatures.push(Signature {
                 component: spec.component.unwrap_or(category.component),
                 recoverable: spec.recoverable.unwrap_or(category.requeue),
@@ -547,6 +597,7 @@ impl Catalog {
                 spec,
                 patterns,
                 context,
+                fatal,
             });
         }
         // Cause over symptom is data: every signature or category a signature outranks must exist.
@@ -717,6 +768,14 @@ impl Catalog {
             .chain(self.unguarded.iter().copied())
             .filter(move |&pattern| !std::mem::replace(&mut tried[pattern], true))
             .filter(move |&pattern| self.patterns[pattern].is_match(line))
+    }
+
+    /// The first signature that matches `line` and marks it fatal while the run is running.
+    pub fn fatal_while_running(&self, line: &str) -> Option<&Signature> {
+        self.matching(line)
+            .into_iter()
+            .map(|index| &self.signatures[index])
+            .find(|signature| signature.is_fatal_while_running(line))
     }
 
     /// Indexes of the signatures that match `line`.

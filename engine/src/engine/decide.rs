@@ -145,6 +145,9 @@ impl Engine {
             // A log that cannot be found or read is a warning of its own, not a hang.
             return Ok(None);
         }
+        if let Some(finding) = self.fatal_line(attempt, now)? {
+            return Ok(Some((finding.kind, finding.summary)));
+        }
         // Before its first line, an attempt is timed from when it was seen running: a requeued job can
         // still report the start time of its previous run.
         let Some(since) = detect::sections::silent_since(attempt) else {
@@ -172,6 +175,43 @@ impl Engine {
                 bound.basis
             ),
         )))
+    }
+
+    /// A fatal line the running `attempt` printed, once its progress stopped after it.
+    fn fatal_line(
+        &self,
+        attempt: &Attempt,
+        now: DateTime<Utc>,
+    ) -> Result<Option<detect::Finding>, EngineError> {
+        let config = &self.config.detect;
+        // A run that reported progress within the shortest window cannot have confirmed anything:
+        // its evidence need not be read.
+        let shortest = config
+            .fatal_confirm_min_secs
+            .min(config.fatal_confirm_max_secs) as i64;
+        if config.fatal_confirm_max_secs == 0
+            || attempt
+                .last_progress_time
+                .or(attempt.start_time)
+                .is_some_and(|since| (now - since).num_seconds() < shortest)
+        {
+            return Ok(None);
+        }
+        let db = self.store.db();
+        let lines = db.evidence_lines(attempt.workflow_id, attempt.index)?;
+        let progress = db
+            .throughput_window(attempt.workflow_id, attempt.index, 0, 50)?
+            .1;
+        Ok(detect::fatal_line::fatal_while_running(
+            attempt,
+            &detect::fatal_line::RunningLog {
+                lines: &lines,
+                progress: &progress,
+            },
+            &self.catalog,
+            now,
+            config,
+        ))
     }
 
     /// How long `attempt` may stay silent in the section it is in, learned from its workflow's
