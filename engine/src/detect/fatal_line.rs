@@ -6,7 +6,8 @@
 //!
 //! A warning a healthy run recovers from is never acted on: the line must come after the last
 //! progress report, and no progress may follow it for the confirmation window, twice the run's
-//! median gap between progress reports within `[detect] fatal_confirm_min_secs ..= max_secs`.
+//! median gap between progress reports within `[detect] fatal_confirm_min_secs ..= max_secs`,
+//! counted from when the engine read the line.
 
 use chrono::{DateTime, Utc};
 
@@ -82,78 +83,115 @@ pub struct RunningLog<'a> {
     pub progress: &'a [ThroughputSample],
 }
 
-/// The first fatal line after the attempt's last progress report, once no progress followed it for
-/// the confirmation window.
-pub fn fatal_while_running(
-    attempt: &Attempt,
-    log: &RunningLog<'_>,
-    catalog: &Catalog,
-    now: DateTime<Utc>,
-    config: &DetectConfig,
-) -> Option<Finding> {
-    if attempt.state != JobState::Running || config.fatal_confirm_max_secs == 0 {
-        return None;
+/// The fatal line an attempt is being watched for, and when the engine first read it: a line
+/// without a stamp of its own carries the last stamp before it, which may be much older.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FatalLineTracker {
+    sighting: Option<Sighting>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Sighting {
+    text: String,
+    stamp: DateTime<Utc>,
+    read: DateTime<Utc>,
+}
+
+impl FatalLineTracker {
+    /// Whether nothing is being watched (the tracker can be dropped).
+    pub fn is_idle(&self) -> bool {
+        self.sighting.is_none()
     }
-    let progress: Vec<ThroughputSample> = log
-        .progress
-        .iter()
-        .filter(|sample| sample.attempt_index == attempt.index)
-        .cloned()
-        .collect();
-    // Lines and progress reports are compared on the lines' own clock (their stamps); a line without
-    // a stamp of its own carries the one before it in the same read, so a line read after a report
-    // is never older than it.
-    let last_report = progress
-        .iter()
-        .map(|sample| sample.time)
-        .max()
-        .or(attempt.last_progress_time);
-    let (line, signature) = log
-        .lines
-        .iter()
-        .filter(|line| last_report.is_none_or(|report| line.time >= report))
-        .find_map(|line| {
-            catalog
-                .fatal_while_running(&line.text)
-                .map(|signature| (line, signature))
-        })?;
-    // When the line arrived, on the engine's clock as progress is: not before the last report
-    // arrived (or the attempt started), not after the log last grew.
-    let earliest = attempt.last_progress_time.or(attempt.start_time);
-    let latest = attempt.last_log_time.unwrap_or(now).min(now);
-    let since = earliest.map_or(line.time, |earliest| line.time.max(earliest));
-    let since = since.min(latest);
-    let window = confirmation_window(&progress, config);
-    let quiet = (now - since).num_seconds();
-    if quiet < window.secs as i64 {
-        return None;
+
+    /// Looks at the attempt at `now`: the first fatal line after its last progress report is
+    /// remembered with when it was first seen, and a finding returned once no progress followed it
+    /// for the confirmation window.
+    pub fn observe(
+        &mut self,
+        attempt: &Attempt,
+        log: &RunningLog<'_>,
+        catalog: &Catalog,
+        now: DateTime<Utc>,
+        config: &DetectConfig,
+    ) -> Option<Finding> {
+        if attempt.state != JobState::Running || config.fatal_confirm_max_secs == 0 {
+            self.sighting = None;
+            return None;
+        }
+        let progress: Vec<ThroughputSample> = log
+            .progress
+            .iter()
+            .filter(|sample| sample.attempt_index == attempt.index)
+            .cloned()
+            .collect();
+        // Lines and progress reports are ordered on the lines' own clock (their stamps): a line read
+        // after a report carries a stamp no older than the report's.
+        let last_report = progress
+            .iter()
+            .map(|sample| sample.time)
+            .max()
+            .or(attempt.last_progress_time);
+        let Some((line, signature)) = log
+            .lines
+            .iter()
+            .filter(|line| last_report.is_none_or(|report| line.time >= report))
+            .find_map(|line| {
+                catalog
+                    .fatal_while_running(&line.text)
+                    .map(|signature| (line, signature))
+            })
+        else {
+            self.sighting = None;
+            return None;
+        };
+        let known = self
+            .sighting
+            .as_ref()
+            .filter(|seen| seen.text == line.text && seen.stamp == line.time)
+            .map(|seen| seen.read);
+        // Waiting is measured on the engine's clock, as progress is: from when the line was read.
+        let read = known.unwrap_or(now);
+        self.sighting = Some(Sighting {
+            text: line.text.clone(),
+            stamp: line.time,
+            read,
+        });
+        let since = attempt
+            .last_progress_time
+            .map_or(read, |progress| read.max(progress));
+        let window = confirmation_window(&progress, config);
+        let quiet = (now - since).num_seconds();
+        if quiet < window.secs as i64 {
+            return None;
+        }
+        self.sighting = None;
+        let host = reporting_host(&line.text);
+        let status = completion_status(&line.text)
+            .map(|status| format!(" (status {status})"))
+            .unwrap_or_default();
+        let on = host.map(|host| format!(" on {host}")).unwrap_or_default();
+        let rank = line
+            .rank
+            .map(|rank| format!("{rank}: "))
+            .unwrap_or_default();
+        Some(Finding {
+            kind: AnomalyKind::Hang,
+            summary: format!(
+                "job {} (attempt {}) printed a fatal {}{status}{on}, read at {}; no progress for \
+                 {quiet} s since (confirmation window {} s: {})",
+                attempt.job_id,
+                attempt.index,
+                signature.spec.title,
+                read.format("%Y-%m-%d %H:%M:%S UTC"),
+                window.secs,
+                window.basis
+            ),
+            evidence: vec![format!("{rank}{}", line.text)],
+            node: host
+                .filter(|host| attempt.nodes.iter().any(|node| node == host))
+                .map(str::to_string),
+        })
     }
-    let host = reporting_host(&line.text);
-    let status = completion_status(&line.text)
-        .map(|status| format!(" (status {status})"))
-        .unwrap_or_default();
-    let on = host.map(|host| format!(" on {host}")).unwrap_or_default();
-    let rank = line
-        .rank
-        .map(|rank| format!("{rank}: "))
-        .unwrap_or_default();
-    Some(Finding {
-        kind: AnomalyKind::Hang,
-        summary: format!(
-            "job {} (attempt {}) printed a fatal {}{status}{on} at {}; no progress for {quiet} s \
-             since (confirmation window {} s: {})",
-            attempt.job_id,
-            attempt.index,
-            signature.spec.title,
-            since.format("%Y-%m-%d %H:%M:%S UTC"),
-            window.secs,
-            window.basis
-        ),
-        evidence: vec![format!("{rank}{}", line.text)],
-        node: host
-            .filter(|host| attempt.nodes.iter().any(|node| node == host))
-            .map(str::to_string),
-    })
 }
 
 /// The host of NCCL's `host:pid:tid [dev] NCCL ...` prefix.

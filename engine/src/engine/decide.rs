@@ -107,7 +107,7 @@ impl Engine {
     }
 
     pub(super) fn anomaly_of(
-        &self,
+        &mut self,
         attempt: &Attempt,
         now: DateTime<Utc>,
     ) -> Result<Option<(AnomalyKind, String)>, EngineError> {
@@ -179,7 +179,7 @@ impl Engine {
 
     /// A fatal line the running `attempt` printed, once its progress stopped after it.
     fn fatal_line(
-        &self,
+        &mut self,
         attempt: &Attempt,
         now: DateTime<Utc>,
     ) -> Result<Option<detect::Finding>, EngineError> {
@@ -189,12 +189,14 @@ impl Engine {
         let shortest = config
             .fatal_confirm_min_secs
             .min(config.fatal_confirm_max_secs) as i64;
+        let key = (attempt.workflow_id, attempt.index);
         if config.fatal_confirm_max_secs == 0
             || attempt
                 .last_progress_time
                 .or(attempt.start_time)
                 .is_some_and(|since| (now - since).num_seconds() < shortest)
         {
+            self.fatal_lines.remove(&key);
             return Ok(None);
         }
         let db = self.store.db();
@@ -202,7 +204,8 @@ impl Engine {
         let progress = db
             .throughput_window(attempt.workflow_id, attempt.index, 0, 50)?
             .1;
-        Ok(detect::fatal_line::fatal_while_running(
+        let tracker = self.fatal_lines.entry(key).or_default();
+        let finding = tracker.observe(
             attempt,
             &detect::fatal_line::RunningLog {
                 lines: &lines,
@@ -210,8 +213,12 @@ impl Engine {
             },
             &self.catalog,
             now,
-            config,
-        ))
+            &self.config.detect,
+        );
+        if tracker.is_idle() {
+            self.fatal_lines.remove(&key);
+        }
+        Ok(finding)
     }
 
     /// How long `attempt` may stay silent in the section it is in, learned from its workflow's

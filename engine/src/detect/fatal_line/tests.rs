@@ -36,19 +36,27 @@ fn running(progress: i64, log: i64) -> Attempt {
     running
 }
 
-fn check(
+/// The engine looking at the attempt at each of `times` (seconds), as it does every poll: when the
+/// rule first fires, and what it says.
+fn first_finding(
     attempt: &Attempt,
     lines: &[EvidenceLine],
     progress: &[ThroughputSample],
-    now: i64,
-) -> Option<Finding> {
-    fatal_while_running(
-        attempt,
-        &RunningLog { lines, progress },
-        &catalog(),
-        t(now),
-        &DetectConfig::default(),
-    )
+    times: impl IntoIterator<Item = i64>,
+) -> Option<(i64, Finding)> {
+    let catalog = catalog();
+    let mut tracker = FatalLineTracker::default();
+    times.into_iter().find_map(|now| {
+        tracker
+            .observe(
+                attempt,
+                &RunningLog { lines, progress },
+                &catalog,
+                t(now),
+                &DetectConfig::default(),
+            )
+            .map(|finding| (now, finding))
+    })
 }
 
 #[test]
@@ -57,8 +65,9 @@ fn a_fatal_ib_error_then_silence_fires_once_the_window_has_passed() {
     let progress = reports(2, 100);
     let lines = [line(101, 52, IB_STATUS_12)];
     let attempt = running(100, 101);
-    assert!(check(&attempt, &lines, &progress, 104).is_none());
-    let finding = check(&attempt, &lines, &progress, 105).expect("fires after 4 s");
+    let (at, finding) =
+        first_finding(&attempt, &lines, &progress, 101..200).expect("fires after 4 s");
+    assert_eq!(at, 105);
     assert_eq!(finding.kind, AnomalyKind::Hang);
     assert_eq!(finding.node.as_deref(), Some("node-07"));
     assert!(
@@ -73,17 +82,32 @@ fn a_fatal_ib_error_then_silence_fires_once_the_window_has_passed() {
 
 #[test]
 fn a_fatal_line_followed_by_progress_never_fires() {
-    let mut progress = reports(2, 100);
+    let before = reports(2, 100);
     let lines = [line(101, 52, IB_STATUS_12)];
-    // The run went on: reports at 102 and 104, then it is simply between reports.
-    progress.push(sample(0, 51, 102, 400.0));
-    progress.push(sample(0, 52, 104, 400.0));
-    let attempt = running(104, 104);
+    let catalog = catalog();
+    let config = DetectConfig::default();
+    let mut tracker = FatalLineTracker::default();
+    let mut look = |attempt: &Attempt, progress: &[ThroughputSample], now: i64| {
+        tracker.observe(
+            attempt,
+            &RunningLog {
+                lines: &lines,
+                progress,
+            },
+            &catalog,
+            t(now),
+            &config,
+        )
+    };
+    // Read at 101 and 103, within the window...
+    assert!(look(&running(100, 101), &before, 101).is_none());
+    assert!(look(&running(100, 101), &before, 103).is_none());
+    // ...then the run went on: reports at 102 and 104, and it is simply between reports after.
+    let mut after = before.clone();
+    after.push(sample(0, 51, 102, 400.0));
+    after.push(sample(0, 52, 104, 400.0));
     for now in [105, 110, 200, 5000] {
-        assert!(
-            check(&attempt, &lines, &progress, now).is_none(),
-            "at {now}"
-        );
+        assert!(look(&running(104, 104), &after, now).is_none(), "at {now}");
     }
 }
 
@@ -99,7 +123,10 @@ fn a_warning_that_is_not_fatal_never_fires() {
         "NCCL INFO transport/net.cc:1298 -> 6",
     ] {
         let lines = [line(101, 52, text)];
-        assert!(check(&attempt, &lines, &progress, 5000).is_none(), "{text}");
+        assert!(
+            first_finding(&attempt, &lines, &progress, [101, 110, 5000]).is_none(),
+            "{text}"
+        );
     }
 }
 
@@ -114,7 +141,10 @@ fn each_fatal_form_the_catalog_marks_fires() {
         "[rank3]:[E105 08:01:41.000000000 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600042 milliseconds before timing out.",
     ] {
         let lines = [line(101, 3, text)];
-        assert!(check(&attempt, &lines, &progress, 110).is_some(), "{text}");
+        assert!(
+            first_finding(&attempt, &lines, &progress, [101, 110]).is_some(),
+            "{text}"
+        );
     }
 }
 
@@ -123,18 +153,51 @@ fn a_line_from_before_the_last_report_is_history() {
     // An error at 50, then progress until 100: the silence after 100 is not the error's doing.
     let progress = reports(2, 100);
     let lines = [line(50, 52, IB_STATUS_12)];
-    assert!(check(&running(100, 100), &lines, &progress, 200).is_none());
+    assert!(first_finding(&running(100, 100), &lines, &progress, [150, 200, 300]).is_none());
 }
 
 #[test]
-fn the_window_counts_from_when_the_line_can_have_arrived() {
-    // The line carries an old stamp (the last stamped line of its read) but arrived with the read
-    // at 120: the window starts then, not at its stamp.
+fn the_window_counts_from_when_the_line_was_read_not_from_its_inherited_stamp() {
+    // The line has no stamp of its own and carries the report's (100), but the engine reads it only
+    // at 130: that it stopped the run is confirmed 4 s later, not at once.
     let progress = reports(2, 100);
     let lines = [line(100, 52, IB_STATUS_12)];
-    let attempt = running(120, 120);
-    assert!(check(&attempt, &lines, &progress, 123).is_none());
-    assert!(check(&attempt, &lines, &progress, 124).is_some());
+    let attempt = running(100, 130);
+    let (at, finding) = first_finding(&attempt, &lines, &progress, (130..200).step_by(5))
+        .expect("fires once confirmed");
+    assert_eq!(at, 135);
+    assert!(
+        finding.summary.contains("read at 2026-01-05 08:02:10 UTC"),
+        "{}",
+        finding.summary
+    );
+}
+
+#[test]
+fn a_line_replaced_by_another_restarts_the_window() {
+    let progress = reports(2, 100);
+    let attempt = running(100, 101);
+    let catalog = catalog();
+    let mut tracker = FatalLineTracker::default();
+    let config = DetectConfig::default();
+    let mut look = |lines: &[EvidenceLine], now: i64| {
+        tracker.observe(
+            &attempt,
+            &RunningLog {
+                lines,
+                progress: &progress,
+            },
+            &catalog,
+            t(now),
+            &config,
+        )
+    };
+    assert!(look(&[line(101, 52, IB_STATUS_12)], 101).is_none());
+    // The evidence was trimmed and another fatal line is the first now: it is new at 103.
+    let other = "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.";
+    assert!(look(&[line(102, 3, other)], 103).is_none());
+    assert!(look(&[line(102, 3, other)], 106).is_none());
+    assert!(look(&[line(102, 3, other)], 107).is_some());
 }
 
 #[test]
@@ -166,10 +229,18 @@ fn the_rule_is_off_at_a_zero_bound_and_for_an_attempt_not_running() {
         lines: &lines,
         progress: &progress,
     };
-    assert!(fatal_while_running(&running(100, 101), &log, &catalog(), t(500), &off).is_none());
+    let mut tracker = FatalLineTracker::default();
+    for now in [101, 500] {
+        assert!(
+            tracker
+                .observe(&running(100, 101), &log, &catalog(), t(now), &off)
+                .is_none()
+        );
+    }
+    assert!(tracker.is_idle());
     let mut ended = running(100, 101);
     ended.state = JobState::Failed;
-    assert!(check(&ended, &lines, &progress, 500).is_none());
+    assert!(first_finding(&ended, &lines, &progress, [101, 500]).is_none());
 }
 
 #[test]
