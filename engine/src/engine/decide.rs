@@ -183,22 +183,13 @@ impl Engine {
         attempt: &Attempt,
         now: DateTime<Utc>,
     ) -> Result<Option<detect::Finding>, EngineError> {
-        let config = &self.config.detect;
-        // A run that reported progress within the shortest window cannot have confirmed anything:
-        // its evidence need not be read.
-        let shortest = config
-            .fatal_confirm_min_secs
-            .min(config.fatal_confirm_max_secs) as i64;
         let key = (attempt.workflow_id, attempt.index);
-        if config.fatal_confirm_max_secs == 0
-            || attempt
-                .last_progress_time
-                .or(attempt.start_time)
-                .is_some_and(|since| (now - since).num_seconds() < shortest)
-        {
+        if self.config.detect.fatal_confirm_max_secs == 0 {
             self.fatal_lines.remove(&key);
             return Ok(None);
         }
+        // Read on every look, even right after a progress report: a fatal line often arrives in the
+        // same read as the report before it.
         let db = self.store.db();
         let lines = db.evidence_lines(attempt.workflow_id, attempt.index)?;
         let progress = db
