@@ -887,3 +887,88 @@ fn line_of(text: &str, offset: usize) -> usize {
         .map_or(0, |before| before.matches('\n').count())
         + 1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIGNATURE: &str = r#"
+[[signature]]
+id = "ib"
+title = "IB completion error"
+category = "ib_link"
+confidence = 0.7
+patterns = ['Got completion with error \d+']
+explanation = "x"
+"#;
+
+    fn load(extra: &str) -> Result<Catalog, CatalogError> {
+        let text = SIGNATURE.replace("explanation", &format!("{extra}\nexplanation"));
+        Catalog::from_specs(parse_file(&text, Path::new("t.toml"))?, Path::new("t.toml"))
+    }
+
+    #[test]
+    fn only_the_marked_lines_of_a_signature_are_fatal_while_running() {
+        let every = load("fatal_while_running = true").unwrap();
+        assert!(
+            every
+                .fatal_while_running("Got completion with error 5")
+                .is_some()
+        );
+        let some = load(r"fatal_while_running = ['error 1[23]\b']").unwrap();
+        assert!(
+            some.fatal_while_running("Got completion with error 12")
+                .is_some()
+        );
+        assert!(
+            some.fatal_while_running("Got completion with error 1")
+                .is_none()
+        );
+        let none = load("fatal_while_running = false").unwrap();
+        assert!(
+            none.fatal_while_running("Got completion with error 12")
+                .is_none()
+        );
+        assert!(
+            load("")
+                .unwrap()
+                .fatal_while_running("Got completion with error 12")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn an_empty_or_broken_fatal_list_fails_the_load_naming_the_signature() {
+        let empty = load("fatal_while_running = []").unwrap_err().to_string();
+        assert!(empty.contains("ib: fatal_while_running"), "{empty}");
+        let broken = load("fatal_while_running = ['(']").unwrap_err().to_string();
+        assert!(broken.contains("ib: fatal_while_running"), "{broken}");
+    }
+
+    #[test]
+    fn the_builtin_catalog_marks_nccl_s_fatal_ib_status_and_not_the_others() {
+        let catalog = Catalog::builtin().unwrap();
+        let line = |status: u32| {
+            format!(
+                "node-07:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.8<52347> with status={status} opcode=0 len=0 vendor err 129 (Recv)"
+            )
+        };
+        for status in [5, 12, 13] {
+            assert!(
+                catalog.fatal_while_running(&line(status)).is_some(),
+                "{status}"
+            );
+        }
+        for status in [1, 4] {
+            assert!(
+                catalog.fatal_while_running(&line(status)).is_none(),
+                "{status}"
+            );
+        }
+        assert!(
+            catalog
+                .fatal_while_running("NCCL WARN NET/IB : Got async event : GID table change")
+                .is_none()
+        );
+    }
+}
