@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{CliSandbox, available, free_port, json_lines, terminate};
+use crate::support::{
+    CliSandbox, WATCHDOG_ENDS_THE_JOB, available, free_port, json_lines, terminate,
+};
 
 const SERVERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servers");
 /// Real-time bound for waits on a loaded machine; never a measure of speed.
@@ -126,7 +128,7 @@ fn sandbox() -> CliSandbox {
 /// The nccl-timeout scenario with `alerts`.
 fn configure(sandbox: &CliSandbox, alerts: &str) {
     sandbox.write_config(&format!(
-        "{}\n{alerts}",
+        "{}\n{alerts}\n{WATCHDOG_ENDS_THE_JOB}",
         sandbox.sim_section("nccl-timeout", None)
     ));
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{CliSandbox, stderr, stdout, terminate};
+use crate::support::{CliSandbox, WATCHDOG_ENDS_THE_JOB, stderr, stdout, terminate};
 
 fn workflow(status: &Value) -> &Value {
     &status["workflows"][0]
@@ -20,7 +20,7 @@ fn completed(status: &Value) -> bool {
 fn sim_sandbox(scenario: &str, speed: u32, whitelist: &str) -> CliSandbox {
     let sandbox = CliSandbox::default();
     sandbox.write_config(&format!(
-        "{}\n[recovery]\nwhitelist = {whitelist}\n",
+        "{}\n[recovery]\nwhitelist = {whitelist}\n{WATCHDOG_ENDS_THE_JOB}",
         sandbox.sim_section(scenario, Some(speed))
     ));
     sandbox
@@ -28,7 +28,7 @@ fn sim_sandbox(scenario: &str, speed: u32, whitelist: &str) -> CliSandbox {
 
 #[test]
 fn the_demo_recovers_the_nccl_timeout_and_status_json_shows_it() {
-    let sandbox = CliSandbox::default();
+    let sandbox = CliSandbox::new(WATCHDOG_ENDS_THE_JOB);
     let output = sandbox.run(&["demo", "--speed", "1500"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);

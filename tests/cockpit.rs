@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{CliSandbox, available};
+use crate::support::{CliSandbox, WATCHDOG_ENDS_THE_JOB, available};
 
 fn tmux_available() -> bool {
     let found = Command::new("tmux")
@@ -110,7 +110,7 @@ fn navigate_search_sort_approve_detach_and_attach_again() {
         return;
     }
     // Fast simulated time: the job fails about 5 s in.
-    let sandbox = CliSandbox::new("[sim]\nspeed = 300.0\n");
+    let sandbox = CliSandbox::new(&format!("[sim]\nspeed = 300.0\n{WATCHDOG_ENDS_THE_JOB}"));
     let tmux = Tmux {
         socket: sandbox.path().join("tmux.sock"),
     };

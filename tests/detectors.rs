@@ -686,3 +686,91 @@ async fn a_log_that_cannot_be_found_is_a_warning_not_a_hang() {
         status.notifications
     );
 }
+
+/// Every healthy log of the labelled corpus (and the noise fixture), read through the engine's own
+/// pipeline into evidence and progress reports: the fatal-line rule finds nothing in any of them
+/// however long the run then stays without progress, while the corpus's IB completion error fires it.
+#[test]
+fn the_fatal_line_rule_never_fires_on_a_healthy_corpus_log() {
+    use runguard_engine::attribute::Catalog;
+    use runguard_engine::config::DetectConfig;
+    use runguard_engine::detect::fatal_line::{FatalLineTracker, RunningLog};
+    use runguard_engine::explain::Case;
+    use runguard_engine::model::ThroughputSample;
+    use runguard_engine::report::fixtures::{attempt, t};
+    use runguard_engine::telemetry::pipeline::Digester;
+
+    #[derive(serde::Deserialize)]
+    struct Manifest {
+        case: Vec<Case>,
+    }
+    let catalog = Catalog::builtin().unwrap();
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut healthy = vec![fixtures.join("logs/healthy_noise.log")];
+    for manifest in ["cases.toml", "field/tune.toml", "field/validation.toml"] {
+        let manifest = fixtures.join("corpus").join(manifest);
+        let parsed: Manifest =
+            toml::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+        let base = manifest.parent().unwrap();
+        healthy.extend(
+            parsed
+                .case
+                .iter()
+                .filter(|case| case.category == "healthy")
+                .map(|case| base.join(&case.file)),
+        );
+    }
+    assert!(healthy.len() >= 20, "{healthy:?}");
+
+    // The log as one running attempt's: read at t(0), then no progress for a day.
+    let fires = |path: &PathBuf| {
+        let text = String::from_utf8_lossy(&std::fs::read(path).unwrap()).into_owned();
+        let mut digester = Digester::new(|line: &str| catalog.is_notable(line), t(0), None, None);
+        for line in text.lines() {
+            digester.push(line);
+        }
+        let digest = digester.finish();
+        let progress: Vec<ThroughputSample> = digest
+            .samples
+            .iter()
+            .map(|(time, iteration, tflops, rank)| ThroughputSample {
+                workflow_id: 1,
+                attempt_index: 0,
+                time: *time,
+                iteration: *iteration,
+                tflops_per_gpu: *tflops,
+                rank: *rank,
+                node: None,
+            })
+            .collect();
+        let mut running = attempt(0, JobState::Running, [Some(-60), Some(-60), None]);
+        running.last_iteration = digest.last_iteration;
+        running.last_progress_time = digest.last_iteration.map(|_| t(0));
+        running.last_log_time = Some(t(0));
+        let log = RunningLog {
+            lines: &digest.evidence,
+            progress: &progress,
+        };
+        let fatal_lines = digest
+            .evidence
+            .iter()
+            .filter(|line| catalog.fatal_while_running(&line.text).is_some())
+            .count();
+        // Read at 0, then looked at every poll of a minute and a day later.
+        let mut tracker = FatalLineTracker::default();
+        let finding = (0..=12)
+            .map(|poll| poll * 5)
+            .chain([86_400])
+            .find_map(|now| {
+                tracker.observe(&running, &log, &catalog, t(now), &DetectConfig::default())
+            });
+        (finding, fatal_lines)
+    };
+    for path in &healthy {
+        assert_eq!(fires(path), (None, 0), "{}", path.display());
+    }
+    let ib = fixtures.join("corpus/cases/p10-ib-completion-status-12.log");
+    let (finding, _) = fires(&ib);
+    let finding = finding.expect("the IB completion error is fatal");
+    assert!(finding.summary.contains("printed a fatal"), "{finding:?}");
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use runguard::status::{StatusReport, WorkflowView};
-use runguard_engine::backend::sim::SimCluster;
+use runguard_engine::backend::sim::{Scenario, SimCluster};
 use runguard_engine::backend::{Backend, BackendError};
 use runguard_engine::config::Config;
 use runguard_engine::model::{
@@ -42,7 +42,10 @@ fn log_text(path: &Path) -> String {
 
 #[tokio::test]
 async fn nccl_timeout_is_blamed_on_node_07_requeued_without_it_and_completes() {
-    let (rig, sim) = play("nccl-timeout", Config::default());
+    // Without the fatal-line rule the job runs into its one-minute watchdog, and the crash is read.
+    let mut config = Config::default();
+    config.detect.fatal_confirm_max_secs = 0;
+    let (rig, sim) = play("nccl-timeout", config);
     let mut engine = rig.engine_over(Arc::clone(&sim), true);
     let status = rig.run(&mut engine, |_| false).await;
     let view = only_workflow(&status);
@@ -98,6 +101,57 @@ async fn nccl_timeout_is_blamed_on_node_07_requeued_without_it_and_completes() {
     assert!(resumed.contains("at iteration 300"), "{resumed:.2000}");
     assert!(second.last_iteration.unwrap() >= 600);
     assert!(view.checkpoints >= 6);
+}
+
+#[tokio::test]
+async fn a_fatal_ib_error_is_acted_on_at_once_not_after_the_run_hung_until_the_watchdog() {
+    // The demo's IB fault with torch's default collective timeout: after NCCL's completion error the
+    // ranks would hang ten minutes, and the silence bound (4 × the 35 s between reports) would end
+    // them after more than two.
+    let mut scenario = Scenario::builtin("nccl-timeout").unwrap();
+    scenario.jobs[0].collective_timeout_s = 600;
+    let rig = EngineRig::default();
+    let sim = rig.sim_playing(scenario, 42);
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let status = rig.run(&mut engine, an_action_is_proposed).await;
+    let view = only_workflow(&status);
+    let anomaly = &view.anomalies[0];
+    assert_eq!(anomaly.kind, AnomalyKind::Hang);
+    assert!(
+        anomaly.summary.contains("printed a fatal")
+            && anomaly.summary.contains("(status 12) on node-07")
+            && anomaly.summary.contains("no progress for"),
+        "{}",
+        anomaly.summary
+    );
+    let struck = sim
+        .progress("llama3-8b-pretrain")
+        .unwrap()
+        .struck_ms
+        .unwrap();
+    let after = (anomaly.time.timestamp_millis() - struck) as f64 / 1000.0;
+    // NCCL's line within 4 s of the fault, read at the next poll, 5 s without progress, the next poll.
+    assert!(after <= 4.0 + 2.0 * TICK.as_secs_f64() + 5.0, "{after} s");
+    let attribution = &view.attributions[0];
+    assert_eq!(attribution.category, "ib_link", "{attribution:#?}");
+    assert_eq!(attribution.culprit.node.as_deref(), Some("node-07"));
+
+    let status = rig.run(&mut engine, |_| false).await;
+    let view = only_workflow(&status);
+    assert!(view.workflow.succeeded, "{:?}", view.workflow.status_reason);
+    let requeue = view
+        .actions
+        .iter()
+        .find(|a| a.kind == ActionKind::Requeue)
+        .expect("a requeue");
+    assert_eq!(requeue.state, ActionState::Done);
+    assert_eq!(requeue.params.exclude_nodes, vec!["node-07"]);
+    assert_eq!(view.attempts.len(), 2);
+    assert!(!view.attempts[1].nodes.contains(&"node-07".to_string()));
+    // The first attempt never reached its watchdog: it was requeued while it hung.
+    let first = log_text(view.attempts[0].log_path.as_ref().unwrap());
+    assert!(first.contains("Got completion from peer"), "{first:.2000}");
+    assert!(!first.contains("Watchdog caught collective operation timeout"));
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{CliSandbox, free_port, terminate};
+use crate::support::{CliSandbox, WATCHDOG_ENDS_THE_JOB, free_port, terminate};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -41,7 +41,7 @@ fn the_metrics_endpoint_counts_the_recovery_of_a_simulated_failure() {
     let port = free_port();
     sandbox.write_config(&format!(
         "{}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n\
-         [[alerts.channels]]\nname = \"log\"\nkind = \"command\"\nargv = [\"true\"]\n",
+         [[alerts.channels]]\nname = \"log\"\nkind = \"command\"\nargv = [\"true\"]\n\n{WATCHDOG_ENDS_THE_JOB}",
         sandbox.sim_section("nccl-timeout", Some(1500))
     ));
     let mut engine = sandbox.spawn_quiet(&["run", "--auto"]);

@@ -14,7 +14,7 @@ use runguard_engine::model::{
 };
 use runguard_engine::store::Store;
 
-use crate::support::{CliSandbox, json_lines, stderr, stdout};
+use crate::support::{CliSandbox, WATCHDOG_ENDS_THE_JOB, json_lines, stderr, stdout};
 
 /// The label every narrative carries.
 const LABEL: &str = "Narrative (written by a language model from the evidence above; runguard did not use it for any decision)";
@@ -172,7 +172,7 @@ fn assert_no_secret(text: &str) {
 #[cfg(feature = "sim")]
 #[test]
 fn a_recovered_run_is_reported_in_text_markdown_and_json() {
-    let sandbox = report_sandbox("");
+    let sandbox = report_sandbox(WATCHDOG_ENDS_THE_JOB);
     let demo = sandbox.run(&["demo", "--speed", "1500"]);
     assert!(demo.status.success(), "{}", stderr(&demo));
 

@@ -487,6 +487,41 @@ fn three_failures_without_a_new_checkpoint_stop_as_a_crash_loop() {
 }
 
 #[test]
+fn an_ib_error_on_n2_that_leaves_the_run_hung_is_requeued_without_n2_before_any_silence_bound() {
+    if !slurm_available() {
+        return;
+    }
+    // Silence alone would take ten minutes here: only the fatal line can end the hung run in time.
+    let finished = run_case(Case {
+        engine: "heartbeat_timeout_secs = 600",
+        config: "[detect]\nstep_timeout_floor_secs = 600\n",
+        ..Case::new(job_script(2, 3, "FAIL=ib_hang FAIL_AT=15 FAIL_NODE=n2"))
+    });
+    let workflow = &finished.status["workflows"][0];
+    assert_eq!(
+        workflow["succeeded"], true,
+        "{workflow:#}\n{}",
+        finished.logs
+    );
+    assert_eq!(workflow["anomalies"][0]["kind"], "hang");
+    let summary = workflow["anomalies"][0]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("printed a fatal") && summary.contains("(status 12) on n2"),
+        "{summary}"
+    );
+    assert_eq!(workflow["attributions"][0]["category"], "ib_link");
+    assert_eq!(workflow["attributions"][0]["culprit"]["node"], "n2");
+    let attempts = workflow["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{workflow:#}");
+    assert!(strings(&attempts[1]["excluded_nodes"]).contains(&"n2".to_string()));
+    assert!(
+        finished.logs.contains("at iteration 10"),
+        "{}",
+        finished.logs
+    );
+}
+
+#[test]
 fn a_silent_slurm_job_is_detected_as_hung_ended_and_requeued() {
     if !slurm_available() {
         return;

@@ -38,11 +38,15 @@ pub(super) fn sim_engine(
         Arc::clone(&clock) as Arc<dyn Clock>,
     )
     .unwrap();
+    // The panes are shown a failed attempt: the job runs into its watchdog rather than being failed
+    // on its IB error while it still runs.
+    let mut config = Config::default();
+    config.detect.fatal_confirm_max_secs = 0;
     let engine = Engine::new(
         store,
         Arc::new(sim) as Arc<dyn Backend>,
         Arc::clone(&clock) as Arc<dyn Clock>,
-        Config::default(),
+        config,
         Catalog::builtin().unwrap(),
         EngineOptions { auto },
     );

@@ -4,11 +4,12 @@
 # Megatron-style progress lines, saves a checkpoint every CKPT_EVERY iterations, and fails as told:
 #
 #   ITERS=30 CKPT_EVERY=10 STEP_SECS=0.05   the run
-#   FAIL=none|nccl|exception|hang           how it fails
+#   FAIL=none|nccl|ib_hang|exception|hang   how it fails (ib_hang: the IB completion error, then every rank
+#                                           hangs in the collective instead of reaching the watchdog)
 #   FAIL_AT=15                              at which iteration
 #   FAIL_ON=first|always                    on the run's first attempt only (requeued or resubmitted, the
 #                                           next attempts find the mark it leaves in CKPT_DIR), or on every one
-#   FAIL_NODE=n2                            for nccl: the node whose rank reports the broken link (default:
+#   FAIL_NODE=n2                            for nccl and ib_hang: the node whose rank reports the broken link (default:
 #                                           the node of the last rank; `every`: every rank reports it)
 set -u
 
@@ -51,6 +52,14 @@ for ((i = start + 1; i <= iters; i++)); do
                 sleep 1
                 echo "[Rank $rank] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=$i, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600050 milliseconds before timing out."
                 exit 1
+                ;;
+            ib_hang)
+                culprit=${FAIL_NODE:-}
+                if [ "$culprit" = every ] || { [ -n "$culprit" ] && [ "$node" = "$culprit" ]; } || { [ -z "$culprit" ] && [ "$rank" = "$last_rank" ]; }; then
+                    echo "$node:4242:4243 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1234> with status=12 opcode=0 len=0 vendor err 129 (Recv)"
+                fi
+                sleep 600
+                exit 0
                 ;;
             exception)
                 if [ "$rank" = 0 ]; then

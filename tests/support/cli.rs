@@ -13,6 +13,11 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_runguard");
 /// Real-time bound for [`CliSandbox::wait_for`]; generous for a loaded CI machine.
 const DEADLINE: Duration = Duration::from_secs(120);
 
+/// A `[detect]` section without the fatal-line rule, so that a scenario's job runs into its watchdog
+/// and fails: at hundreds of times real time the rule's few seconds and a one-minute watchdog race,
+/// and the tests of what follows a failed job (alerts, reports, metrics, the cockpit) need one path.
+pub const WATCHDOG_ENDS_THE_JOB: &str = "[detect]\nfatal_confirm_max_secs = 0\n";
+
 pub struct CliSandbox {
     dir: tempfile::TempDir,
     /// Set (`Some`) or removed (`None`) in every command's environment, after the sandbox's own.

@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 pub use backend::Script;
-pub use cli::{CliSandbox, stderr, stdout, terminate};
+pub use cli::{CliSandbox, WATCHDOG_ENDS_THE_JOB, stderr, stdout, terminate};
 pub use job::job;
 pub use rig::EngineRig;
 

@@ -125,6 +125,19 @@ impl EngineRig {
         Arc::new(SimCluster::open(options, Arc::clone(&self.clock) as Arc<dyn Clock>).unwrap())
     }
 
+    /// The simulated cluster playing `scenario` (a built-in one the test changed, or its own) on the
+    /// manual clock, in the rig's directory.
+    #[cfg(feature = "sim")]
+    pub fn sim_playing(
+        &self,
+        scenario: runguard_engine::backend::sim::Scenario,
+        seed: u64,
+    ) -> Arc<runguard_engine::backend::sim::SimCluster> {
+        use runguard_engine::backend::sim::{SimCluster, SimOptions};
+        let options = SimOptions::new(self.path().join("sim"), scenario, seed);
+        Arc::new(SimCluster::open(options, Arc::clone(&self.clock) as Arc<dyn Clock>).unwrap())
+    }
+
     pub fn now(&self) -> DateTime<Utc> {
         self.clock.now()
     }

@@ -286,7 +286,22 @@ pub struct SignatureSpec {
     /// for these instead, and the patterns confirm.
     #[serde(default)]
     pub prefilter: Vec<String>,
+    /// Whether a running attempt that prints a matching line cannot complete its collective (the
+    /// engine fails it once progress stopped after the line, without waiting for the silence bound):
+    /// every matching line, or only those matching one of the given patterns too (the fatal status
+    /// codes of an error that also has harmless ones).
+    #[serde(default)]
+    pub fatal_while_running: Option<FatalWhileRunning>,
     pub explanation: String,
+}
+
+/// Which of a signature's lines are fatal while the run is running, as written in the catalog:
+/// `fatal_while_running = true`, or a list of patterns a line must also match.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum FatalWhileRunning {
+    Every(bool),
+    Matching(Vec<String>),
 }
 
 /// A signature ready to match.
@@ -305,6 +320,8 @@ pub struct Signature {
     pub sequence: Option<Sequence>,
     patterns: Vec<Regex>,
     context: Vec<Regex>,
+    /// Its lines that are fatal while running: none, every one (empty), or those matching one.
+    fatal: Option<Vec<Regex>>,
 }
 
 impl Signature {
@@ -324,6 +341,13 @@ impl Signature {
     /// Whether the signature needs a context at all.
     pub fn has_context(&self) -> bool {
         !self.context.is_empty()
+    }
+
+    /// Whether `line`, one of this signature's, means a running collective cannot complete.
+    pub fn is_fatal_while_running(&self, line: &str) -> bool {
+        self.fatal.as_ref().is_some_and(|patterns| {
+            patterns.is_empty() || patterns.iter().any(|pattern| pattern.is_match(line))
+        })
     }
 }
 
@@ -538,6 +562,32 @@ impl Catalog {
                     invalid_in(&file, format!("{}: context {pattern:?}: {err}", spec.id))
                 })?);
             }
+            let fatal = match &spec.fatal_while_running {
+                None | Some(FatalWhileRunning::Every(false)) => None,
+                Some(FatalWhileRunning::Every(true)) => Some(Vec::new()),
+                Some(FatalWhileRunning::Matching(patterns)) if patterns.is_empty() => {
+                    return Err(invalid_in(
+                        &file,
+                        format!(
+                            "{}: fatal_while_running is true or a list of at least one pattern",
+                            spec.id
+                        ),
+                    ));
+                }
+                Some(FatalWhileRunning::Matching(patterns)) => Some(
+                    patterns
+                        .iter()
+                        .map(|pattern| {
+                            Regex::new(pattern).map_err(|err| {
+                                invalid_in(
+                                    &file,
+                                    format!("{}: fatal_while_running {pattern:?}: {err}", spec.id),
+                                )
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+            };
             signatures.push(Signature {
                 component: spec.component.unwrap_or(category.component),
                 recoverable: spec.recoverable.unwrap_or(category.requeue),
@@ -547,6 +597,7 @@ impl Catalog {
                 spec,
                 patterns,
                 context,
+                fatal,
             });
         }
         // Cause over symptom is data: every signature or category a signature outranks must exist.
@@ -719,6 +770,14 @@ impl Catalog {
             .filter(move |&pattern| self.patterns[pattern].is_match(line))
     }
 
+    /// The first signature that matches `line` and marks it fatal while the run is running.
+    pub fn fatal_while_running(&self, line: &str) -> Option<&Signature> {
+        self.matching(line)
+            .into_iter()
+            .map(|index| &self.signatures[index])
+            .find(|signature| signature.is_fatal_while_running(line))
+    }
+
     /// Indexes of the signatures that match `line`.
     pub fn matching(&self, line: &str) -> Vec<usize> {
         let mut hits: Vec<usize> = self
@@ -827,4 +886,89 @@ fn line_of(text: &str, offset: usize) -> usize {
     text.get(..offset)
         .map_or(0, |before| before.matches('\n').count())
         + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIGNATURE: &str = r#"
+[[signature]]
+id = "ib"
+title = "IB completion error"
+category = "ib_link"
+confidence = 0.7
+patterns = ['Got completion with error \d+']
+explanation = "x"
+"#;
+
+    fn load(extra: &str) -> Result<Catalog, CatalogError> {
+        let text = SIGNATURE.replace("explanation", &format!("{extra}\nexplanation"));
+        Catalog::from_specs(parse_file(&text, Path::new("t.toml"))?, Path::new("t.toml"))
+    }
+
+    #[test]
+    fn only_the_marked_lines_of_a_signature_are_fatal_while_running() {
+        let every = load("fatal_while_running = true").unwrap();
+        assert!(
+            every
+                .fatal_while_running("Got completion with error 5")
+                .is_some()
+        );
+        let some = load(r"fatal_while_running = ['error 1[23]\b']").unwrap();
+        assert!(
+            some.fatal_while_running("Got completion with error 12")
+                .is_some()
+        );
+        assert!(
+            some.fatal_while_running("Got completion with error 1")
+                .is_none()
+        );
+        let none = load("fatal_while_running = false").unwrap();
+        assert!(
+            none.fatal_while_running("Got completion with error 12")
+                .is_none()
+        );
+        assert!(
+            load("")
+                .unwrap()
+                .fatal_while_running("Got completion with error 12")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn an_empty_or_broken_fatal_list_fails_the_load_naming_the_signature() {
+        let empty = load("fatal_while_running = []").unwrap_err().to_string();
+        assert!(empty.contains("ib: fatal_while_running"), "{empty}");
+        let broken = load("fatal_while_running = ['(']").unwrap_err().to_string();
+        assert!(broken.contains("ib: fatal_while_running"), "{broken}");
+    }
+
+    #[test]
+    fn the_builtin_catalog_marks_nccl_s_fatal_ib_status_and_not_the_others() {
+        let catalog = Catalog::builtin().unwrap();
+        let line = |status: u32| {
+            format!(
+                "node-07:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.8<52347> with status={status} opcode=0 len=0 vendor err 129 (Recv)"
+            )
+        };
+        for status in [5, 12, 13] {
+            assert!(
+                catalog.fatal_while_running(&line(status)).is_some(),
+                "{status}"
+            );
+        }
+        for status in [1, 4] {
+            assert!(
+                catalog.fatal_while_running(&line(status)).is_none(),
+                "{status}"
+            );
+        }
+        assert!(
+            catalog
+                .fatal_while_running("NCCL WARN NET/IB : Got async event : GID table change")
+                .is_none()
+        );
+    }
 }

@@ -216,6 +216,14 @@ pub struct DetectConfig {
     /// Silence while a checkpoint save is due, unless earlier saves took longer (four times the
     /// longest).
     pub save_timeout_secs: u64,
+    /// A running attempt that printed a line the catalog marks fatal while running (an IB work
+    /// completion error, NCCL's remote or system error, a watchdog timeout) is failed once no progress
+    /// followed it for twice the median gap between its progress reports, but never sooner than
+    /// this...
+    pub fatal_confirm_min_secs: u64,
+    /// ...nor later than this: a run reporting less often is taken at the catalog's word. 0 turns
+    /// the rule off (the silence bounds still apply).
+    pub fatal_confirm_max_secs: u64,
 }
 
 impl Default for DetectConfig {
@@ -236,6 +244,8 @@ impl Default for DetectConfig {
             step_timeout_floor_secs: 10,
             setup_timeout_secs: 1800,
             save_timeout_secs: 1800,
+            fatal_confirm_min_secs: 3,
+            fatal_confirm_max_secs: 5,
         }
     }
 }

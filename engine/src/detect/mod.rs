@@ -4,6 +4,7 @@
 //! Crashes and silence (heartbeat) are found by the engine from the scheduler state and log times;
 //! these are the rules that need history: progress, throughput, stragglers, checkpoints, pending time.
 
+pub mod fatal_line;
 pub mod node_silence;
 pub mod sections;
 

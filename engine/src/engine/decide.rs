@@ -107,7 +107,7 @@ impl Engine {
     }
 
     pub(super) fn anomaly_of(
-        &self,
+        &mut self,
         attempt: &Attempt,
         now: DateTime<Utc>,
     ) -> Result<Option<(AnomalyKind, String)>, EngineError> {
@@ -145,6 +145,9 @@ impl Engine {
             // A log that cannot be found or read is a warning of its own, not a hang.
             return Ok(None);
         }
+        if let Some(finding) = self.fatal_line(attempt, now)? {
+            return Ok(Some((finding.kind, finding.summary)));
+        }
         // Before its first line, an attempt is timed from when it was seen running: a requeued job can
         // still report the start time of its previous run.
         let Some(since) = detect::sections::silent_since(attempt) else {
@@ -172,6 +175,41 @@ impl Engine {
                 bound.basis
             ),
         )))
+    }
+
+    /// A fatal line the running `attempt` printed, once its progress stopped after it.
+    fn fatal_line(
+        &mut self,
+        attempt: &Attempt,
+        now: DateTime<Utc>,
+    ) -> Result<Option<detect::Finding>, EngineError> {
+        let key = (attempt.workflow_id, attempt.index);
+        if self.config.detect.fatal_confirm_max_secs == 0 {
+            self.fatal_lines.remove(&key);
+            return Ok(None);
+        }
+        // Read on every look, even right after a progress report: a fatal line often arrives in the
+        // same read as the report before it.
+        let db = self.store.db();
+        let lines = db.evidence_lines(attempt.workflow_id, attempt.index)?;
+        let progress = db
+            .throughput_window(attempt.workflow_id, attempt.index, 0, 50)?
+            .1;
+        let tracker = self.fatal_lines.entry(key).or_default();
+        let finding = tracker.observe(
+            attempt,
+            &detect::fatal_line::RunningLog {
+                lines: &lines,
+                progress: &progress,
+            },
+            &self.catalog,
+            now,
+            &self.config.detect,
+        );
+        if tracker.is_idle() {
+            self.fatal_lines.remove(&key);
+        }
+        Ok(finding)
     }
 
     /// How long `attempt` may stay silent in the section it is in, learned from its workflow's

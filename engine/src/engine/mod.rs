@@ -118,6 +118,8 @@ pub struct Engine {
     /// Attempts whose log last announced a checkpoint save not yet confirmed: silence there is
     /// measured against the save section's bound.
     saving: std::collections::HashSet<(WorkflowId, u32)>,
+    /// The fatal line each running attempt is watched for after, with when it was first read.
+    fatal_lines: HashMap<(WorkflowId, u32), detect::fatal_line::FatalLineTracker>,
 }
 
 impl Engine {
@@ -165,6 +167,7 @@ impl Engine {
             missing_logs: std::collections::HashSet::new(),
             partial_lengths: HashMap::new(),
             saving: std::collections::HashSet::new(),
+            fatal_lines: HashMap::new(),
         }
     }
 
