@@ -1382,3 +1382,296 @@ fn every_fixture_loads_with_its_owner_references_intact() {
         "PreemptionByScheduler"
     );
 }
+
+/// An exec over a WebSocket offering `protocols`; the messages the server sent until it closed,
+/// after sending `send` (binary) first.
+fn exec_over_websocket(
+    kube: &FakeKube,
+    target: &str,
+    protocols: &str,
+    send: &[Vec<u8>],
+) -> Result<(String, Vec<Vec<u8>>), tokio_tungstenite::tungstenite::Error> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::{Message, client};
+    let mut request = format!("ws://127.0.0.1:{}{target}", kube.port())
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("Sec-WebSocket-Protocol", protocols.parse().unwrap());
+    let stream = TcpStream::connect(("127.0.0.1", kube.port())).unwrap();
+    stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+    let (mut socket, response) = client::client(request, stream).map_err(|error| match error {
+        tokio_tungstenite::tungstenite::HandshakeError::Failure(error) => error,
+        tokio_tungstenite::tungstenite::HandshakeError::Interrupted(_) => {
+            panic!("a blocking handshake was interrupted")
+        }
+    })?;
+    let protocol = response
+        .headers()
+        .get("Sec-WebSocket-Protocol")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    for message in send {
+        socket.send(Message::binary(message.clone())).unwrap();
+    }
+    let mut received = Vec::new();
+    loop {
+        match socket.read() {
+            Ok(Message::Binary(data)) => received.push(data.to_vec()),
+            Ok(Message::Close(frame)) => {
+                assert_eq!(
+                    frame.map(|frame| u16::from(frame.code)),
+                    Some(1000),
+                    "closed normally"
+                );
+                break;
+            }
+            Ok(_) => {}
+            Err(error) => panic!("reading the exec: {error}"),
+        }
+    }
+    Ok((protocol, received))
+}
+
+fn exec_status(messages: &[Vec<u8>]) -> Value {
+    let status = messages
+        .iter()
+        .find(|message| message.first() == Some(&3))
+        .expect("a message on the status channel");
+    serde_json::from_slice(&status[1..]).unwrap()
+}
+
+#[test]
+fn exec_speaks_the_channel_subprotocols_over_a_websocket_and_understands_only_kill() {
+    let kube = FakeKube::with_every_fixture();
+    let exec = "/api/v1/namespaces/ml/pods/llama-pretrain-master-0/exec";
+    // v4 when the client offers only v4: an empty message on stdout says the streams are up, the
+    // status is a metav1.Status in JSON on channel 3, and the signal reached the main process.
+    let (protocol, messages) = exec_over_websocket(
+        &kube,
+        &format!("{exec}?command=kill&command=-s&command=USR1&command=1&container=pytorch&stdout=true&stderr=true"),
+        "v4.channel.k8s.io",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(protocol, "v4.channel.k8s.io");
+    assert_eq!(messages[0], vec![1], "{messages:?}");
+    assert_eq!(
+        exec_status(&messages),
+        json!({"metadata": {}, "status": "Success"})
+    );
+    let received = kube.signals_received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(
+        (received[0].pod.as_str(), received[0].signal.as_str()),
+        ("llama-pretrain-master-0", "USR1")
+    );
+
+    // v5 in the client's order of preference; the client's CLOSE of its stdin is understood. A
+    // command the container does not have exits 127 with the runtime's words on stderr.
+    let (protocol, messages) = exec_over_websocket(
+        &kube,
+        &format!("{exec}?command=nvidia-smi&command=-q&stdin=true&stderr=true"),
+        "v5.channel.k8s.io, v4.channel.k8s.io",
+        &[vec![0, b'x'], vec![255, 0]],
+    )
+    .unwrap();
+    assert_eq!(protocol, "v5.channel.k8s.io");
+    assert_eq!(
+        messages[0],
+        vec![2],
+        "stderr is the lowest channel read: {messages:?}"
+    );
+    let stderr: Vec<u8> = messages
+        .iter()
+        .filter(|message| message.first() == Some(&2))
+        .flat_map(|message| message[1..].to_vec())
+        .collect();
+    assert!(
+        String::from_utf8_lossy(&stderr)
+            .contains("exec: \"nvidia-smi\": executable file not found in $PATH"),
+        "{}",
+        String::from_utf8_lossy(&stderr)
+    );
+    let status = exec_status(&messages);
+    assert_eq!(status["status"], "Failure");
+    assert_eq!(status["reason"], "NonZeroExitCode");
+    assert_eq!(
+        status["details"]["causes"],
+        json!([{"reason": "ExitCode", "message": "127"}])
+    );
+    assert!(
+        kube.wait_until(READ_TIMEOUT, |kube| kube.execs().len() == 2),
+        "{:?}",
+        kube.execs()
+    );
+    let record = kube.execs()[1].clone();
+    assert_eq!(record.container, "pytorch", "the pod's only container");
+    assert_eq!(record.closed_by_client, vec![0]);
+    assert_eq!(record.exit_code, 127);
+    assert_eq!(kube.signals_received().len(), 1);
+
+    // Another PID, or a signal Linux does not have, is kill's own failure.
+    for (command, said) in [
+        (
+            "command=kill&command=-USR1&command=7",
+            "kill: (7) - No such process",
+        ),
+        (
+            "command=kill&command=-s&command=SIGNOPE&command=1",
+            "kill: unknown signal name: SIGNOPE",
+        ),
+    ] {
+        let (_, messages) = exec_over_websocket(
+            &kube,
+            &format!("{exec}?{command}&stderr=true"),
+            "v5.channel.k8s.io",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            exec_status(&messages)["details"]["causes"][0]["message"],
+            "1"
+        );
+        assert!(
+            messages.iter().any(|message| message.first() == Some(&2)
+                && String::from_utf8_lossy(&message[1..]).contains(said)),
+            "{said}: {messages:?}"
+        );
+    }
+    assert_eq!(kube.signals_received().len(), 1);
+}
+
+#[test]
+fn exec_refuses_what_the_api_server_refuses_before_upgrading() {
+    let kube = FakeKube::with_every_fixture();
+    let exec = "/api/v1/namespaces/ml/pods/llama-pretrain-master-0/exec";
+    // Not an upgrade.
+    let plain = get(&kube, &format!("{exec}?command=kill&stdout=true"));
+    assert_eq!(plain.status, 400);
+    assert_eq!(plain.json()["message"], "Upgrade request required");
+    // No subprotocol the server speaks.
+    let refused = |target: &str, protocols: &str| -> (u16, Value) {
+        match exec_over_websocket(&kube, target, protocols, &[]) {
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => (
+                response.status().as_u16(),
+                serde_json::from_slice(response.body().as_deref().unwrap_or_default())
+                    .unwrap_or(Value::Null),
+            ),
+            other => panic!("{target} with {protocols}: not refused: {other:?}"),
+        }
+    };
+    let (code, status) = refused(
+        &format!("{exec}?command=kill&stdout=true"),
+        "channel.k8s.io",
+    );
+    assert_eq!(code, 400);
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("supports [v5.channel.k8s.io v4.channel.k8s.io]"),
+        "{status}"
+    );
+    let v5 = "v5.channel.k8s.io";
+    let (code, status) = refused(
+        &format!("{exec}?command=kill&stdout=true&container=sidecar"),
+        v5,
+    );
+    assert_eq!(code, 400);
+    assert_eq!(
+        status["message"],
+        "container sidecar is not valid for pod llama-pretrain-master-0"
+    );
+    let (code, status) = refused(&format!("{exec}?stdout=true"), v5);
+    assert_eq!(
+        (code, status["message"].as_str()),
+        (400, Some("you must specify at least 1 command"))
+    );
+    let (code, _) = refused(
+        "/api/v1/namespaces/ml/pods/nobody/exec?command=kill&stdout=true",
+        v5,
+    );
+    assert_eq!(code, 404);
+    // A container that is not running has no process to signal.
+    let (code, status) = refused(
+        "/api/v1/namespaces/ml/pods/nccl-tests-x7k2p/exec?command=kill&stdout=true",
+        v5,
+    );
+    assert_eq!(code, 400, "{status}");
+    kube.forbid("create", "pods/exec");
+    let (code, status) = refused(&format!("{exec}?command=kill&stdout=true"), v5);
+    assert_eq!(code, 403);
+    assert_eq!(status["reason"], "Forbidden");
+    assert!(kube.signals_received().is_empty());
+}
+
+#[test]
+fn a_pod_s_affinity_and_a_started_job_s_template_cannot_change_a_suspended_job_s_directives_can() {
+    let kube = FakeKube::with_every_fixture();
+    let merge = "application/merge-patch+json";
+    let affinity = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["gpu-spot-1"]}]}]}}});
+    let pod = send_json(
+        &kube,
+        "PATCH",
+        "/api/v1/namespaces/ml/pods/llama-pretrain-worker-1",
+        merge,
+        &json!({"spec": {"affinity": affinity}}),
+    );
+    assert_eq!(pod.status, 422);
+    assert!(
+        pod.json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("pod updates may not change fields other than"),
+        "{}",
+        pod.text()
+    );
+    // The fixture's Job has started: its template is immutable.
+    let job = "/apis/batch/v1/namespaces/ml/jobs/nccl-tests";
+    let started = send_json(
+        &kube,
+        "PATCH",
+        job,
+        merge,
+        &json!({"spec": {"template": {"spec": {"affinity": affinity}}}}),
+    );
+    assert_eq!(started.status, 422, "{}", started.text());
+    assert!(
+        started.text().contains("field is immutable"),
+        "{}",
+        started.text()
+    );
+    // Suspended before it ever started (as Kueue creates it): the scheduling directives may change,
+    // nothing else of the template.
+    kube.modify("Job", "ml", "nccl-tests", |job| {
+        job["spec"]["suspend"] = json!(true);
+        if let Some(status) = job["status"].as_object_mut() {
+            status.remove("startTime");
+        }
+    });
+    let directives = send_json(
+        &kube,
+        "PATCH",
+        job,
+        merge,
+        &json!({"spec": {"template": {"spec": {"affinity": affinity}}}}),
+    );
+    assert_eq!(directives.status, 200, "{}", directives.text());
+    assert_eq!(
+        directives.json()["spec"]["template"]["spec"]["affinity"],
+        affinity
+    );
+    let image = send_json(
+        &kube,
+        "PATCH",
+        job,
+        merge,
+        &json!({"spec": {"template": {"spec": {"containers": [{"name": "nccl", "image": "other:1"}]}}}}),
+    );
+    assert_eq!(image.status, 422, "{}", image.text());
+}

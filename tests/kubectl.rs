@@ -73,14 +73,20 @@ impl Lab {
     }
 
     fn command(&self, args: &[&str]) -> Command {
+        // kubectl's own flags go before a `--`: what follows it is the command exec runs.
+        let split = args
+            .iter()
+            .position(|arg| *arg == "--")
+            .unwrap_or(args.len());
         let mut command = Command::new(&self.kubectl);
         command
-            .args(args)
+            .args(&args[..split])
             .arg("--request-timeout=10s")
             .arg(format!(
                 "--cache-dir={}",
                 self.home.path().join("cache").display()
             ))
+            .args(&args[split..])
             .env("KUBECONFIG", &self.kubeconfig)
             .env("HOME", self.home.path())
             .stdin(Stdio::null())
@@ -533,4 +539,120 @@ fn kubectl_finds_the_resources_through_discovery() {
         "--field-selector=spec.nodeName=gpu-node-2",
     ]);
     assert_eq!(short, "pod/llama-pretrain-worker-0\n");
+}
+
+#[test]
+fn exec_sends_a_signal_to_the_container_s_main_process_over_a_websocket() {
+    let Some(lab) = Lab::start() else { return };
+    let pod = "llama-pretrain-master-0";
+    // The training process saves when it gets SIGUSR1, as Lightning and NeMo do.
+    lab.kube.on_signal(|signal, log| {
+        if signal.signal == "USR1" {
+            log.append("saving checkpoint at iteration 500 to /checkpoints (SIGUSR1)");
+        }
+    });
+    lab.kube.clear_requests();
+    let output = lab.run(&[
+        "exec", "-n", "ml", pod, "-c", "pytorch", "--", "kill", "-s", "USR1", "1",
+    ]);
+    assert!(
+        output.status.success(),
+        "kubectl exec failed: {}\nrequests: {:#?}",
+        String::from_utf8_lossy(&output.stderr),
+        lab.kube.requests()
+    );
+    let received = lab.kube.signals_received();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(
+        (
+            received[0].pod.as_str(),
+            received[0].container.as_str(),
+            received[0].signal.as_str()
+        ),
+        (pod, "pytorch", "USR1")
+    );
+    assert_eq!(
+        lab.stdout(&["logs", "-n", "ml", pod, "-c", "pytorch"]),
+        "saving checkpoint at iteration 500 to /checkpoints (SIGUSR1)\n"
+    );
+    // kubectl asked for the exec over a WebSocket with the channel subprotocols, argv in order, and
+    // never fell back to SPDY.
+    let execs: Vec<_> = lab
+        .kube
+        .requests()
+        .into_iter()
+        .filter(|request| request.path.ends_with("/exec"))
+        .collect();
+    assert_eq!(execs.len(), 1, "{execs:#?}");
+    let exec = &execs[0];
+    assert_eq!(exec.path, format!("/api/v1/namespaces/ml/pods/{pod}/exec"));
+    assert_eq!(exec.upgrade.as_deref(), Some("websocket"), "{exec:#?}");
+    let offered = exec.protocols.clone().unwrap_or_default();
+    assert!(offered.contains("v5.channel.k8s.io"), "{offered}");
+    let command: Vec<&str> = exec
+        .query
+        .iter()
+        .filter(|(key, _)| key == "command")
+        .map(|(_, value)| value.as_str())
+        .collect();
+    assert_eq!(command, ["kill", "-s", "USR1", "1"]);
+    assert_eq!(exec.query_value("container"), Some("pytorch"));
+    wait_for(&lab.kube, "the exec's record", |kube| {
+        !kube.execs().is_empty()
+    });
+    let record = &lab.kube.execs()[0];
+    assert_eq!(record.protocol, "v5.channel.k8s.io");
+    assert_eq!(record.exit_code, 0);
+
+    // `kill -SIG 1` is the same; any other command fails as in a container without it, and kubectl
+    // exits with its status.
+    let short = lab.run(&[
+        "exec", "-n", "ml", pod, "-c", "pytorch", "--", "kill", "-TERM", "1",
+    ]);
+    assert!(
+        short.status.success(),
+        "{}",
+        String::from_utf8_lossy(&short.stderr)
+    );
+    assert_eq!(lab.kube.signals_received()[1].signal, "TERM");
+    let other = lab.run(&["exec", "-n", "ml", pod, "-c", "pytorch", "--", "nvidia-smi"]);
+    assert_eq!(other.status.code(), Some(127), "{other:?}");
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        stderr.contains("\"nvidia-smi\": executable file not found in $PATH"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("command terminated with exit code 127"),
+        "{stderr}"
+    );
+    let wrong_pid = lab.run(&[
+        "exec", "-n", "ml", pod, "-c", "pytorch", "--", "kill", "-s", "USR1", "42",
+    ]);
+    assert_eq!(wrong_pid.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&wrong_pid.stderr).contains("kill: (42) - No such process"),
+        "{}",
+        String::from_utf8_lossy(&wrong_pid.stderr)
+    );
+    assert_eq!(
+        lab.kube.signals_received().len(),
+        2,
+        "no signal from the failed ones"
+    );
+
+    // RBAC's refusal reads as the API server words it.
+    lab.kube.forbid("create", "pods/exec");
+    let refused = lab.run(&[
+        "exec", "-n", "ml", pod, "-c", "pytorch", "--", "kill", "-s", "USR1", "1",
+    ]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(
+            "cannot create resource \"pods/exec\" in API group \"\" in the namespace \"ml\""
+        ),
+        "{stderr}"
+    );
+    assert_eq!(lab.kube.signals_received().len(), 2);
 }

@@ -14,6 +14,7 @@
 #![allow(dead_code)]
 
 mod body;
+mod exec;
 mod logs;
 mod patch;
 mod resources;
@@ -38,6 +39,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+pub use exec::{ContainerLog, ExecRecord, ReceivedSignal};
 pub use shared::RecordedRequest;
 
 use resources::RESOURCES;
@@ -118,7 +120,9 @@ async fn serve(
                     // A client hanging up mid-request is its own business; a server going down
                     // closes the connection, kept-alive or streaming.
                     tokio::select! {
-                        _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service) => {}
+                        _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .with_upgrades() => {}
                         _ = async {
                             while !down.down_for(Duration::from_millis(50)) {
                                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -428,6 +432,26 @@ preferences: {{}}
 
     pub fn clear_requests(&self) {
         lock(&self.shared.requests).clear();
+    }
+
+    /// Calls `handler` each time a container's main process receives a signal through exec (`kill
+    /// -s USR1 1`), on the server's thread, with the container's log to write to as the process
+    /// would (a training process saving a checkpoint on SIGUSR1). One handler; a new one replaces it.
+    pub fn on_signal(
+        &self,
+        handler: impl Fn(&ReceivedSignal, &ContainerLog) + Send + Sync + 'static,
+    ) {
+        lock(&self.shared.exec).handler = Some(Arc::new(handler));
+    }
+
+    /// The signals containers' main processes received so far, in order.
+    pub fn signals_received(&self) -> Vec<ReceivedSignal> {
+        lock(&self.shared.exec).signals.clone()
+    }
+
+    /// The execs run so far, each recorded once its connection is over.
+    pub fn execs(&self) -> Vec<ExecRecord> {
+        lock(&self.shared.exec).records.clone()
     }
 
     /// Watch streams open now.

@@ -72,7 +72,7 @@ pub const RESOURCES: &[ResourceType] = &[
         namespaced: true,
         short_names: &["po"],
         categories: &["all"],
-        subresources: &["log", "status"],
+        subresources: &["log", "status", "exec"],
         field_labels: POD_FIELDS,
     },
     ResourceType {

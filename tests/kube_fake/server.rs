@@ -2,17 +2,21 @@
 //! the test set up, and records every request.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use hyper::header::{
+    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, SEC_WEBSOCKET_PROTOCOL, UPGRADE,
+};
+use hyper::upgrade::OnUpgrade;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 
 use super::body::{self, ResponseBody};
+use super::exec::{self, ExecRequest};
 use super::logs::{self, LogRequest};
 use super::patch;
 use super::resources::{self, RESOURCES, ResourceType};
@@ -38,9 +42,21 @@ struct ApiRequest {
     accept: String,
     authorization: String,
     body: Vec<u8>,
+    headers: HeaderMap,
+    /// The connection once upgraded (a WebSocket exec), taken by the handler that answers 101.
+    upgrade: Mutex<Option<OnUpgrade>>,
 }
 
 impl ApiRequest {
+    /// Every value of a repeated query parameter, in order (exec's `command`).
+    fn params(&self, name: &str) -> Vec<String> {
+        self.query
+            .iter()
+            .filter(|(key, _)| key == name)
+            .map(|(_, value)| value.clone())
+            .collect()
+    }
+
     fn param(&self, name: &str) -> Option<&str> {
         self.query
             .iter()
@@ -170,12 +186,17 @@ fn status_response(error: &ApiError) -> Response<ResponseBody> {
 /// Serves one request.
 pub async fn handle(
     shared: Arc<Shared>,
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     // Down: the request is never answered; the connection closes with the cut that took it down.
     if shared.is_refusing() {
         std::future::pending::<()>().await;
     }
+    // A request to upgrade the connection (a WebSocket exec) keeps the means to take it over.
+    let upgrade = request
+        .headers()
+        .contains_key(UPGRADE)
+        .then(|| hyper::upgrade::on(&mut request));
     let (parts, incoming) = request.into_parts();
     let body = incoming
         .collect()
@@ -198,6 +219,8 @@ pub async fn handle(
         accept: header(ACCEPT),
         authorization: header(AUTHORIZATION),
         body,
+        headers: parts.headers.clone(),
+        upgrade: Mutex::new(upgrade),
     };
     shared.record(RecordedRequest {
         method: request.method.to_string(),
@@ -211,6 +234,8 @@ pub async fn handle(
                 Value::String(String::from_utf8_lossy(&request.body).into_owned())
             })
         }),
+        upgrade: Some(header(UPGRADE)).filter(|value| !value.is_empty()),
+        protocols: Some(header(SEC_WEBSOCKET_PROTOCOL)).filter(|value| !value.is_empty()),
     });
     let response = route(&shared, &request).unwrap_or_else(|error| status_response(&error));
     if request.method != Method::GET {
@@ -334,6 +359,9 @@ fn serve_resource(
     rest: &[&str],
 ) -> Reply {
     let target = parse_target(group, version, rest).ok_or_else(ApiError::no_route)?;
+    if target.subresource.as_deref() == Some("exec") {
+        return pod_exec(shared, request, &target);
+    }
     let verb = match (&request.method, &target.name) {
         (&Method::GET, None) if request.flag("watch") => "watch",
         (&Method::GET, None) => "list",
@@ -570,6 +598,35 @@ fn pod_log(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply
         logs::start(shared.clone(), log_request),
         "text/plain",
     ))
+}
+
+/// `pods/{name}/exec`: GET (kubectl, client libraries) or POST, authorized as `create` on
+/// `pods/exec` as RBAC checks it.
+fn pod_exec(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply {
+    if !matches!(request.method, Method::GET | Method::POST) || target.name.is_none() {
+        return Err(ApiError::method_not_allowed());
+    }
+    let resource_type = target.resource_type();
+    if lock(&shared.access).refuses("create", &format!("{}/exec", resource_type.plural)) {
+        return Err(ApiError::forbidden(
+            resource_type,
+            Some("exec"),
+            "create",
+            target.namespace.as_deref(),
+            target.name(),
+        ));
+    }
+    let exec_request = ExecRequest {
+        namespace: target.namespace_or_cluster().to_string(),
+        pod: target.name().to_string(),
+        container: request.param("container").map(str::to_string),
+        command: request.params("command"),
+        stdin: request.flag("stdin"),
+        stdout: request.flag("stdout"),
+        stderr: request.flag("stderr"),
+        tty: request.flag("tty"),
+    };
+    exec::start(shared, exec_request, &request.headers, &request.upgrade)
 }
 
 fn create(shared: &Arc<Shared>, request: &ApiRequest, target: &Target) -> Reply {

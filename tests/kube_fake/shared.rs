@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use serde_json::Value;
 use tokio::sync::watch;
 
+use super::exec::ExecState;
 use super::store::Store;
 
 /// One request as the client sent it.
@@ -24,6 +25,10 @@ pub struct RecordedRequest {
     pub authorization: Option<String>,
     /// The body parsed as JSON, or as a JSON string when it is not JSON; None when empty.
     pub body: Option<Value>,
+    /// The `Upgrade` header: `websocket` for a streaming request (exec) over a WebSocket.
+    pub upgrade: Option<String>,
+    /// The subprotocols the client offered (`Sec-WebSocket-Protocol`), as it sent them.
+    pub protocols: Option<String>,
 }
 
 impl RecordedRequest {
@@ -68,6 +73,8 @@ pub struct Shared {
     cuts: watch::Sender<u64>,
     pub access: Mutex<Access>,
     pub requests: Mutex<Vec<RecordedRequest>>,
+    /// The execs run, the signals received and the test's handler for them.
+    pub exec: Mutex<ExecState>,
     pub open_watches: AtomicUsize,
     pub open_log_follows: AtomicUsize,
     /// The API server is down: every connection is closed as soon as it is made, and every open
@@ -96,6 +103,7 @@ impl Shared {
             cuts: watch::Sender::new(0),
             access: Mutex::new(Access::default()),
             requests: Mutex::new(Vec::new()),
+            exec: Mutex::new(ExecState::default()),
             open_watches: AtomicUsize::new(0),
             open_log_follows: AtomicUsize::new(0),
             refusing: AtomicBool::new(false),

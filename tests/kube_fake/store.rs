@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use super::resources::{self, RESOURCES};
+use super::resources::{self, RESOURCES, ResourceType};
 use super::status::ApiError;
 
 /// How many changes watches can replay; older resourceVersions get `410 Expired`.
@@ -342,6 +342,9 @@ impl Store {
         {
             return Err(ApiError::conflict(resource_type, name));
         }
+        if writer == Writer::Client && part != Part::Status {
+            immutable_fields(resource_type, name, &stored, &object)?;
+        }
 
         let mut updated = match part {
             Part::Status => {
@@ -519,4 +522,95 @@ impl Store {
             self.logs.get(container)
         }
     }
+}
+
+/// `value` without the fields at `paths` (each a list of keys), for comparing what may not change.
+fn without(value: &Value, paths: &[&[&str]]) -> Value {
+    let mut value = value.clone();
+    for path in paths {
+        let Some((last, parents)) = path.split_last() else {
+            continue;
+        };
+        let mut at = Some(&mut value);
+        for key in parents {
+            at = at.and_then(|inner| inner.get_mut(*key));
+        }
+        if let Some(object) = at.and_then(Value::as_object_mut) {
+            object.remove(*last);
+        }
+    }
+    value
+}
+
+/// The parts of a Pod and a Job that the API server does not let an update change: a pod's spec but
+/// its images, active deadline, tolerations, grace period and scheduling gates (its node affinity
+/// above all); a Job's pod template, but for the scheduling directives (node selector, affinity,
+/// tolerations, scheduling gates, template labels and annotations) of a Job that is suspended and
+/// has never started (what Kueue relies on).
+fn immutable_fields(
+    resource: &ResourceType,
+    name: &str,
+    stored: &Value,
+    object: &Value,
+) -> Result<(), ApiError> {
+    match (resource.group, resource.kind) {
+        ("", "Pod") => {
+            let comparable = |pod: &Value| {
+                let mut spec = without(
+                    &pod["spec"],
+                    &[
+                        &["activeDeadlineSeconds"],
+                        &["tolerations"],
+                        &["terminationGracePeriodSeconds"],
+                        &["schedulingGates"],
+                    ],
+                );
+                for list in ["containers", "initContainers"] {
+                    for container in spec[list].as_array_mut().into_iter().flatten() {
+                        if let Some(container) = container.as_object_mut() {
+                            container.remove("image");
+                        }
+                    }
+                }
+                spec
+            };
+            if object.get("spec").is_some() && comparable(stored) != comparable(object) {
+                return Err(ApiError::invalid(
+                    resource,
+                    name,
+                    format!(
+                        "Pod \"{name}\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
+                    ),
+                ));
+            }
+        }
+        ("batch", "Job") => {
+            let before = &stored["spec"]["template"];
+            let after = &object["spec"]["template"];
+            if object.get("spec").is_none() || before == after {
+                return Ok(());
+            }
+            let directives: [&[&str]; 6] = [
+                &["metadata", "labels"],
+                &["metadata", "annotations"],
+                &["spec", "nodeSelector"],
+                &["spec", "affinity"],
+                &["spec", "tolerations"],
+                &["spec", "schedulingGates"],
+            ];
+            let suspended_unstarted =
+                stored["spec"]["suspend"] == json!(true) && stored["status"]["startTime"].is_null();
+            if !suspended_unstarted || without(before, &directives) != without(after, &directives) {
+                return Err(ApiError::invalid(
+                    resource,
+                    name,
+                    format!(
+                        "Job.batch \"{name}\" is invalid: spec.template: Invalid value: core.PodTemplateSpec{{...}}: field is immutable"
+                    ),
+                ));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }

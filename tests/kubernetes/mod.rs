@@ -24,6 +24,7 @@ mod gpu_pool;
 mod kueue;
 mod node_ledger;
 mod phases;
+mod proactive;
 mod ray_cluster;
 
 /// Real-time bound for anything to happen; never a measure of speed.
@@ -167,6 +168,132 @@ fn worker_fails(kube: &FakeKube, reason: &str, exit_code: i32) {
     });
 }
 
+/// Whether a node's labels satisfy one node-selector expression.
+fn expression_holds(labels: &Value, expression: &Value) -> bool {
+    let value = labels[expression["key"].as_str().unwrap_or_default()].as_str();
+    let listed = |wanted: Option<&str>| {
+        expression["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|v| wanted.is_some() && v.as_str() == wanted)
+    };
+    match expression["operator"].as_str().unwrap_or_default() {
+        "In" => listed(value),
+        "NotIn" => !listed(value),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        other => panic!("the tests' scheduler reads no operator {other}"),
+    }
+}
+
+/// The nodes the scheduler could bind a pod of `template` to, as the scheduler reads a template:
+/// Ready, not cordoned, and matching its required node affinity (terms ORed, each term's
+/// expressions ANDed). Taints are not looked at: the scenarios' nodes carry none they mind.
+fn fitting_nodes(kube: &FakeKube, template: &Value) -> Vec<String> {
+    let terms = template["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    kube.list("Node", "")
+        .into_iter()
+        .filter(|node| {
+            node["spec"]["unschedulable"] != json!(true)
+                && node["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+        .filter(|node| {
+            terms.is_empty()
+                || terms.iter().any(|term| {
+                    term["matchExpressions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .all(|expression| expression_holds(&node["metadata"]["labels"], expression))
+                })
+        })
+        .filter_map(|node| node["metadata"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Where the scheduler binds a pod of `template`: the first of `preferred` it fits (where the job
+/// ran before, its image cached), else the first node it fits, one pod a node (`taken`).
+fn place(kube: &FakeKube, template: &Value, preferred: &[&str], taken: &mut Vec<String>) -> String {
+    let fitting: Vec<String> = fitting_nodes(kube, template)
+        .into_iter()
+        .filter(|node| !taken.contains(node))
+        .collect();
+    let node = preferred
+        .iter()
+        .map(|node| node.to_string())
+        .find(|node| fitting.contains(node))
+        .or_else(|| fitting.first().cloned())
+        .unwrap_or_else(|| panic!("no node fits {template:#}"));
+    taken.push(node.clone());
+    node
+}
+
+/// A pod of `template` running on `node`, its containers started.
+fn running_pod(template: &Value, metadata: Value, node: &str) -> Value {
+    let mut spec = template["spec"].clone();
+    spec["nodeName"] = json!(node);
+    let statuses: Vec<Value> = spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|container| {
+            json!({"name": container["name"], "ready": true, "restartCount": 0,
+                   "image": container["image"],
+                   "state": {"running": {"startedAt": chrono::Utc::now().to_rfc3339()}}})
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec,
+        "status": {"phase": "Running", "startTime": chrono::Utc::now().to_rfc3339(),
+                   "containerStatuses": statuses},
+    })
+}
+
+/// Plays the training operator and the scheduler for the PyTorchJob as it is now: its master and
+/// workers' pods, bound where their templates let them (`preferred` first), running; the job marked
+/// Running. Returns the nodes in rank order.
+fn run_pytorchjob(kube: &FakeKube, namespace: &str, name: &str, preferred: &[&str]) -> Vec<String> {
+    let job = kube
+        .get("PyTorchJob", namespace, name)
+        .unwrap_or_else(|| panic!("no PyTorchJob {namespace}/{name}"));
+    let uid = job["metadata"]["uid"].clone();
+    let mut taken = Vec::new();
+    for role in ["Master", "Worker"] {
+        let spec = &job["spec"]["pytorchReplicaSpecs"][role];
+        let template = &spec["template"];
+        for index in 0..spec["replicas"].as_u64().unwrap_or(1) {
+            let lower = role.to_ascii_lowercase();
+            let node = place(kube, template, preferred, &mut taken);
+            let metadata = json!({
+                "name": format!("{name}-{lower}-{index}"), "namespace": namespace,
+                "uid": format!("{}-{lower}-{index}", uid.as_str().unwrap_or_default()),
+                "labels": {"training.kubeflow.org/job-name": name,
+                           "training.kubeflow.org/replica-type": lower,
+                           "training.kubeflow.org/replica-index": index.to_string()},
+                "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                                     "name": name, "uid": uid, "controller": true}],
+            });
+            kube.apply(running_pod(template, metadata, &node));
+        }
+    }
+    kube.modify("PyTorchJob", namespace, name, |job| {
+        job["status"]["conditions"] = json!([
+            {"type": "Created", "status": "True", "reason": "PyTorchJobCreated"},
+            {"type": "Running", "status": "True", "reason": "PyTorchJobRunning"},
+        ]);
+    });
+    taken
+}
+
 fn workflow<'a>(status: &'a StatusReport, name: &str) -> &'a WorkflowView {
     status
         .workflows
@@ -199,7 +326,9 @@ fn write_summary(writes: &[RecordedRequest]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_opted_in_workloads_are_enrolled_and_their_pod_logs_are_followed_without_repeats() {
-    let mut cluster = Cluster::start(
+    // On healthy nodes: the fixture's GPU fallen off the bus under gpu-node-2 is a node signal, on
+    // which runguard would (rightly) end the run; this is about enrolment and logs.
+    let mut cluster = Cluster::healthy(
         &["pytorchjob-running.json", "pytorchjob-unlabeled.json"],
         |_| {},
     )

@@ -397,6 +397,25 @@ impl Engine {
                 ));
             }
             Ok(Some(job)) => job,
+            // A workload re-created to change its exclusions (Kubernetes), cut short between the
+            // delete and the create: the backend finishes it from the spec it saved, or says the
+            // workload is gone (its owner deleted it).
+            Ok(None) if self.backend.capabilities().recreate => {
+                return match with_timeout(
+                    self.backend.set_exclusions(&job_id, &params.exclude_nodes),
+                )
+                .await
+                {
+                    Ok(outcome) => Execution::Ran(format!(
+                        "{} (finishing a re-creation cut short)",
+                        outcome.detail
+                    )),
+                    Err(BackendError::NoSuchJob(_)) => {
+                        Execution::Superseded(format!("job {job_id} is gone"))
+                    }
+                    Err(err) => retry_or_fail(err),
+                };
+            }
             Ok(None) => return Execution::Superseded(format!("job {job_id} is gone")),
             Err(err) => return retry_or_fail(err),
         };

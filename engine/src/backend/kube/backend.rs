@@ -395,7 +395,7 @@ impl KubeBackend {
     }
 
     /// The workload as the watchers have it now.
-    fn cached_workload(&self, reference: &WorkloadRef) -> Option<Value> {
+    pub(super) fn cached_workload(&self, reference: &WorkloadRef) -> Option<Value> {
         self.workloads
             .iter()
             .filter(|(kind, _)| *kind == reference.kind)
@@ -429,6 +429,12 @@ impl KubeBackend {
             kind: WorkloadKind::JobSet,
             ..reference.clone()
         })
+    }
+
+    /// The node's log: its health conditions and Warning events as lines (`node_lines`), which the
+    /// engine reads as the node's kernel log.
+    fn node_log_path(&self, node: &str) -> PathBuf {
+        self.data_dir.join("nodes").join(format!("{node}.log"))
     }
 
     fn log_path(&self, reference: &WorkloadRef, restart: u32) -> PathBuf {
@@ -465,7 +471,78 @@ impl KubeBackend {
         )
     }
 
-    fn reference(&self, job_id: &str) -> Result<WorkloadRef, BackendError> {
+    /// Replaces the workload with `manifest`: deletes it, force-deletes its pods `stuck` on a lost
+    /// node, waits (bounded) for it to be gone and creates the manifest.
+    pub(super) async fn replace(
+        &self,
+        reference: &WorkloadRef,
+        manifest: Value,
+        stuck: &[String],
+    ) -> Result<(), BackendError> {
+        let request = Self::recreate_request(reference);
+        let api = self.workload_api(reference);
+        match api
+            .delete(&reference.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(action_error(err, &request)),
+        }
+        let pod_api = self.pod_api(&reference.namespace);
+        for pod in stuck {
+            let force = DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::background()
+            };
+            if let Err(err) = pod_api.delete(pod, &force).await {
+                tracing::warn!(pod, %err, "deleting a pod stuck on a lost node");
+            }
+        }
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_secs(self.config.recreate_timeout_secs);
+        loop {
+            match api.get_opt(&reference.name).await {
+                Ok(None) => break,
+                Ok(Some(_)) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Ok(Some(_)) => {
+                    return Err(BackendError::Unavailable(format!(
+                        "{} was deleted but is still there after {} s (finalizers?); it is \
+                         re-created on the next try",
+                        reference.id(),
+                        self.config.recreate_timeout_secs
+                    )));
+                }
+                Err(err) => return Err(api_error(err)),
+            }
+        }
+        let object: DynamicObject = serde_json::from_value(manifest)
+            .map_err(|err| BackendError::Invalid(format!("the new manifest: {err}")))?;
+        api.create(&PostParams::default(), &object)
+            .await
+            .map_err(|err| action_error(err, &request))?;
+        Ok(())
+    }
+
+    /// Refuses a workload that neither opted in nor is watched: runguard does not touch it.
+    pub(super) fn may_touch(
+        &self,
+        reference: &WorkloadRef,
+        workload: &Value,
+    ) -> Result<(), BackendError> {
+        if enrolled(workload) || lock(&self.watched).contains(&reference.id()) {
+            return Ok(());
+        }
+        Err(BackendError::Invalid(format!(
+            "{} did not opt in (label {}=true) and is not watched: runguard does not touch it",
+            reference.id(),
+            workload::ENABLED_LABEL
+        )))
+    }
+
+    pub(super) fn reference(&self, job_id: &str) -> Result<WorkloadRef, BackendError> {
         WorkloadRef::parse(job_id, &self.default_namespace).ok_or_else(|| {
             BackendError::Invalid(format!(
                 "{job_id:?} is not a workload reference (KIND/NAMESPACE/NAME, e.g. pytorchjob/ml/llama)"
@@ -487,6 +564,8 @@ impl Backend for KubeBackend {
             Can::Recreate,
             Can::Drain,
             Can::UsableNodes,
+            Can::Signal,
+            Can::UpdateExclusions,
         ])
     }
 
@@ -503,6 +582,8 @@ impl Backend for KubeBackend {
             .collect();
         let events = Self::values(&self.events);
         let mut snapshots = Vec::new();
+        // The nodes the watched workloads' pods are on: their node logs are written below.
+        let mut their_node_names: BTreeSet<String> = BTreeSet::new();
         for (kind, workload) in self.workload_values() {
             let Some(reference) = WorkloadRef::of(kind, &workload) else {
                 continue;
@@ -535,6 +616,12 @@ impl Backend for KubeBackend {
                     their_nodes.push((*node).clone());
                 }
             }
+            their_node_names.extend(
+                their_nodes
+                    .iter()
+                    .filter_map(|node| str_at(node, "/metadata/name"))
+                    .map(str::to_string),
+            );
             let Some(mut snapshot) = snapshot(
                 kind,
                 &workload,
@@ -585,6 +672,15 @@ impl Backend for KubeBackend {
             }
             snapshots.push(snapshot);
         }
+        for name in &their_node_names {
+            if let Some(node) = node_by_name.get(name.as_str()) {
+                let path = self.node_log_path(name);
+                let lines = workload::evidence::node_lines(node, &events);
+                if let Err(err) = self.logs.write_evidence(&path, &lines).await {
+                    tracing::warn!(log = %path.display(), %err, "writing a node's signals");
+                }
+            }
+        }
         Ok(snapshots)
     }
 
@@ -624,13 +720,7 @@ impl Backend for KubeBackend {
     ) -> Result<ActionOutcome, BackendError> {
         let reference = self.reference(job_id)?;
         let current = self.current_spec(&reference).await?;
-        if !enrolled(&current) && !lock(&self.watched).contains(&reference.id()) {
-            return Err(BackendError::Invalid(format!(
-                "{} did not opt in (label {}=true) and is not watched: runguard does not touch it",
-                reference.id(),
-                workload::ENABLED_LABEL
-            )));
-        }
+        self.may_touch(&reference, &current)?;
         let restart = workload::restart_count(&current) + 1;
         let jobset = self.jobset_of(&reference);
         let manifest = next_incarnation(
@@ -641,8 +731,6 @@ impl Backend for KubeBackend {
             exclude,
             changes,
         );
-        let request = Self::recreate_request(&reference);
-        let api = self.workload_api(&reference);
         // Pods of the old incarnation on a node that is gone never finish terminating: they are
         // deleted at once, as the node cannot confirm it anyway.
         let pods = Self::values(&self.pods);
@@ -667,48 +755,7 @@ impl Backend for KubeBackend {
                 .restart_in_place(&reference, &patch, &stuck, restart, exclude, changes)
                 .await;
         }
-        match api
-            .delete(&reference.name, &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(err) => return Err(action_error(err, &request)),
-        }
-        let pod_api = self.pod_api(&reference.namespace);
-        for pod in &stuck {
-            let force = DeleteParams {
-                grace_period_seconds: Some(0),
-                ..DeleteParams::background()
-            };
-            if let Err(err) = pod_api.delete(pod, &force).await {
-                tracing::warn!(pod, %err, "deleting a pod stuck on a lost node");
-            }
-        }
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_secs(self.config.recreate_timeout_secs);
-        loop {
-            match api.get_opt(&reference.name).await {
-                Ok(None) => break,
-                Ok(Some(_)) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Ok(Some(_)) => {
-                    return Err(BackendError::Unavailable(format!(
-                        "{} was deleted but is still there after {} s (finalizers?); it is \
-                         re-created on the next try",
-                        reference.id(),
-                        self.config.recreate_timeout_secs
-                    )));
-                }
-                Err(err) => return Err(api_error(err)),
-            }
-        }
-        let object: DynamicObject = serde_json::from_value(manifest)
-            .map_err(|err| BackendError::Invalid(format!("the new manifest: {err}")))?;
-        api.create(&PostParams::default(), &object)
-            .await
-            .map_err(|err| action_error(err, &request))?;
+        self.replace(&reference, manifest, &stuck).await?;
         Ok(restart_outcome(
             format!("re-created {} as restart {restart}", reference.id()),
             exclude,
@@ -780,6 +827,18 @@ impl Backend for KubeBackend {
             }),
             Err(err) => Err(action_error(err, &request)),
         }
+    }
+
+    async fn set_exclusions(
+        &self,
+        job_id: &str,
+        nodes: &[String],
+    ) -> Result<ActionOutcome, BackendError> {
+        self.exclude_from_pending(job_id, nodes).await
+    }
+
+    async fn signal_job(&self, job_id: &str, signal: &str) -> Result<ActionOutcome, BackendError> {
+        self.send_signal(job_id, signal).await
     }
 
     async fn drain_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
@@ -863,6 +922,12 @@ impl Backend for KubeBackend {
                 }
                 command
             }
+            (ActionKind::CheckpointNow, _) => {
+                self.signal_commands(job_id, params.signal.as_deref().unwrap_or("USR1"))
+            }
+            (ActionKind::UpdateExclusions, Some(reference)) => {
+                self.exclusion_command(&reference, &params.exclude_nodes)
+            }
             (ActionKind::Cancel, Some(reference)) => format!(
                 "DELETE {}",
                 reference
@@ -888,8 +953,8 @@ impl Backend for KubeBackend {
         }
     }
 
-    fn node_log(&self, _node: &str) -> Option<PathBuf> {
-        None
+    fn node_log(&self, node: &str) -> Option<PathBuf> {
+        Some(self.node_log_path(node))
     }
 
     fn set_waker(&self, waker: Arc<tokio::sync::Notify>) {

@@ -3,9 +3,11 @@
 pub mod backend;
 mod drain;
 mod errors;
+mod exclusions;
 mod inventory;
 pub mod logs;
 pub mod recreate;
+pub mod signal;
 mod specs;
 pub mod submit;
 mod suspend;

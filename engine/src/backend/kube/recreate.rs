@@ -4,7 +4,8 @@
 
 use serde_json::{Value, json};
 
-use super::workload::{HOSTNAME_LABEL, RESTART_ANNOTATION, WorkloadKind, trainjob};
+use super::workload::affinity::update_exclusions;
+use super::workload::{RESTART_ANNOTATION, WorkloadKind, trainjob};
 use crate::model::SpecChange;
 
 /// What a restart did, for the journal: `head`, the exclusions and changes it carried, what follows
@@ -302,50 +303,37 @@ fn apply_to_trainer(manifest: &mut Value, changes: &[SpecChange]) {
 /// Adds `kubernetes.io/hostname NotIn exclude` to every required node-selector term of a pod template
 /// (terms are ORed, so each must carry it).
 fn exclude_nodes_in(template: &mut Value, exclude: &[String]) {
-    if exclude.is_empty() || !template.is_object() {
+    update_exclusions_in(template, exclude, &[]);
+}
+
+/// Adds `add` to and takes `remove` from the nodes a pod template excludes ([`update_exclusions`]).
+fn update_exclusions_in(template: &mut Value, add: &[String], remove: &[String]) {
+    if add.is_empty() && remove.is_empty() || !template.is_object() {
         return;
     }
-    let Some(terms) = ensure(
-        template,
-        &[
-            "spec",
-            "affinity",
-            "nodeAffinity",
-            "requiredDuringSchedulingIgnoredDuringExecution",
-        ],
-    )
-    .and_then(|required| array(required, "nodeSelectorTerms")) else {
-        return;
-    };
-    if terms.is_empty() {
-        terms.push(json!({"matchExpressions": []}));
+    if let Some(spec) = ensure(template, &["spec"]) {
+        update_exclusions(spec, add, remove);
     }
-    for term in terms.iter_mut() {
-        let Some(expressions) = array(term, "matchExpressions") else {
-            continue;
-        };
-        let existing = expressions.iter_mut().find(|expression| {
-            expression.get("key").and_then(Value::as_str) == Some(HOSTNAME_LABEL)
-                && expression.get("operator").and_then(Value::as_str) == Some("NotIn")
-        });
-        match existing {
-            Some(expression) => {
-                let Some(values) = array(expression, "values") else {
-                    continue;
-                };
-                for node in exclude {
-                    if !values.iter().any(|v| v.as_str() == Some(node.as_str())) {
-                        values.push(json!(node));
-                    }
-                }
-            }
-            None => expressions.push(json!({
-                "key": HOSTNAME_LABEL,
-                "operator": "NotIn",
-                "values": exclude,
-            })),
-        }
+}
+
+/// `current` with `add` added to and `remove` taken from the nodes every pod template of it excludes
+/// (a TrainJob's in runguard's runtime patch, over its JobSet's affinity): nothing else changes, so
+/// that it can be compared with `current` for a merge patch or made the next manifest.
+pub fn with_exclusions(
+    kind: WorkloadKind,
+    current: &Value,
+    jobset: Option<&Value>,
+    add: &[String],
+    remove: &[String],
+) -> Value {
+    let mut changed = current.clone();
+    for template in kind.templates_mut(&mut changed) {
+        update_exclusions_in(template, add, remove);
     }
+    if kind == WorkloadKind::TrainJob {
+        trainjob::update_exclusions(&mut changed, jobset, add, remove);
+    }
+    changed
 }
 
 /// A line diff of the two manifests' specs (and annotations), as `-`/`+` lines with a little context.

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::backend::KubeBackend;
 use super::errors::action_error;
 use super::recreate::restart_outcome;
-use super::workload::{WorkloadKind, WorkloadRef, at, excluded_nodes, trainjob};
+use super::workload::{WorkloadKind, WorkloadRef, at, exclusions_of};
 use crate::backend::{ActionOutcome, BackendError};
 use crate::model::SpecChange;
 
@@ -33,14 +33,7 @@ pub fn in_place_patch(
     exclude: &[String],
     changes: &[SpecChange],
 ) -> Option<Value> {
-    let avoided = match kind {
-        WorkloadKind::TrainJob => excluded_nodes(&trainjob::trainer_template(current).0),
-        _ => kind
-            .templates(current)
-            .first()
-            .map(|(template, _)| excluded_nodes(template))
-            .unwrap_or_default(),
-    };
+    let avoided = exclusions_of(kind, current);
     let carried = exclude.iter().all(|node| avoided.contains(node))
         && changes
             .iter()
@@ -81,6 +74,60 @@ pub fn in_place_patch(
         "metadata": {"annotations": at(next, "/metadata/annotations").cloned().unwrap_or(json!({}))},
         "spec": spec,
     }))
+}
+
+/// Whether the workload is held suspended (Kueue's `spec.suspend: true`, a PyTorchJob's
+/// `spec.runPolicy.suspend`): its pods are gone or going, and come back when it is resumed.
+pub fn suspended(kind: WorkloadKind, workload: &Value) -> bool {
+    let pointer = match kind {
+        WorkloadKind::PyTorchJob => "/spec/runPolicy/suspend",
+        _ => "/spec/suspend",
+    };
+    at(workload, pointer).and_then(Value::as_bool) == Some(true)
+}
+
+/// Whether a suspended workload's pod templates may be changed in place and reach the pods it makes
+/// once resumed: a Job's when it never started (Kubernetes lets the scheduling directives of a
+/// suspended Job without a start time change, which is what Kueue relies on; one resumed before keeps
+/// its template) and a PyTorchJob's (the training operator makes its pods afresh from the templates
+/// on resume). A JobSet's Jobs exist while it is suspended, and its resume carries no node affinity
+/// to them; a TrainJob's pods are its JobSet's; a Ray cluster is re-created from its own spec.
+pub fn templates_editable_while_suspended(kind: WorkloadKind, workload: &Value) -> bool {
+    match kind {
+        WorkloadKind::Job => at(workload, "/status/startTime").is_none(),
+        WorkloadKind::PyTorchJob => true,
+        _ => false,
+    }
+}
+
+/// The JSON merge patch (RFC 7386) that turns `current` into `next`: the keys whose values differ
+/// (objects compared key by key, anything else, arrays included, replaced whole) and the keys `next`
+/// no longer has, as null.
+pub fn merge_patch(current: &Value, next: &Value) -> Option<Value> {
+    match (current, next) {
+        (Value::Object(before), Value::Object(after)) => {
+            let mut patch = serde_json::Map::new();
+            for (key, value) in after {
+                match before.get(key) {
+                    Some(old) => {
+                        if let Some(inner) = merge_patch(old, value) {
+                            patch.insert(key.clone(), inner);
+                        }
+                    }
+                    None => {
+                        patch.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            for key in before.keys().filter(|key| !after.contains_key(*key)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            (!patch.is_empty()).then_some(Value::Object(patch))
+        }
+        _ if current == next => None,
+        // A null in a merge patch deletes: a value that is null itself cannot be set by one.
+        _ => Some(next.clone()),
+    }
 }
 
 impl KubeBackend {
@@ -181,6 +228,81 @@ mod tests {
             None,
             "a PyTorchJob is re-created"
         );
+    }
+
+    #[test]
+    fn a_merge_patch_carries_only_what_changed_and_nulls_what_went() {
+        let current = json!({
+            "metadata": {"name": "eval", "resourceVersion": "7"},
+            "spec": {"suspend": true, "template": {"spec": {
+                "containers": [{"name": "main"}],
+                "affinity": {"nodeAffinity": {"x": 1}, "podAffinity": {"y": 2}},
+            }}},
+        });
+        let mut next = current.clone();
+        next["spec"]["template"]["spec"]["affinity"]["nodeAffinity"] = json!({"x": 1, "z": [3]});
+        if let Some(affinity) = next["spec"]["template"]["spec"]["affinity"].as_object_mut() {
+            affinity.remove("podAffinity");
+        }
+        assert_eq!(
+            merge_patch(&current, &next),
+            Some(json!({"spec": {"template": {"spec": {"affinity": {
+                "nodeAffinity": {"z": [3]}, "podAffinity": null}}}}}))
+        );
+        assert_eq!(merge_patch(&current, &current), None);
+    }
+
+    #[test]
+    fn suspension_is_read_where_each_kind_keeps_it() {
+        assert!(suspended(
+            WorkloadKind::Job,
+            &json!({"spec": {"suspend": true}})
+        ));
+        assert!(!suspended(
+            WorkloadKind::Job,
+            &json!({"spec": {"suspend": false}})
+        ));
+        assert!(suspended(
+            WorkloadKind::PyTorchJob,
+            &json!({"spec": {"runPolicy": {"suspend": true}}})
+        ));
+        assert!(!suspended(
+            WorkloadKind::PyTorchJob,
+            &json!({"spec": {"suspend": true}})
+        ));
+        assert!(suspended(
+            WorkloadKind::JobSet,
+            &json!({"spec": {"suspend": true}})
+        ));
+    }
+
+    #[test]
+    fn only_templates_that_reach_the_pods_on_resume_are_edited_in_place() {
+        let never_started = json!({"spec": {"suspend": true}, "status": {}});
+        let resumed_before =
+            json!({"spec": {"suspend": true}, "status": {"startTime": "2026-01-05T08:00:00Z"}});
+        assert!(templates_editable_while_suspended(
+            WorkloadKind::Job,
+            &never_started
+        ));
+        assert!(
+            !templates_editable_while_suspended(WorkloadKind::Job, &resumed_before),
+            "Kubernetes keeps the template of a Job that started"
+        );
+        assert!(templates_editable_while_suspended(
+            WorkloadKind::PyTorchJob,
+            &resumed_before
+        ));
+        for kind in [
+            WorkloadKind::JobSet,
+            WorkloadKind::TrainJob,
+            WorkloadKind::RayJob,
+        ] {
+            assert!(
+                !templates_editable_while_suspended(kind, &never_started),
+                "{kind:?}"
+            );
+        }
     }
 
     #[test]

@@ -112,13 +112,7 @@ pub fn evidence(
     }
     // The nodes' health conditions set by node health tools (NVSentinel, gpud, the node problem
     // detector): any condition besides the kubelet's own that is True.
-    let kubelet_conditions = [
-        "Ready",
-        "MemoryPressure",
-        "DiskPressure",
-        "PIDPressure",
-        "NetworkUnavailable",
-    ];
+    let kubelet_conditions = KUBELET_CONDITIONS;
     let pod_nodes: BTreeSet<&str> = pods
         .iter()
         .filter_map(|pod| str_at(pod, "/spec/nodeName"))
@@ -226,6 +220,105 @@ pub fn evidence(
                     ),
                 },
             ))
+        })
+        .collect();
+    about.sort_by_key(|(when, _)| *when);
+    out.extend(about.into_iter().map(|(_, line)| line));
+    out
+}
+
+/// Conditions of the kubelet's own: the node's state, not a health tool's finding about it.
+const KUBELET_CONDITIONS: [&str; 5] = [
+    "Ready",
+    "MemoryPressure",
+    "DiskPressure",
+    "PIDPressure",
+    "NetworkUnavailable",
+];
+
+/// What the API says about a node itself, as the lines of its node log, which the engine reads as it
+/// reads a kernel log (Xid, ECC, thermal, NVLink words become node signals): the conditions node
+/// health tools set (NVSentinel, gpud, the node problem detector) while they are True, and the
+/// Warning events about the node. Each line is stamped with its time in the syslog form
+/// (`2026-01-05T08:00:20Z NODE kubernetes: Warning TYPE node/NODE: MESSAGE`), so that a condition
+/// set long ago weighs as old.
+pub fn node_lines(node: &Value, events: &[Value]) -> Vec<EvidenceLine> {
+    let Some(name) = str_at(node, "/metadata/name") else {
+        return Vec::new();
+    };
+    let stamped = |time: Option<DateTime<Utc>>, text: String| match time {
+        Some(time) => format!(
+            "{} {name} {text}",
+            time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ),
+        None => format!("{name} {text}"),
+    };
+    let mut out = Vec::new();
+    for condition in at(node, "/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let condition_type = str_at(condition, "/type").unwrap_or_default();
+        if condition_type.is_empty()
+            || KUBELET_CONDITIONS.contains(&condition_type)
+            || str_at(condition, "/status") != Some("True")
+        {
+            continue;
+        }
+        let since = time_at(condition, "/lastTransitionTime")
+            .or_else(|| time_at(condition, "/lastHeartbeatTime"));
+        out.push(EvidenceLine {
+            key: format!(
+                "condition/{condition_type}/{}",
+                str_at(condition, "/lastTransitionTime").unwrap_or_default()
+            ),
+            text: stamped(
+                since,
+                line(
+                    "Warning",
+                    condition_type,
+                    &format!("node/{name}"),
+                    str_at(condition, "/message")
+                        .or(str_at(condition, "/reason"))
+                        .unwrap_or(condition_type),
+                ),
+            ),
+        });
+    }
+    let mut about: Vec<(Option<DateTime<Utc>>, EvidenceLine)> = events
+        .iter()
+        .filter(|event| {
+            str_at(event, "/involvedObject/kind") == Some("Node")
+                && str_at(event, "/involvedObject/name") == Some(name)
+                && str_at(event, "/type") == Some("Warning")
+        })
+        .map(|event| {
+            let when = time_at(event, "/lastTimestamp")
+                .or_else(|| time_at(event, "/eventTime"))
+                .or_else(|| time_at(event, "/metadata/creationTimestamp"));
+            let count = event.get("count").and_then(Value::as_u64).unwrap_or(1);
+            let reason = str_at(event, "/reason").unwrap_or("Event");
+            (
+                when,
+                EvidenceLine {
+                    key: format!(
+                        "event/{}/{count}",
+                        str_at(event, "/metadata/uid")
+                            .or(str_at(event, "/metadata/name"))
+                            .unwrap_or_default()
+                    ),
+                    text: stamped(
+                        when,
+                        line(
+                            "Warning",
+                            reason,
+                            &format!("node/{name}"),
+                            str_at(event, "/message").unwrap_or(reason),
+                        ),
+                    ),
+                },
+            )
         })
         .collect();
     about.sort_by_key(|(when, _)| *when);

@@ -2,6 +2,7 @@
 //! order, what state the workload is in, and which statuses and events are evidence. Pure functions of
 //! the objects as JSON, so they are tested on real-shaped fixtures without an API server.
 
+pub mod affinity;
 pub mod evidence;
 mod kind;
 mod nodes;
@@ -16,8 +17,8 @@ use serde_json::Value;
 pub use evidence::{EvidenceLine, evidence};
 pub use kind::WorkloadKind;
 pub use nodes::node_readiness;
-pub use pods::{PodIndex, pod_ended, pods_of, ranked};
-pub use snapshot::{excluded_nodes, snapshot};
+pub use pods::{PodIndex, pod_ended, pod_started, pods_of, ranked};
+pub use snapshot::{excluded_nodes, exclusions_of, run_evidence, snapshot};
 
 /// The label a workload opts in with.
 pub const ENABLED_LABEL: &str = "runguard.io/enabled";

@@ -205,6 +205,27 @@ pub fn pod_ended(pod: &Value) -> bool {
         || containers(pod).any(|status| at(status, "/state/terminated").is_some())
 }
 
+/// A pod that has run something: it runs or finished, or one of its containers (init containers
+/// too) runs, ran, or ran before a restart. A pod waiting to be scheduled, pulling its image or
+/// creating its containers has not; nor has one the kubelet refused before starting it.
+pub fn pod_started(pod: &Value) -> bool {
+    matches!(str_at(pod, "/status/phase"), Some("Running" | "Succeeded"))
+        || ["/status/containerStatuses", "/status/initContainerStatuses"]
+            .iter()
+            .filter_map(|pointer| at(pod, pointer).and_then(Value::as_array))
+            .flatten()
+            .any(|status| {
+                at(status, "/state/running").is_some()
+                    || at(status, "/state/terminated").is_some()
+                    || at(status, "/lastState/terminated").is_some()
+                    || status
+                        .get("restartCount")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0)
+                        > 0
+            })
+}
+
 pub(super) fn containers(pod: &Value) -> impl Iterator<Item = &Value> {
     at(pod, "/status/containerStatuses")
         .and_then(Value::as_array)

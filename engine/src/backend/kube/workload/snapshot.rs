@@ -167,6 +167,111 @@ pub fn excluded_nodes(template: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The nodes a workload excludes, as its first pod template (a TrainJob's trainer) says.
+pub fn exclusions_of(kind: WorkloadKind, workload: &Value) -> Vec<String> {
+    match kind {
+        WorkloadKind::TrainJob => excluded_nodes(&super::trainjob::trainer_template(workload).0),
+        _ => kind
+            .templates(workload)
+            .first()
+            .map(|(template, _)| excluded_nodes(template))
+            .unwrap_or_default(),
+    }
+}
+
+/// What shows that this incarnation of the workload has run something, if anything does: one of its
+/// pods started, or its status counts pods that ran, a start, a restart or an end. `None`: nothing of
+/// it has run, so it may be changed (or re-created) without losing any work.
+pub fn run_evidence(kind: WorkloadKind, workload: &Value, pods: &[&Value]) -> Option<String> {
+    if let Some(pod) = pods.iter().find(|pod| pod_started(pod)) {
+        return Some(format!(
+            "pod {} has started",
+            str_at(pod, "/metadata/name").unwrap_or_default()
+        ));
+    }
+    let count =
+        |value: &Value, pointer: &str| at(value, pointer).and_then(Value::as_u64).unwrap_or(0);
+    let ever = |types: &[&str]| {
+        at(workload, "/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|condition| str_at(condition, "/type"))
+            .find(|found| types.contains(found))
+            .map(|found| format!("its status has a {found} condition"))
+    };
+    let children = |pointer: &str| {
+        at(workload, pointer)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|child| count(child, "/succeeded") + count(child, "/failed") > 0)
+    };
+    match kind {
+        WorkloadKind::Job => {
+            let (succeeded, failed) = (
+                count(workload, "/status/succeeded"),
+                count(workload, "/status/failed"),
+            );
+            if succeeded + failed > 0 {
+                return Some(format!(
+                    "its status counts {succeeded} succeeded and {failed} failed pods"
+                ));
+            }
+            // A Job created suspended has no start time until it is first resumed: one that has
+            // it and is suspended again ran (its pods were deleted by the suspension).
+            if at(workload, "/spec/suspend").and_then(Value::as_bool) == Some(true)
+                && at(workload, "/status/startTime").is_some()
+            {
+                return Some("it was resumed before (status.startTime) and suspended again".into());
+            }
+            ever(&["Complete", "Failed"])
+        }
+        WorkloadKind::PyTorchJob => {
+            let replicas = at(workload, "/status/replicaStatuses")
+                .and_then(Value::as_object)
+                .is_some_and(|roles| {
+                    roles
+                        .values()
+                        .any(|role| count(role, "/succeeded") + count(role, "/failed") > 0)
+                });
+            if replicas {
+                return Some("its replica statuses count pods that ran".into());
+            }
+            ever(&["Running", "Restarting", "Succeeded", "Failed"])
+        }
+        WorkloadKind::JobSet => {
+            if count(workload, "/status/restarts") > 0 || children("/status/replicatedJobsStatus") {
+                return Some("its status counts Jobs that ran or restarts".into());
+            }
+            ever(&["Completed", "Failed"])
+        }
+        WorkloadKind::TrainJob => {
+            if children("/status/jobsStatus") {
+                return Some("its status counts Jobs that ran".into());
+            }
+            ever(&["Complete", "Failed"])
+        }
+        WorkloadKind::RayJob => {
+            let job = str_at(workload, "/status/jobStatus").unwrap_or_default();
+            let deployment = str_at(workload, "/status/jobDeploymentStatus").unwrap_or_default();
+            if !job.is_empty() || matches!(deployment, "Running" | "Complete" | "Failed") {
+                return Some(format!(
+                    "its status says {}",
+                    if job.is_empty() { deployment } else { job }
+                ));
+            }
+            None
+        }
+        WorkloadKind::RayCluster => {
+            if matches!(str_at(workload, "/status/state"), Some("ready" | "failed")) {
+                return Some("its status says it was ready".into());
+            }
+            ever(&["HeadPodReady"])
+        }
+    }
+}
+
 pub(super) fn gpus_of_template(template: &Value) -> u32 {
     at(template, "/spec/containers")
         .and_then(Value::as_array)
@@ -195,6 +300,22 @@ pub(super) fn command_of_template(template: &Value) -> Option<String> {
     } else {
         Some(words.join(" "))
     }
+}
+
+/// "Unschedulable" when a pod waits for a node the scheduler cannot find.
+fn unschedulable(pods: &[&Value]) -> Option<String> {
+    pods.iter()
+        .any(|pod| {
+            at(pod, "/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|conditions| {
+                    conditions.iter().any(|c| {
+                        str_at(c, "/type") == Some("PodScheduled")
+                            && str_at(c, "/reason") == Some("Unschedulable")
+                    })
+                })
+        })
+        .then(|| "Unschedulable".to_string())
 }
 
 /// The job as runguard models it.
@@ -253,19 +374,17 @@ pub fn snapshot(
             state = JobState::Failed;
             state_raw = waiting.clone();
             reason = Some(waiting);
-        } else if state == JobState::Pending
-            && pods.iter().any(|pod| {
-                at(pod, "/status/conditions")
-                    .and_then(Value::as_array)
-                    .is_some_and(|conditions| {
-                        conditions.iter().any(|c| {
-                            str_at(c, "/type") == Some("PodScheduled")
-                                && str_at(c, "/reason") == Some("Unschedulable")
-                        })
-                    })
-            })
+        } else if state == JobState::Running
+            && !pods.is_empty()
+            && !pods.iter().any(|pod| pod_started(pod))
         {
-            reason = Some("Unschedulable".to_string());
+            // The workload calls itself running (a Job counts pending pods as active), but nothing
+            // of it has started: it still waits, and can still be kept off a node.
+            state = JobState::Pending;
+            state_raw = "Pending".to_string();
+            reason = unschedulable(pods).or_else(|| Some("no pod has started yet".to_string()));
+        } else if state == JobState::Pending && unschedulable(pods).is_some() {
+            reason = unschedulable(pods);
         }
     }
     // A TrainJob's one template is its trainer's, as the job sets it over its runtime's.
@@ -329,10 +448,7 @@ pub fn snapshot(
         end_time,
         exit_code,
         restart_count: restart_count(workload),
-        excluded_nodes: templates
-            .first()
-            .map(|(template, _)| excluded_nodes(template))
-            .unwrap_or_default(),
+        excluded_nodes: exclusions_of(kind, workload),
         log_path,
         spec: JobSpec {
             name: reference.name.clone(),

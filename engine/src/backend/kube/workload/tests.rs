@@ -204,3 +204,115 @@ fn a_trainjob_is_its_jobset_s_pods_in_completion_order_with_its_trainer_s_size()
         "{lines:?}"
     );
 }
+
+#[test]
+fn a_job_whose_pods_all_wait_reads_as_pending_and_nothing_of_it_has_run() {
+    let job = serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "eval", "namespace": "ml", "uid": "u1"},
+        "spec": {"parallelism": 2, "template": {"spec": {
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": ["gpu-node-5"]}]}]}}},
+            "containers": [{"name": "eval"}]}}},
+        // The Job controller counts pending pods as active.
+        "status": {"active": 2, "startTime": "2026-01-05T08:00:00Z"},
+    });
+    let pod = |name: &str, status: Value| {
+        serde_json::json!({
+            "metadata": {"name": name, "namespace": "ml", "labels": {"job-name": "eval"},
+                         "ownerReferences": [{"kind": "Job", "uid": "u1"}]},
+            "status": status,
+        })
+    };
+    let waiting = vec![
+        pod(
+            "eval-0",
+            serde_json::json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}),
+        ),
+        pod(
+            "eval-1",
+            serde_json::json!({"phase": "Pending", "containerStatuses": [
+            {"name": "eval", "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+        ),
+    ];
+    let mine = pods_of(WorkloadKind::Job, &job, &PodIndex::new(&waiting));
+    assert_eq!(mine.len(), 2);
+    let pending = snapshot(WorkloadKind::Job, &job, &mine, &[], None, None)
+        .unwrap_or_else(|| unreachable!("a named workload"));
+    assert_eq!(pending.state, JobState::Pending);
+    assert_eq!(pending.reason.as_deref(), Some("Unschedulable"));
+    assert_eq!(pending.excluded_nodes, ["gpu-node-5"]);
+    assert_eq!(run_evidence(WorkloadKind::Job, &job, &mine), None);
+
+    // One container running is a start: the Job runs, and it has run.
+    let started = vec![
+        waiting[0].clone(),
+        pod(
+            "eval-1",
+            serde_json::json!({"phase": "Running", "containerStatuses": [
+            {"name": "eval", "state": {"running": {"startedAt": "2026-01-05T08:01:00Z"}}}]}),
+        ),
+    ];
+    let mine = pods_of(WorkloadKind::Job, &job, &PodIndex::new(&started));
+    let running = snapshot(WorkloadKind::Job, &job, &mine, &[], None, None)
+        .unwrap_or_else(|| unreachable!("a named workload"));
+    assert_eq!(running.state, JobState::Running);
+    assert_eq!(
+        run_evidence(WorkloadKind::Job, &job, &mine).as_deref(),
+        Some("pod eval-1 has started")
+    );
+}
+
+#[test]
+fn what_a_workload_says_of_its_past_runs_counts_as_having_run() {
+    let ran = |kind, workload: Value| run_evidence(kind, &workload, &[]);
+    // A Job resumed once and suspended again (Kueue's preemption) ran, its pods gone.
+    assert!(
+        ran(
+            WorkloadKind::Job,
+            serde_json::json!({"spec": {"suspend": true}, "status": {"startTime": "2026-01-05T08:00:00Z"}})
+        )
+        .is_some()
+    );
+    assert_eq!(
+        ran(
+            WorkloadKind::Job,
+            serde_json::json!({"spec": {"suspend": true}, "status": {}})
+        ),
+        None,
+        "created suspended, never resumed"
+    );
+    assert!(
+        ran(
+            WorkloadKind::Job,
+            serde_json::json!({"status": {"failed": 1}})
+        )
+        .is_some()
+    );
+    assert!(
+        ran(
+            WorkloadKind::PyTorchJob,
+            serde_json::json!({"status": {"conditions": [
+                {"type": "Created", "status": "True"}, {"type": "Running", "status": "False"}]}})
+        )
+        .is_some(),
+        "once running, the condition stays"
+    );
+    assert_eq!(
+        ran(
+            WorkloadKind::PyTorchJob,
+            serde_json::json!({"status": {"conditions": [
+                {"type": "Created", "status": "True"}, {"type": "Suspended", "status": "True"}]}})
+        ),
+        None
+    );
+    assert!(
+        ran(
+            WorkloadKind::JobSet,
+            serde_json::json!({"status": {"restarts": 1}})
+        )
+        .is_some()
+    );
+}

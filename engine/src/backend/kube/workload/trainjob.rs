@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::{HOSTNAME_LABEL, at, str_at};
+use super::{at, str_at};
 
 /// The manager of runguard's entry in `spec.runtimePatches` (each manager owns its entry).
 pub const PATCH_MANAGER: &str = "runguard.io/recovery";
@@ -59,7 +59,18 @@ fn patch_pod_specs(patch: &Value) -> Vec<&Value> {
 /// with `kubernetes.io/hostname NotIn` the excluded nodes added to each required term. Without its
 /// JobSet (already gone) the replicated jobs and affinity of runguard's earlier patch are used.
 pub fn exclude_nodes(manifest: &mut Value, jobset: Option<&Value>, exclude: &[String]) {
-    if exclude.is_empty() {
+    update_exclusions(manifest, jobset, exclude, &[]);
+}
+
+/// The same, adding `add` to the nodes the job is kept off and taking `remove` away from them (what
+/// the runtime itself excludes stays, as the job's pods have it now).
+pub fn update_exclusions(
+    manifest: &mut Value,
+    jobset: Option<&Value>,
+    add: &[String],
+    remove: &[String],
+) {
+    if add.is_empty() && remove.is_empty() {
         return;
     }
     // (replicated job, its pods' affinity now).
@@ -99,7 +110,11 @@ pub fn exclude_nodes(manifest: &mut Value, jobset: Option<&Value>, exclude: &[St
         .into_iter()
         .map(|(name, affinity)| {
             let mut spec = json!({"affinity": affinity});
-            add_exclusion(&mut spec, exclude);
+            super::affinity::update_exclusions(&mut spec, add, remove);
+            if spec.get("affinity").is_none() {
+                // Nothing left to require: an empty affinity overrides nothing of the runtime's.
+                spec["affinity"] = json!({});
+            }
             json!({"name": name, "template": {"spec": {"template": {"spec": spec}}}})
         })
         .collect();
@@ -120,44 +135,6 @@ pub fn exclude_nodes(manifest: &mut Value, jobset: Option<&Value>, exclude: &[St
         // The server stamps `time`; the user's and other managers' entries stay as they are.
         patches.retain(|entry| str_at(entry, "/manager") != Some(PATCH_MANAGER));
         patches.push(patch);
-    }
-}
-
-/// `kubernetes.io/hostname NotIn exclude` in every required term of a pod spec's node affinity.
-fn add_exclusion(spec: &mut Value, exclude: &[String]) {
-    let terms = &mut spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        ["nodeSelectorTerms"];
-    if !terms.is_array() || terms.as_array().is_some_and(Vec::is_empty) {
-        *terms = json!([{"matchExpressions": []}]);
-    }
-    for term in terms.as_array_mut().into_iter().flatten() {
-        let expressions = &mut term["matchExpressions"];
-        if !expressions.is_array() {
-            *expressions = json!([]);
-        }
-        let Some(expressions) = expressions.as_array_mut() else {
-            continue;
-        };
-        match expressions.iter_mut().find(|e| {
-            str_at(e, "/key") == Some(HOSTNAME_LABEL) && str_at(e, "/operator") == Some("NotIn")
-        }) {
-            Some(existing) => {
-                let values = &mut existing["values"];
-                if !values.is_array() {
-                    *values = json!([]);
-                }
-                if let Some(values) = values.as_array_mut() {
-                    for node in exclude {
-                        if !values.iter().any(|v| v.as_str() == Some(node.as_str())) {
-                            values.push(json!(node));
-                        }
-                    }
-                }
-            }
-            None => expressions.push(json!({
-                "key": HOSTNAME_LABEL, "operator": "NotIn", "values": exclude,
-            })),
-        }
     }
 }
 
