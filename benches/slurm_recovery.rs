@@ -74,8 +74,7 @@ fn release_and_allocation(log: &Path, job_id: &str) -> Option<(DateTime<Utc>, Da
     let job = format!("JobId={job_id} ");
     let released = text
         .lines()
-        .filter(|line| line.contains("release hold on") && line.contains(&job))
-        .next_back()
+        .rfind(|line| line.contains("release hold on") && line.contains(&job))
         .and_then(time)?;
     let allocated = text
         .lines()
