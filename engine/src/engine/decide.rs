@@ -192,6 +192,11 @@ impl Engine {
         // same read as the report before it.
         let db = self.store.db();
         let lines = db.evidence_lines(attempt.workflow_id, attempt.index)?;
+        if lines.is_empty() {
+            // Nothing alarming read: most runs, most of the time; no progress to read either.
+            self.fatal_lines.remove(&key);
+            return Ok(None);
+        }
         let progress = db
             .throughput_window(attempt.workflow_id, attempt.index, 0, 50)?
             .1;
