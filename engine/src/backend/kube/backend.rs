@@ -25,8 +25,8 @@ use super::logs::{Follow, LogHub};
 use super::recreate::{clean, next_incarnation, restart_outcome, spec_diff};
 use super::suspend;
 use super::workload::{
-    self, PodIndex, WorkloadKind, WorkloadRef, at, enrolled, evidence, placement, pods_of,
-    snapshot, str_at,
+    self, EventIndex, PodIndex, WorkloadKind, WorkloadRef, at, enrolled, evidence, placement,
+    pods_of, snapshot, str_at,
 };
 use crate::backend::{
     ActionOutcome, Backend, BackendError, Can, Capabilities, JobSnapshot, NewJob, NodeCapacity,
@@ -581,6 +581,7 @@ impl Backend for KubeBackend {
             .filter_map(|node| str_at(node, "/metadata/name").map(|name| (name, node)))
             .collect();
         let events = Self::values(&self.events);
+        let events = EventIndex::new(&events);
         let mut snapshots = Vec::new();
         // The nodes the watched workloads' pods are on: their node logs are written below.
         let mut their_node_names: BTreeSet<String> = BTreeSet::new();

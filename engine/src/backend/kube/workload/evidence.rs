@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::events::{EventIndex, Listed};
 use super::*;
 use super::{nodes::*, pods::*, snapshot::*};
 
@@ -28,7 +29,7 @@ pub fn evidence(
     workload: &Value,
     pods: &[&Value],
     nodes: &[Value],
-    events: &[Value],
+    events: &EventIndex,
 ) -> Vec<EvidenceLine> {
     let mut out = Vec::new();
     let name = str_at(workload, "/metadata/name").unwrap_or_default();
@@ -178,22 +179,21 @@ pub fn evidence(
         .filter_map(|pod| str_at(pod, "/metadata/name"))
         .collect();
     let namespace = str_at(workload, "/metadata/namespace").unwrap_or("default");
-    let mut about: Vec<(DateTime<Utc>, EvidenceLine)> = events
+    // The events about its pods, their nodes and the workload itself, in the listing's order.
+    let mut relevant: Vec<Listed> = pod_names
         .iter()
-        .filter_map(|event| {
+        .flat_map(|pod| events.about("Pod", namespace, pod))
+        .chain(pod_nodes.iter().flat_map(|node| events.about_node(node)))
+        .chain(events.about(kind.kind(), namespace, name))
+        .copied()
+        .collect();
+    relevant.sort_unstable_by_key(|(place, _)| *place);
+    relevant.dedup_by_key(|(place, _)| *place);
+    let mut about: Vec<(DateTime<Utc>, EvidenceLine)> = relevant
+        .into_iter()
+        .filter_map(|(_, event)| {
             let object_kind = str_at(event, "/involvedObject/kind").unwrap_or_default();
             let object_name = str_at(event, "/involvedObject/name").unwrap_or_default();
-            let object_namespace = str_at(event, "/involvedObject/namespace").unwrap_or_default();
-            let relevant = match object_kind {
-                "Pod" => object_namespace == namespace && pod_names.contains(object_name),
-                "Node" => pod_nodes.contains(object_name),
-                other => {
-                    other == kind.kind() && object_namespace == namespace && object_name == name
-                }
-            };
-            if !relevant {
-                return None;
-            }
             let when = time_at(event, "/lastTimestamp")
                 .or_else(|| time_at(event, "/eventTime"))
                 .or_else(|| time_at(event, "/metadata/creationTimestamp"))?;
@@ -242,7 +242,7 @@ const KUBELET_CONDITIONS: [&str; 5] = [
 /// Warning events about the node. Each line is stamped with its time in the syslog form
 /// (`2026-01-05T08:00:20Z NODE kubernetes: Warning TYPE node/NODE: MESSAGE`), so that a condition
 /// set long ago weighs as old.
-pub fn node_lines(node: &Value, events: &[Value]) -> Vec<EvidenceLine> {
+pub fn node_lines(node: &Value, events: &EventIndex) -> Vec<EvidenceLine> {
     let Some(name) = str_at(node, "/metadata/name") else {
         return Vec::new();
     };
@@ -287,13 +287,10 @@ pub fn node_lines(node: &Value, events: &[Value]) -> Vec<EvidenceLine> {
         });
     }
     let mut about: Vec<(Option<DateTime<Utc>>, EvidenceLine)> = events
+        .about_node(name)
         .iter()
-        .filter(|event| {
-            str_at(event, "/involvedObject/kind") == Some("Node")
-                && str_at(event, "/involvedObject/name") == Some(name)
-                && str_at(event, "/type") == Some("Warning")
-        })
-        .map(|event| {
+        .filter(|(_, event)| str_at(event, "/type") == Some("Warning"))
+        .map(|(_, event)| {
             let when = time_at(event, "/lastTimestamp")
                 .or_else(|| time_at(event, "/eventTime"))
                 .or_else(|| time_at(event, "/metadata/creationTimestamp"));

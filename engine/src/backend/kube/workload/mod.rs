@@ -3,6 +3,7 @@
 //! the objects as JSON, so they are tested on real-shaped fixtures without an API server.
 
 pub mod affinity;
+pub mod events;
 pub mod evidence;
 mod kind;
 mod nodes;
@@ -14,6 +15,7 @@ pub mod trainjob;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+pub use events::EventIndex;
 pub use evidence::{EvidenceLine, evidence};
 pub use kind::WorkloadKind;
 pub use nodes::node_readiness;

@@ -78,10 +78,16 @@ fn an_oom_killed_worker_is_a_failure_with_its_evidence() {
         ["gpu-node-5", "gpu-node-5"],
         "one entry per pod"
     );
-    let lines: Vec<String> = evidence(WorkloadKind::PyTorchJob, &job, &mine, &nodes(), &[])
-        .into_iter()
-        .map(|line| line.text)
-        .collect();
+    let lines: Vec<String> = evidence(
+        WorkloadKind::PyTorchJob,
+        &job,
+        &mine,
+        &nodes(),
+        &EventIndex::default(),
+    )
+    .into_iter()
+    .map(|line| line.text)
+    .collect();
     assert!(
         lines.iter().any(|line| line.starts_with(
             "kubernetes: Warning OOMKilled pod/bert-finetune-worker-0: container pytorch terminated with exit code 137"
@@ -197,7 +203,13 @@ fn a_trainjob_is_its_jobset_s_pods_in_completion_order_with_its_trainer_s_size()
         "type": "Failed", "status": "True", "reason": "FailedJobs",
         "message": "jobset failed due to reaching max number of restarts",
     }]);
-    let lines = evidence(WorkloadKind::JobSet, &failed, &[], &gke, &[]);
+    let lines = evidence(
+        WorkloadKind::JobSet,
+        &failed,
+        &[],
+        &gke,
+        &EventIndex::default(),
+    );
     assert!(
         lines.iter().any(|line| line.text.contains("FailedJobs")
             && line.text.contains("reaching max number of restarts")),
