@@ -162,3 +162,23 @@ async fn not_whitelisted_the_checkpoint_request_is_only_proposed() {
     assert!(request.why.contains("precursor"), "{}", request.why);
     assert!(rig.backend.requeues().is_empty());
 }
+
+#[tokio::test]
+async fn a_job_that_takes_no_signal_is_not_asked_to_save() {
+    let (rig, _log) = rig();
+    rig.backend.refuse_signals("100");
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 5).await;
+    append(&rig.path().join("n2/kern.log"), HOT);
+    rig.step(&mut engine, 5).await;
+    rig.step(&mut engine, 5).await;
+    assert!(signals(&rig).is_empty());
+    let actions = rig.store().db().all_actions().unwrap();
+    assert!(
+        actions.iter().all(|a| a.kind != ActionKind::CheckpointNow),
+        "no request planned only to fail: {actions:?}"
+    );
+    // The node's precursor still counts against it.
+    let incidents = rig.store().db().node_incidents("n2").unwrap();
+    assert!(!incidents.is_empty(), "the precursor is n2's incident");
+}

@@ -175,6 +175,8 @@ pub struct ScriptedBackend {
     dead: Mutex<Vec<(String, String)>>,
     /// Drained nodes with their reason, as the scheduler keeps them.
     drained: Mutex<Vec<(String, String)>>,
+    /// Jobs whose processes take no signal (as a Ray workload's on Kubernetes).
+    unsignalable: Mutex<Vec<String>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -193,7 +195,13 @@ impl ScriptedBackend {
             calls: Mutex::new(Vec::new()),
             dead: Mutex::new(Vec::new()),
             drained: Mutex::new(Vec::new()),
+            unsignalable: Mutex::new(Vec::new()),
         }
+    }
+
+    /// From now on `job_id` takes no signal, as a backend says of a kind of job it cannot signal.
+    pub fn refuse_signals(&self, job_id: &str) {
+        lock(&self.unsignalable).push(job_id.to_string());
     }
 
     /// An administrator drains `node` with `reason`.
@@ -455,6 +463,15 @@ impl Backend for ScriptedBackend {
                 "job {job_id} is not pending"
             ))),
         }
+    }
+
+    fn can_signal(&self, job_id: &str) -> bool {
+        let refused = lock(&self.unsignalable).iter().any(|job| job == job_id);
+        !refused
+            && match self.inner() {
+                Some(inner) => inner.can_signal(job_id),
+                None => self.capabilities().signal,
+            }
     }
 
     async fn signal_job(&self, job_id: &str, signal: &str) -> Result<ActionOutcome, BackendError> {

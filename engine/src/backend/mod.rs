@@ -279,6 +279,12 @@ pub trait Backend: Send + Sync {
     /// What this backend can do.
     fn capabilities(&self) -> Capabilities;
 
+    /// Whether this job's processes can be asked to save with a signal: the backend's capability,
+    /// unless the kind of job refuses it (a Ray workload's processes end on an unhandled one).
+    fn can_signal(&self, _job_id: &str) -> bool {
+        self.capabilities().signal
+    }
+
     /// Every job runguard should watch (enrolled jobs and the ones it submitted), in any state it still knows.
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError>;
 

@@ -50,6 +50,11 @@ impl Engine {
                 if attempt.state != JobState::Running {
                     continue;
                 }
+                if !backend.can_signal(&attempt.job_id) {
+                    // The node's other consequences (the ledger, a requeue off it) still follow.
+                    tracing::info!(job = %attempt.job_id, node, "no checkpoint request: this job takes no signal");
+                    continue;
+                }
                 let asked = db.actions(workflow.id)?.iter().any(|action| {
                     action.kind == ActionKind::CheckpointNow
                         && action.attempt_index == attempt.index

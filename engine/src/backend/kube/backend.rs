@@ -842,6 +842,10 @@ impl Backend for KubeBackend {
         self.send_signal(job_id, signal).await
     }
 
+    fn can_signal(&self, job_id: &str) -> bool {
+        super::signal::takes_signal(job_id, self.default_namespace())
+    }
+
     async fn drain_node(&self, node: &str, reason: &str) -> Result<ActionOutcome, BackendError> {
         let patch = self.cordon_patch(node, reason);
         let request = format!("PATCH /api/v1/nodes/{node} (merge) {patch}");

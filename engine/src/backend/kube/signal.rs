@@ -157,6 +157,16 @@ enum Failure {
     Failed(String),
 }
 
+/// Ray workloads take no signal: see [`KubeBackend::send_signal`].
+pub(super) fn is_ray(kind: WorkloadKind) -> bool {
+    matches!(kind, WorkloadKind::RayJob | WorkloadKind::RayCluster)
+}
+
+/// Whether the workload `job_id` names can be asked to save with a signal.
+pub(super) fn takes_signal(job_id: &str, default_namespace: &str) -> bool {
+    WorkloadRef::parse(job_id, default_namespace).is_some_and(|reference| !is_ray(reference.kind))
+}
+
 impl KubeBackend {
     /// The pods of the workload that run now, each with its training container, in rank order.
     pub(super) fn signal_targets(&self, reference: &WorkloadRef) -> Option<Vec<Target>> {
@@ -184,10 +194,7 @@ impl KubeBackend {
         let Some(reference) = WorkloadRef::parse(job_id, self.default_namespace()) else {
             return format!("(cannot signal {job_id}: not a workload reference)");
         };
-        if matches!(
-            reference.kind,
-            WorkloadKind::RayJob | WorkloadKind::RayCluster
-        ) {
+        if is_ray(reference.kind) {
             return format!(
                 "(no signal is sent to a Ray workload's pods: {})",
                 reference.id()
@@ -222,10 +229,7 @@ impl KubeBackend {
         let reference = WorkloadRef::parse(job_id, self.default_namespace()).ok_or_else(|| {
             BackendError::Invalid(format!("{job_id:?} is not a workload reference"))
         })?;
-        if matches!(
-            reference.kind,
-            WorkloadKind::RayJob | WorkloadKind::RayCluster
-        ) {
+        if is_ray(reference.kind) {
             // Ray's processes (raylet, the GCS, `ray job submit`) end on an unhandled USR1, and Ray
             // Train saves its checkpoints by itself.
             return Err(BackendError::Invalid(format!(
@@ -416,6 +420,15 @@ async fn exec_kill(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn ray_workloads_and_unknown_references_take_no_signal() {
+        assert!(takes_signal("pytorchjob/ml/llama", "default"));
+        assert!(takes_signal("job/llama", "default"));
+        assert!(!takes_signal("rayjob/ml/llama", "default"));
+        assert!(!takes_signal("raycluster/ml/llama", "default"));
+        assert!(!takes_signal("not a reference", "default"));
+    }
 
     #[test]
     fn only_known_signal_names_are_sent_with_or_without_sig() {
