@@ -774,3 +774,55 @@ fn the_fatal_line_rule_never_fires_on_a_healthy_corpus_log() {
     let finding = finding.expect("the IB completion error is fatal");
     assert!(finding.summary.contains("printed a fatal"), "{finding:?}");
 }
+
+#[tokio::test]
+async fn a_run_a_person_starts_again_after_runguard_declined_it_is_watched_again() {
+    let (rig, log) = one_job(JobState::Running);
+    let mut engine = rig.engine();
+    log.iteration(10, 400.0);
+    rig.step(&mut engine, 5).await;
+    // A bug of the script: runguard declines to requeue and stops.
+    log.write(
+        b"0: Traceback (most recent call last):\n0:   File \"train.py\", line 12, in <module>\n0: KeyError: 'lm_head.weight'\n",
+    );
+    rig.backend.fail("77");
+    for _ in 0..3 {
+        rig.step(&mut engine, 5).await;
+    }
+    let workflow = rig.status().workflows[0].workflow.clone();
+    assert_eq!(workflow.status, WorkflowStatus::Completed, "{workflow:#?}");
+    assert!(!workflow.succeeded);
+    assert!(rig.backend.requeues().is_empty());
+    // The person fixes the script and requeues the job under its id.
+    rig.backend.update("77", |job| {
+        job.state = JobState::Running;
+        job.state_raw = "RUNNING".into();
+        job.exit_code = None;
+        job.restart_count = 1;
+    });
+    rig.step(&mut engine, 5).await;
+    let status = rig.status();
+    let workflow = &status.workflows[0].workflow;
+    assert_eq!(workflow.status, WorkflowStatus::Enabled, "{workflow:#?}");
+    let reason = workflow.status_reason.as_deref().unwrap_or_default();
+    assert!(
+        reason.starts_with("job 77 was started again (attempt 1) after runguard had stopped"),
+        "{reason}"
+    );
+    // Its new run makes progress, then hangs: runguard acts on it as on any run it watches.
+    log.iteration(20, 400.0);
+    rig.step(&mut engine, 5).await;
+    assert_eq!(
+        rig.status().workflows[0].attempts[1].last_iteration,
+        Some(20)
+    );
+    for _ in 0..100 {
+        rig.step(&mut engine, 10).await;
+    }
+    assert!(
+        rig.anomalies().contains(&AnomalyKind::Hang),
+        "{:#?}",
+        rig.status().workflows[0]
+    );
+    assert_eq!(rig.backend.requeues().len(), 1, "the hung run is requeued");
+}

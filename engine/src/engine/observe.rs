@@ -119,6 +119,25 @@ fn follow_attempt(
     events: &mut Vec<EngineEvent>,
 ) -> Result<(), StoreError> {
     let latest = db.attempts(workflow.id)?.last().map(|a| a.index) == Some(attempt.index);
+    if latest
+        && workflow.status == WorkflowStatus::Completed
+        && !workflow.succeeded
+        && !attempt.state.is_terminal()
+        && attempt.index > 0
+    {
+        // runguard had stopped (declined, crash loop, limit) and a person started the job again
+        // (a requeue under its id): their new run is watched and recovered like any other.
+        let before = workflow
+            .status_reason
+            .clone()
+            .unwrap_or_else(|| "stopped".to_string());
+        let reason = format!(
+            "job {} was started again (attempt {}) after runguard had stopped ({before}): watching it again",
+            attempt.job_id, attempt.index
+        );
+        enable(db, workflow, reason, "resumed by someone else", now, events)?;
+        return Ok(());
+    }
     if !latest || !workflow.status.is_active() {
         return Ok(());
     }
