@@ -124,8 +124,10 @@ class Run:
             # One port per job and run: a requeued job keeps its id, and a process of its earlier
             # run that never ended (a frozen node) may still hold the previous port. The checkpoint
             # directory sets it apart from another lab cluster's job of the same id on this machine.
+            # Below the kernel's ephemeral range (where any client's connection may hold a port) and
+            # below the lab clusters' own ports (20000 and up, tests/slurm/cluster.sh).
             lab = zlib.crc32(self.ckpt_dir.encode()) % 1000
-            port = 41000 + ((lab + self.job_id) % 1000) * 8 + self.restarts % 8
+            port = 12000 + ((lab + self.job_id) % 1000) * 8 + self.restarts % 8
             os.environ["MASTER_PORT"] = str(port)
         # Starting four interpreters with torch on a loaded 2-core machine can take longer than the
         # collectives' timeout: the rendezvous waits longer, the training group fails fast.
