@@ -53,3 +53,40 @@ async fn node_states_are_asked_for_the_running_jobs_nodes_only_and_less_often() 
         "{asked:?}"
     );
 }
+
+/// Job 4201 running, ticked four times a poll interval apart, each listing taking 1.4 s of real time
+/// (over a quarter of the 5 s interval: slow); returns how many listings the scheduler saw and the engine's warnings.
+async fn slow_listings(from_cache: bool) -> (usize, Vec<String>) {
+    let rig = EngineRig::default();
+    rig.backend.add([job("4201").running_on(["n1", "n2"])]);
+    rig.backend
+        .list_slowly(std::time::Duration::from_millis(1_400), from_cache);
+    let mut engine = rig.engine();
+    for _ in 0..4 {
+        rig.step(&mut engine, 5).await;
+    }
+    let warnings = rig
+        .status()
+        .warnings
+        .into_iter()
+        .map(|(kind, _, _)| kind)
+        .collect();
+    (rig.backend.listings(), warnings)
+}
+
+#[tokio::test]
+async fn a_slow_controller_is_asked_less_often_but_a_slow_cache_is_not_a_controller() {
+    let (listings, warnings) = slow_listings(false).await;
+    assert!(listings < 6, "the gap stretches: {listings} listings");
+    assert!(
+        warnings.iter().any(|kind| kind == "scheduler_slow"),
+        "{warnings:?}"
+    );
+    // The same slowness reading the backend's own watch caches: every poll interval lists.
+    let (listings, warnings) = slow_listings(true).await;
+    assert_eq!(listings, 4);
+    assert!(
+        !warnings.iter().any(|kind| kind == "scheduler_slow"),
+        "{warnings:?}"
+    );
+}

@@ -177,6 +177,9 @@ pub struct ScriptedBackend {
     drained: Mutex<Vec<(String, String)>>,
     /// Jobs whose processes take no signal (as a Ray workload's on Kubernetes).
     unsignalable: Mutex<Vec<String>>,
+    /// How long a listing takes, in real time, and whether it reads a cache of the backend's own
+    /// (as watch streams are) rather than asking the controller.
+    listing: Mutex<(std::time::Duration, bool)>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -196,7 +199,14 @@ impl ScriptedBackend {
             dead: Mutex::new(Vec::new()),
             drained: Mutex::new(Vec::new()),
             unsignalable: Mutex::new(Vec::new()),
+            listing: Mutex::new((std::time::Duration::ZERO, false)),
         }
+    }
+
+    /// From now on a listing takes `took` of real time; `from_cache` as
+    /// [`Backend::lists_from_cache`] says.
+    pub fn list_slowly(&self, took: std::time::Duration, from_cache: bool) {
+        *lock(&self.listing) = (took, from_cache);
     }
 
     /// From now on `job_id` takes no signal, as a backend says of a kind of job it cannot signal.
@@ -331,8 +341,19 @@ impl Backend for ScriptedBackend {
         }
     }
 
+    fn lists_from_cache(&self) -> bool {
+        match self.inner() {
+            Some(inner) => inner.lists_from_cache(),
+            None => lock(&self.listing).1,
+        }
+    }
+
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
         self.answer(Call::ListJobs)?;
+        let took = lock(&self.listing).0;
+        if !took.is_zero() {
+            tokio::time::sleep(took).await;
+        }
         match self.inner() {
             Some(inner) => inner.list_jobs().await,
             None => Ok(self.scripted().clone()),

@@ -402,6 +402,13 @@ pub trait Backend: Send + Sync {
     /// notifies it so that the engine looks now rather than at its next poll.
     fn set_waker(&self, _waker: std::sync::Arc<tokio::sync::Notify>) {}
 
+    /// Whether a listing reads what the backend keeps in memory (watch streams, the simulator)
+    /// rather than asking the scheduler: its time is runguard's own work, not a sign of a controller
+    /// under load, so the slow-controller rule does not space listings out for it.
+    fn lists_from_cache(&self) -> bool {
+        false
+    }
+
     /// Jobs the user asked to watch by reference (`runguard watch JOBID`), besides enrolled ones. The
     /// engine calls this before each listing with the whole current set.
     fn set_watched(&self, _job_refs: &[String]) {}

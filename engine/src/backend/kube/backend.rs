@@ -842,6 +842,11 @@ impl Backend for KubeBackend {
         self.send_signal(job_id, signal).await
     }
 
+    fn lists_from_cache(&self) -> bool {
+        // The reflectors' stores: a listing asks the API server nothing.
+        true
+    }
+
     fn can_signal(&self, job_id: &str) -> bool {
         super::signal::takes_signal(job_id, self.default_namespace())
     }

@@ -268,6 +268,11 @@ impl Backend for SimCluster {
         BackendKind::Sim
     }
 
+    fn lists_from_cache(&self) -> bool {
+        // The simulated cluster is in this process: there is no controller to spare.
+        true
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::of(&[
             Can::Requeue,
