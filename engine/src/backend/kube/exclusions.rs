@@ -137,7 +137,7 @@ impl KubeBackend {
             }
         };
         self.may_touch(&reference, &current)?;
-        let pods = Self::values(&self.pods);
+        let pods = self.pods_labelled_for(&current);
         let index = PodIndex::new(&pods);
         let mine = pods_of(reference.kind, &current, &index);
         let (way, add, remove) = self.exclusion_way(&reference, &current, &mine, nodes)?;
@@ -210,7 +210,7 @@ impl KubeBackend {
                 nodes.join(",")
             );
         };
-        let pods = Self::values(&self.pods);
+        let pods = self.pods_labelled_for(&current);
         let index = PodIndex::new(&pods);
         let mine = pods_of(reference.kind, &current, &index);
         match self.exclusion_way(reference, &current, &mine, nodes) {

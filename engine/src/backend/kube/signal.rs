@@ -171,7 +171,7 @@ impl KubeBackend {
     /// The pods of the workload that run now, each with its training container, in rank order.
     pub(super) fn signal_targets(&self, reference: &WorkloadRef) -> Option<Vec<Target>> {
         let workload = self.cached_workload(reference)?;
-        let pods = Self::values(&self.pods);
+        let pods = self.pods_labelled_for(&workload);
         let index = PodIndex::new(&pods);
         Some(
             pods_of(reference.kind, &workload, &index)

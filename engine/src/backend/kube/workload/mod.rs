@@ -19,7 +19,7 @@ pub use events::EventIndex;
 pub use evidence::{EvidenceLine, evidence};
 pub use kind::WorkloadKind;
 pub use nodes::node_readiness;
-pub use pods::{PodIndex, pod_ended, pod_started, pods_of, ranked};
+pub use pods::{PodIndex, labelled_for, pod_ended, pod_started, pods_of, ranked};
 pub use snapshot::{excluded_nodes, exclusions_of, run_evidence, snapshot};
 
 /// The label a workload opts in with.

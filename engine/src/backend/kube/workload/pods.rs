@@ -16,6 +16,16 @@ pub(super) const OWNER_LABELS: [&str; 5] = [
     JOBSET_NAME_LABEL,
 ];
 
+/// Whether a pod's labels name one of `names` as its workload (or Ray cluster): the pods
+/// [`pods_of`] can find for a workload of those names, told apart before any pod is read in full.
+pub fn labelled_for(labels: &std::collections::BTreeMap<String, String>, names: &[&str]) -> bool {
+    OWNER_LABELS.iter().any(|key| {
+        labels
+            .get(*key)
+            .is_some_and(|value| names.contains(&value.as_str()))
+    })
+}
+
 /// The JobSet labels of its pods (a TrainJob's JobSet has the TrainJob's name).
 const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
 const JOBSET_UID_LABEL: &str = "jobset.sigs.k8s.io/jobset-uid";
