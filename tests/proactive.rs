@@ -143,17 +143,22 @@ async fn without_a_save_within_the_wait_it_is_requeued_from_its_last_checkpoint(
     assert_eq!(rig.backend.requeues(), [["n2"]]);
 }
 
-#[tokio::test]
-async fn not_whitelisted_the_checkpoint_request_is_only_proposed() {
-    let (mut rig, _log) = rig();
-    rig.config.recovery.whitelist = vec![ActionKind::Requeue];
+/// Runs the engine 5 s, then n2 overheats and it runs 10 s more; returns the actions.
+async fn precursor_on_n2(rig: &EngineRig) -> Vec<runguard_engine::model::Action> {
     let mut engine = rig.engine();
     rig.step(&mut engine, 5).await;
     append(&rig.path().join("n2/kern.log"), HOT);
     rig.step(&mut engine, 5).await;
     rig.step(&mut engine, 5).await;
+    rig.store().db().all_actions().unwrap()
+}
+
+#[tokio::test]
+async fn not_whitelisted_the_checkpoint_request_is_only_proposed() {
+    let (mut rig, _log) = rig();
+    rig.config.recovery.whitelist = vec![ActionKind::Requeue];
+    let actions = precursor_on_n2(&rig).await;
     assert!(signals(&rig).is_empty());
-    let actions = rig.store().db().all_actions().unwrap();
     let request = actions
         .iter()
         .find(|a| a.kind == ActionKind::CheckpointNow)
@@ -167,13 +172,8 @@ async fn not_whitelisted_the_checkpoint_request_is_only_proposed() {
 async fn a_job_that_takes_no_signal_is_not_asked_to_save() {
     let (rig, _log) = rig();
     rig.backend.refuse_signals("100");
-    let mut engine = rig.engine();
-    rig.step(&mut engine, 5).await;
-    append(&rig.path().join("n2/kern.log"), HOT);
-    rig.step(&mut engine, 5).await;
-    rig.step(&mut engine, 5).await;
+    let actions = precursor_on_n2(&rig).await;
     assert!(signals(&rig).is_empty());
-    let actions = rig.store().db().all_actions().unwrap();
     assert!(
         actions.iter().all(|a| a.kind != ActionKind::CheckpointNow),
         "no request planned only to fail: {actions:?}"
