@@ -489,6 +489,31 @@ async fn a_worker_oom_killed_by_its_dataloader_is_re_created_with_fewer_workers_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_fails_silently_is_acted_on_without_waiting_for_the_poll() {
+    // A poll far longer than the test may run: only the watch streams can start the listing.
+    let mut cluster = Cluster::healthy(&["pytorchjob-running.json"], |config| {
+        config.engine.poll_interval_secs = 3_600.0;
+    })
+    .await;
+    cluster
+        .until("enrolled", |status| has_workflow(status, "llama-pretrain"))
+        .await;
+    // No log line says anything: the kubelet's verdict alone.
+    worker_fails(&cluster.kube, "Error", 1);
+    let status = cluster
+        .until("the decision on the failure", |status| {
+            !workflow(status, "llama-pretrain").attributions.is_empty()
+        })
+        .await;
+    let view = workflow(&status, "llama-pretrain");
+    assert!(
+        view.attempts[0].state.is_terminal(),
+        "{:#?}",
+        view.attempts[0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_going_not_ready_under_a_running_pytorchjob_is_excluded_from_its_re_creation() {
     let mut cluster = Cluster::healthy(&["pytorchjob-running.json"], |config| {
         config.recovery.whitelist = vec![ActionKind::Requeue, ActionKind::Cancel];

@@ -402,6 +402,13 @@ pub trait Backend: Send + Sync {
     /// notifies it so that the engine looks now rather than at its next poll.
     fn set_waker(&self, _waker: std::sync::Arc<tokio::sync::Notify>) {}
 
+    /// Whether a job the backend follows changed since the last call (a watch stream saw a pod or a
+    /// workload change), so that the engine lists now rather than at its next poll. Backends that
+    /// learn of changes only by asking say `false`.
+    fn take_jobs_changed(&self) -> bool {
+        false
+    }
+
     /// Whether a listing reads what the backend keeps in memory (watch streams, the simulator)
     /// rather than asking the scheduler: its time is runguard's own work, not a sign of a controller
     /// under load, so the slow-controller rule does not space listings out for it.

@@ -273,6 +273,9 @@ impl Engine {
         // While the scheduler is down the logs are still read and failures still decided, but the
         // scheduler is called again only after the backoff, and no action runs until it answers. A
         // tick started by a log change between two listings decides on what is already known.
+        if self.backend.take_jobs_changed() {
+            self.pace.jobs_changed(now);
+        }
         let listing = !self.backing_off(now) && self.pace.listing_due(now);
         if listing {
             self.observe_jobs(now).await?;

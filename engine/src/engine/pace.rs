@@ -90,6 +90,14 @@ impl Pace {
     /// tick rather than at the end of the interval, so that the job's end is seen and recovered at once
     /// — but at most once per interval, so that a job that keeps printing errors cannot turn its log
     /// into a stream of listings. Routine log activity never does this.
+    /// The backend's own cache says a job changed: its listing costs the controller nothing, so it is
+    /// listed at the next tick (the loop's minimum gap between ticks still bounds how often).
+    pub(super) fn jobs_changed(&mut self, now: DateTime<Utc>) {
+        if !self.listing_due(now) {
+            self.expedited = true;
+        }
+    }
+
     pub(super) fn expedite(&mut self, now: DateTime<Utc>) {
         let allowed = self
             .last_expedited
@@ -170,6 +178,23 @@ mod tests {
         // Never more often than the listings.
         let pace = Pace::new(Duration::from_secs(5), Duration::from_secs(1));
         assert_eq!(pace.node_poll, TimeDelta::seconds(5));
+    }
+
+    #[test]
+    fn a_change_in_the_backends_cache_lists_at_the_next_tick_however_often() {
+        let mut pace = Pace::new(Duration::from_secs(5), Duration::from_secs(30));
+        pace.listed(at(0), Duration::ZERO);
+        assert!(!pace.listing_due(at(1)));
+        pace.jobs_changed(at(1));
+        assert!(pace.listing_due(at(1)));
+        pace.listed(at(1), Duration::ZERO);
+        pace.jobs_changed(at(2));
+        assert!(
+            pace.listing_due(at(2)),
+            "not once per interval: every change"
+        );
+        pace.listed(at(2), Duration::ZERO);
+        assert!(!pace.listing_due(at(3)), "nothing changed");
     }
 
     #[test]

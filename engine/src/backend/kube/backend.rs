@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,6 +79,8 @@ pub struct KubeBackend {
     pub(super) resources: HashMap<String, ApiResource>,
     /// The engine's waker, once it has given it.
     pub(super) waker: Arc<Mutex<Option<Arc<tokio::sync::Notify>>>>,
+    /// A pod or a workload changed since the engine last asked ([`Backend::take_jobs_changed`]).
+    jobs_changed: Arc<AtomicBool>,
     pub(super) watched: Mutex<BTreeSet<String>>,
     /// When each ended workload was first seen ended (see `settle`).
     pub(super) ending: Mutex<HashMap<String, std::time::Instant>>,
@@ -141,6 +144,7 @@ impl KubeBackend {
     ) -> Self {
         let health = Arc::new(Mutex::new(WatchHealth::default()));
         let waker: Arc<Mutex<Option<Arc<tokio::sync::Notify>>>> = Arc::new(Mutex::new(None));
+        let jobs_changed = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         let namespaces: Vec<Option<String>> = if config.namespaces.is_empty() {
             vec![None]
@@ -151,8 +155,12 @@ impl KubeBackend {
         let mut watch = |resource: ApiResource, namespace: Option<&str>, label: String| {
             resources.insert(label.clone(), resource.clone());
             let waker = Arc::clone(&waker);
+            let jobs_changed = Arc::clone(&jobs_changed);
             // Events are evidence only; a change of anything else may call for a decision.
             let wakes = label != "events";
+            // A pod or a workload that changed is listed at once; nodes change all the time (their
+            // status heartbeats) and are read with the poll's listing.
+            let lists = wakes && label != "nodes";
             let api: Api<DynamicObject> = match namespace {
                 Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
                 None => Api::all_with(client.clone(), &resource),
@@ -172,6 +180,9 @@ impl KubeBackend {
                                 health.refused.remove(&label);
                                 health.failing.remove(&label);
                                 health.absent.remove(&label);
+                                if lists {
+                                    jobs_changed.store(true, Ordering::Relaxed);
+                                }
                                 if wakes && let Some(waker) = lock(&waker).as_ref() {
                                     waker.notify_one();
                                 }
@@ -254,6 +265,7 @@ impl KubeBackend {
             health,
             resources,
             waker,
+            jobs_changed,
             watched: Mutex::new(watched),
             ending: Mutex::new(HashMap::new()),
             saved: Mutex::new(HashMap::new()),
@@ -428,6 +440,12 @@ impl KubeBackend {
                 snapshot.state_raw
             ));
             snapshot.state = crate::model::JobState::Completing;
+            // Nothing else may change before the settling is over: the engine looks again at its
+            // next tick rather than at its next poll.
+            self.jobs_changed.store(true, Ordering::Relaxed);
+            if let Some(waker) = lock(&self.waker).as_ref() {
+                waker.notify_one();
+            }
         }
     }
 
@@ -890,6 +908,10 @@ impl Backend for KubeBackend {
     fn lists_from_cache(&self) -> bool {
         // The reflectors' stores: a listing asks the API server nothing.
         true
+    }
+
+    fn take_jobs_changed(&self) -> bool {
+        self.jobs_changed.swap(false, Ordering::Relaxed)
     }
 
     fn can_signal(&self, job_id: &str) -> bool {
