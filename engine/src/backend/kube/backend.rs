@@ -22,6 +22,7 @@ use serde_json::Value;
 
 use super::KubernetesConfig;
 use super::errors::{action_error, api_error};
+use super::json_cache::JsonCache;
 use super::logs::{Follow, LogHub};
 use super::recreate::{clean, next_incarnation, restart_outcome, spec_diff};
 use super::suspend;
@@ -86,6 +87,11 @@ pub struct KubeBackend {
     pub(super) ending: Mutex<HashMap<String, std::time::Instant>>,
     /// The resourceVersion whose spec was last saved, per workload.
     pub(super) saved: Mutex<HashMap<String, String>>,
+    /// The pods, nodes and workloads as JSON, converted once per version.
+    pod_json: JsonCache,
+    node_json: JsonCache,
+    workload_json: JsonCache,
+    event_json: JsonCache,
     pub(super) logs: Arc<LogHub>,
     pub(super) tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -269,6 +275,10 @@ impl KubeBackend {
             watched: Mutex::new(watched),
             ending: Mutex::new(HashMap::new()),
             saved: Mutex::new(HashMap::new()),
+            pod_json: JsonCache::default(),
+            node_json: JsonCache::default(),
+            workload_json: JsonCache::default(),
+            event_json: JsonCache::default(),
             logs: Arc::new(LogHub::default()),
             tasks,
         }
@@ -449,10 +459,27 @@ impl KubeBackend {
         }
     }
 
-    fn workload_values(&self) -> Vec<(WorkloadKind, Value)> {
-        self.workloads
+    fn workload_values(&self) -> Vec<(WorkloadKind, Arc<Value>)> {
+        let objects: Vec<(WorkloadKind, Arc<DynamicObject>)> = self
+            .workloads
             .iter()
-            .flat_map(|(kind, stores)| Self::values(stores).into_iter().map(move |v| (*kind, v)))
+            .flat_map(|(kind, stores)| {
+                stores
+                    .iter()
+                    .flat_map(|watched| watched.store.state())
+                    .map(move |object| (*kind, object))
+            })
+            .collect();
+        let values = self.workload_json.values(
+            &objects
+                .iter()
+                .map(|(_, object)| Arc::clone(object))
+                .collect::<Vec<_>>(),
+        );
+        objects
+            .into_iter()
+            .map(|(kind, _)| kind)
+            .zip(values)
             .collect()
     }
 
@@ -633,17 +660,27 @@ impl Backend for KubeBackend {
 
     async fn list_jobs(&self) -> Result<Vec<JobSnapshot>, BackendError> {
         self.ready().await?;
-        let pods = Self::values(&self.pods);
-        let index = PodIndex::new(&pods);
-        let nodes = Self::values(std::slice::from_ref(&self.nodes));
+        let pods: Vec<_> = self
+            .pods
+            .iter()
+            .flat_map(|watched| watched.store.state())
+            .collect();
+        let pods = self.pod_json.values(&pods);
+        let index = PodIndex::new(pods.iter().map(|pod| pod.as_ref()));
+        let nodes = self.node_json.values(&self.nodes.store.state());
         // Each workload is shown the nodes its pods are on, looked up by name: searching the whole
         // pool for each pod cost ten thousand pods times a thousand nodes a pass.
         let node_by_name: HashMap<&str, &Value> = nodes
             .iter()
-            .filter_map(|node| str_at(node, "/metadata/name").map(|name| (name, node)))
+            .filter_map(|node| str_at(node, "/metadata/name").map(|name| (name, node.as_ref())))
             .collect();
-        let events = Self::values(&self.events);
-        let events = EventIndex::new(&events);
+        let events: Vec<_> = self
+            .events
+            .iter()
+            .flat_map(|watched| watched.store.state())
+            .collect();
+        let events = self.event_json.values(&events);
+        let events = EventIndex::new(events.iter().map(|event| event.as_ref()));
         let mut snapshots = Vec::new();
         // The nodes the watched workloads' pods are on: their node logs are written below.
         let mut their_node_names: BTreeSet<String> = BTreeSet::new();

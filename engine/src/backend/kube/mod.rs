@@ -5,6 +5,7 @@ mod drain;
 mod errors;
 mod exclusions;
 mod inventory;
+mod json_cache;
 pub mod logs;
 pub mod recreate;
 pub mod signal;

@@ -23,9 +23,9 @@ pub struct EventIndex<'a> {
 }
 
 impl<'a> EventIndex<'a> {
-    pub fn new(events: &'a [Value]) -> Self {
+    pub fn new(events: impl IntoIterator<Item = &'a Value>) -> Self {
         let mut index = Self::default();
-        for (place, event) in events.iter().enumerate() {
+        for (place, event) in events.into_iter().enumerate() {
             let kind = str_at(event, "/involvedObject/kind").unwrap_or_default();
             let name = str_at(event, "/involvedObject/name").unwrap_or_default();
             if kind == "Node" {

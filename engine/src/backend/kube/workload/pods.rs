@@ -56,7 +56,7 @@ pub struct PodIndex<'a> {
 }
 
 impl<'a> PodIndex<'a> {
-    pub fn new(pods: &'a [Value]) -> Self {
+    pub fn new(pods: impl IntoIterator<Item = &'a Value>) -> Self {
         let mut by_owner: HashMap<&'a str, HashMap<&'a str, Vec<&'a Value>>> = HashMap::new();
         for pod in pods {
             let namespace = str_at(pod, "/metadata/namespace").unwrap_or("default");
