@@ -16,8 +16,8 @@ use super::trace::Trace;
 use super::{Policy, ReplayError, paging};
 use crate::attribute::Catalog;
 use crate::backend::sim::{
-    AttemptFilter, FaultKind, FaultSpec, GPUS_PER_NODE, Scenario, SimCluster, SimOptions,
-    SimProgress, WorkloadSpec,
+    AttemptFilter, FaultKind, FaultSpec, GPUS_PER_NODE, MAX_NODES, Scenario, SimCluster,
+    SimOptions, SimProgress, WorkloadSpec,
 };
 use crate::backend::{Backend, JobSnapshot};
 use crate::clock::{Clock, ManualClock};
@@ -77,10 +77,10 @@ pub async fn replay(
             "poll interval ≥ 1 s, days and checkpoint interval > 0 needed".into(),
         ));
     }
-    if options.nodes == 0 || options.nodes + options.spare_nodes > 999 {
-        return Err(ReplayError::Options(
-            "the simulated cluster holds 1..=999 nodes with the spares".into(),
-        ));
+    if options.nodes == 0 || options.nodes.saturating_add(options.spare_nodes) > MAX_NODES {
+        return Err(ReplayError::Options(format!(
+            "the simulated cluster holds 1..={MAX_NODES} nodes with the spares"
+        )));
     }
     let _ = std::fs::remove_dir_all(&options.dir);
     std::fs::create_dir_all(&options.dir).map_err(|source| ReplayError::Read {
