@@ -235,6 +235,7 @@ mod tests {
             cause: "Faulty GPU".into(),
             node: "node-01".into(),
             fault_s: 0.0,
+            shown_s: None,
             exit_s: 10.0,
             action_s: Some(15.0),
             resumed_s: Some(215.0),

@@ -60,6 +60,8 @@ pub struct SimProgress {
     pub checkpoint: u64,
     /// When a fault struck the current or last attempt (ms since the epoch on the sim's clock).
     pub struck_ms: Option<i64>,
+    /// When that failure's first log line was written (ms since the epoch on the sim's clock).
+    pub shown_ms: Option<i64>,
 }
 
 /// How to open the simulated cluster.
@@ -226,15 +228,17 @@ impl SimCluster {
                         state::Phase::Running(run) => Some((run.iteration, run.resumed_from)),
                         _ => None,
                     });
-            let struck_ms = world
+            let (struck_ms, shown_ms) = world
                 .state
                 .jobs
                 .iter()
                 .rev()
                 .filter(of_workload)
-                .find_map(|job| job.struck_ms);
+                .find_map(|job| job.struck_ms.map(|struck| (Some(struck), job.shown_ms)))
+                .unwrap_or((None, None));
             Ok(SimProgress {
                 struck_ms,
+                shown_ms,
                 iteration: running.map(|(iteration, _)| iteration),
                 resumed_from: running.map(|(_, resumed)| resumed),
                 checkpoint: world.state.checkpoints.get(name).copied().unwrap_or(0),
