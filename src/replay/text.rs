@@ -38,8 +38,17 @@ fn header(report: &ReplayReport) -> Vec<String> {
             report.failures_per_node_hour
         ),
         format!(
-            "Replayed: {} job nodes + {} spares (scaled down from {}, same rate per node-hour), {} days, seed {}",
-            report.nodes, report.spare_nodes, report.source_nodes, report.days, report.seed
+            "Replayed: {} job nodes + {} spares ({}, same rate per node-hour), {} days, seed {}, a look every {} s",
+            report.nodes,
+            report.spare_nodes,
+            match report.nodes.cmp(&report.source_nodes) {
+                std::cmp::Ordering::Less => format!("scaled down from {}", report.source_nodes),
+                std::cmp::Ordering::Equal => "the source's size".to_string(),
+                std::cmp::Ordering::Greater => format!("scaled up from {}", report.source_nodes),
+            },
+            report.days,
+            report.seed,
+            report.poll_s
         ),
         format!(
             "Faults set in: {} ({})",
