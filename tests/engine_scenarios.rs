@@ -155,6 +155,50 @@ async fn a_fatal_ib_error_is_acted_on_at_once_not_after_the_run_hung_until_the_w
 }
 
 #[tokio::test]
+async fn a_fatal_line_fails_the_run_when_its_window_ends_not_at_the_next_poll() {
+    // Polling once a minute with file events off: the engine reads NCCL's line at the first poll
+    // after it, and the hung run writes nothing more. The window (5 s) ends long before the next
+    // poll; the engine wakes itself then.
+    let mut config = Config::default();
+    config.engine.poll_interval_secs = 60.0;
+    config.engine.file_events = false;
+    let mut scenario = Scenario::builtin("nccl-timeout").unwrap();
+    scenario.jobs[0].collective_timeout_s = 600;
+    let mut rig = EngineRig::default();
+    rig.config = config;
+    let sim = rig.sim_playing(scenario, 42);
+    let mut engine = rig.engine_over(Arc::clone(&sim), true);
+    let (status, passes) = rig.run_paced(&mut engine, an_action_is_proposed).await;
+    let view = only_workflow(&status);
+    let anomaly = &view.anomalies[0];
+    assert!(
+        anomaly.summary.contains("printed a fatal") && anomaly.summary.contains("window 5 s"),
+        "{}",
+        anomaly.summary
+    );
+    // The pass that read the line was a poll; the one that failed the run came 5 s after it.
+    let read = passes[passes.len() - 2];
+    assert_eq!(passes.last(), Some(&anomaly.time));
+    assert_eq!((anomaly.time - read).num_seconds(), 5, "{passes:?}");
+    let shown = sim
+        .progress("llama3-8b-pretrain")
+        .unwrap()
+        .shown_ms
+        .unwrap();
+    let after_line = (anomaly.time.timestamp_millis() - shown) as f64 / 1000.0;
+    assert!((5.0..=65.0).contains(&after_line), "{after_line} s");
+    // Acted on while the run still hung: the requeue leaves the node out.
+    let status = rig.run(&mut engine, |_| false).await;
+    let requeue = only_workflow(&status)
+        .actions
+        .iter()
+        .find(|a| a.kind == ActionKind::Requeue)
+        .cloned()
+        .expect("a requeue");
+    assert_eq!(requeue.params.exclude_nodes, vec!["node-07"]);
+}
+
+#[tokio::test]
 async fn an_application_bug_is_not_requeued() {
     let (rig, sim) = play("app-bug", Config::default());
     let mut engine = rig.engine_over(Arc::clone(&sim), true);

@@ -110,6 +110,60 @@ async fn a_paged_person_reacts_at_night_in_the_off_hours_time() {
 }
 
 #[tokio::test]
+async fn a_network_fault_is_requeued_when_its_confirmation_window_ends_between_two_looks() {
+    use runguard_engine::backend::sim::FaultKind;
+    use runguard_engine::replay::trace::Cause;
+
+    // node-03's link fails at 40 min while the run trains; the replay looks every 2 s, the
+    // confirmation window is 5 s (progress every 20 s, twice that clamped to the bound).
+    let mut trace = trace();
+    trace.causes.push(Cause {
+        name: "Network Switch/Cable".into(),
+        component: "Network".into(),
+        count: 1,
+        share: 0.0,
+        fault: FaultKind::NcclTimeout,
+        stays: true,
+        recur_after_s: Some(1_800),
+    });
+    let onsets = [Onset {
+        at_s: 2_400,
+        cause: 2,
+        node: 3,
+        gpu: 1,
+    }];
+    let dir = tempfile::tempdir().unwrap();
+    let options = ReplayOptions {
+        dir: dir.path().join("runguard"),
+        days: 0.05,
+        nodes: 4,
+        spare_nodes: 2,
+        checkpoint_minutes: 5.0,
+        policy: Policy::Runguard,
+        poll_s: 2.0,
+    };
+    let result = replay::replay(&trace, &onsets, &options).await.unwrap();
+    let network = &on(&result, "node-03")[0];
+    assert_eq!(network.handler, Handler::Runguard);
+    let (shown, action) = (network.shown_s.unwrap(), network.action_s.unwrap());
+    // Requeued while the run hung: the requeue ended it, not its watchdog minutes later.
+    assert_eq!(action, network.exit_s, "{network:?}");
+    // NCCL's line 1.5 - 4 s after the fault, read at the next look (the looks fall on even seconds),
+    // and the run failed 5 s after that read: at an odd second, between two looks.
+    assert!(
+        (1.5..4.0).contains(&(shown - network.fault_s)),
+        "{network:?}"
+    );
+    assert_eq!(action % 2.0, 1.0, "{network:?}");
+    let from_line = network.from_line_s().unwrap();
+    assert!(
+        (5.0..7.5).contains(&from_line),
+        "{from_line} s: {network:?}"
+    );
+    assert_eq!(result.repeats, 0);
+}
+
+#[tokio::test]
 async fn the_same_trace_replays_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let first = run(Policy::Runguard, &dir.path().join("a")).await;

@@ -40,6 +40,10 @@ pub struct ReplayArgs {
     /// Idle spare nodes beside the job (default: the trace's).
     #[arg(long)]
     pub spares: Option<u32>,
+    /// Seconds between two looks at the job, for every policy (runguard's poll interval); the
+    /// replay reads the logs only then, as on a file system that delivers no file events.
+    #[arg(long = "poll-interval", value_name = "SECONDS", default_value_t = 5.0)]
+    pub poll_interval: f64,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -66,6 +70,8 @@ pub struct ReplayReport {
     pub nodes: u32,
     pub spare_nodes: u32,
     pub source_nodes: u32,
+    /// Seconds between two looks at the job (runguard's poll interval).
+    pub poll_s: f64,
     pub source_interruptions: u32,
     pub source_days: f64,
     pub failures_per_node_hour: f64,
@@ -137,7 +143,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
                 spare_nodes: spares,
                 checkpoint_minutes: minutes,
                 policy,
-                poll_s: 5.0,
+                poll_s: args.poll_interval,
             };
             let result = runtime
                 .block_on(replay::replay(&trace, &onsets, &options))
@@ -165,6 +171,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         nodes,
         spare_nodes: spares,
         source_nodes: trace.source_nodes(),
+        poll_s: args.poll_interval,
         source_interruptions: trace.cluster.interruptions,
         source_days: trace.cluster.days,
         failures_per_node_hour: trace.failures_per_node_hour(),
@@ -235,6 +242,7 @@ mod tests {
             cause: "Faulty GPU".into(),
             node: "node-01".into(),
             fault_s: 0.0,
+            shown_s: None,
             exit_s: 10.0,
             action_s: Some(15.0),
             resumed_s: Some(215.0),

@@ -206,6 +206,7 @@ mod tests {
             nodes: 4,
             spare_nodes: 1,
             source_nodes: 8,
+            poll_s: 5.0,
             source_interruptions: 2,
             source_days: 1.0,
             failures_per_node_hour: 0.01,

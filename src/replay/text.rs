@@ -38,8 +38,17 @@ fn header(report: &ReplayReport) -> Vec<String> {
             report.failures_per_node_hour
         ),
         format!(
-            "Replayed: {} job nodes + {} spares (scaled down from {}, same rate per node-hour), {} days, seed {}",
-            report.nodes, report.spare_nodes, report.source_nodes, report.days, report.seed
+            "Replayed: {} job nodes + {} spares ({}, same rate per node-hour), {} days, seed {}, a look every {} s",
+            report.nodes,
+            report.spare_nodes,
+            match report.nodes.cmp(&report.source_nodes) {
+                std::cmp::Ordering::Less => format!("scaled down from {}", report.source_nodes),
+                std::cmp::Ordering::Equal => "the source's size".to_string(),
+                std::cmp::Ordering::Greater => format!("scaled up from {}", report.source_nodes),
+            },
+            report.days,
+            report.seed,
+            report.poll_s
         ),
         format!(
             "Faults set in: {} ({})",
@@ -109,7 +118,7 @@ fn goals(report: &ReplayReport) -> Vec<String> {
             if max_share <= 10.0 { "met" } else { "missed" }
         ));
         lines.push(format!(
-            "runguard's share by cause, mean / max over the sweep: {}",
+            "runguard's share by cause, mean / max over the sweep, from the fault and from the failure's first log line: {}",
             share_by_cause(&runguard).join(", ")
         ));
         lines.push(format!(
@@ -121,9 +130,11 @@ fn goals(report: &ReplayReport) -> Vec<String> {
     lines
 }
 
-/// runguard's own share per cause, over every failure it handled in `results`.
+/// runguard's own share per cause over every failure it handled in `results`: from the fault, and
+/// from the failure's first log line (what the fault itself took to show is the fabric's or the
+/// driver's, not runguard's).
 fn share_by_cause(results: &[&PolicyResult]) -> Vec<String> {
-    let mut causes: Vec<(&str, Vec<f64>)> = Vec::new();
+    let mut causes: Vec<(&str, Vec<f64>, Vec<f64>)> = Vec::new();
     for result in results {
         // The step time only weighs lost work, which the share leaves out.
         for failure in result
@@ -132,18 +143,41 @@ fn share_by_cause(results: &[&PolicyResult]) -> Vec<String> {
             .filter(|f| f.handler == Handler::Runguard)
         {
             let share = failure.own_share_s(1.0);
-            match causes.iter_mut().find(|(cause, _)| *cause == failure.cause) {
-                Some((_, shares)) => shares.push(share),
-                None => causes.push((failure.cause.as_str(), vec![share])),
+            let from_line = failure.from_line_s();
+            match causes
+                .iter_mut()
+                .find(|(cause, _, _)| *cause == failure.cause)
+            {
+                Some((_, shares, lines)) => {
+                    shares.push(share);
+                    lines.extend(from_line);
+                }
+                None => causes.push((
+                    failure.cause.as_str(),
+                    vec![share],
+                    from_line.into_iter().collect(),
+                )),
             }
         }
     }
+    let mean_max = |values: &[f64]| {
+        let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
+        let max = values.iter().copied().fold(0.0, f64::max);
+        format!("{mean:.1} / {max:.1} s")
+    };
     causes
         .into_iter()
-        .map(|(cause, shares)| {
-            let mean = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
-            let max = shares.iter().copied().fold(0.0, f64::max);
-            format!("{cause} {mean:.1} / {max:.1} s ({})", shares.len())
+        .map(|(cause, shares, lines)| {
+            let from_line = if lines.is_empty() {
+                String::new()
+            } else {
+                format!(", {} from the line", mean_max(&lines))
+            };
+            format!(
+                "{cause} {}{from_line} ({})",
+                mean_max(&shares),
+                shares.len()
+            )
         })
         .collect()
 }

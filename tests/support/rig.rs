@@ -166,6 +166,28 @@ impl EngineRig {
         panic!("the engine did not settle: {:#?}", self.status().workflows);
     }
 
+    /// Runs the engine as its own loop paces itself when no log wakes it: each pass, then the manual
+    /// clock moved on to when the engine says the next one is due (its poll interval, or sooner for
+    /// a deadline of its own), until `stop` says so. The status then, with when each pass ran.
+    pub async fn run_paced(
+        &self,
+        engine: &mut Engine,
+        stop: impl Fn(&StatusReport) -> bool,
+    ) -> (StatusReport, Vec<DateTime<Utc>>) {
+        engine.reconcile().unwrap();
+        let mut passes = Vec::new();
+        for _ in 0..MAX_TICKS {
+            passes.push(self.now());
+            engine.tick().await.unwrap();
+            let status = self.status();
+            if stop(&status) || engine.settled().unwrap() {
+                return (status, passes);
+            }
+            self.clock.advance(engine.next_pass_in());
+        }
+        panic!("the engine did not settle: {:#?}", self.status().workflows);
+    }
+
     /// What `runguard status` reports now.
     pub fn status(&self) -> StatusReport {
         let policy = Policy::from_config(&self.config.recovery, false);

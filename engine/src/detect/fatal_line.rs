@@ -9,7 +9,7 @@
 //! median gap between progress reports within `[detect] fatal_confirm_min_secs ..= max_secs`,
 //! counted from when the engine read the line.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{Finding, median};
 use crate::attribute::Catalog;
@@ -95,12 +95,21 @@ struct Sighting {
     text: String,
     stamp: DateTime<Utc>,
     read: DateTime<Utc>,
+    /// When the confirmation window ends if no progress comes: the attempt fails then.
+    due: DateTime<Utc>,
 }
 
 impl FatalLineTracker {
     /// Whether nothing is being watched (the tracker can be dropped).
     pub fn is_idle(&self) -> bool {
         self.sighting.is_none()
+    }
+
+    /// When the pending confirmation window ends, if one is pending: looking at the attempt again
+    /// then fails it, so the engine wakes itself at that moment rather than at its next poll (a hung
+    /// run writes nothing that would wake it).
+    pub fn due(&self) -> Option<DateTime<Utc>> {
+        self.sighting.as_ref().map(|seen| seen.due)
     }
 
     /// Looks at the attempt at `now`: the first fatal line after its last progress report is
@@ -151,17 +160,19 @@ impl FatalLineTracker {
             .map(|seen| seen.read);
         // Waiting is measured on the engine's clock, as progress is: from when the line was read.
         let read = known.unwrap_or(now);
-        self.sighting = Some(Sighting {
-            text: line.text.clone(),
-            stamp: line.time,
-            read,
-        });
         let since = attempt
             .last_progress_time
             .map_or(read, |progress| read.max(progress));
         let window = confirmation_window(&progress, config);
+        let due = since + TimeDelta::seconds(window.secs as i64);
+        self.sighting = Some(Sighting {
+            text: line.text.clone(),
+            stamp: line.time,
+            read,
+            due,
+        });
         let quiet = (now - since).num_seconds();
-        if quiet < window.secs as i64 {
+        if now < due {
             return None;
         }
         self.sighting = None;

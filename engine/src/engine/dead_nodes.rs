@@ -18,16 +18,25 @@ impl Engine {
         let backend = self.backend.kind();
         let mut nodes: Vec<String> = Vec::new();
         let mut running = Vec::new();
-        for (node, attempts) in self.attempts_by_node()? {
-            let mut under_a_running_job = false;
-            for (workflow, attempt) in attempts {
-                if workflow.backend == backend && attempt.state == JobState::Running {
-                    under_a_running_job = true;
-                    running.push((attempt.workflow_id, attempt.index));
-                }
-            }
-            if under_a_running_job {
-                nodes.push(node);
+        let active = self.active_attempts()?;
+        let watched: Vec<bool> = active
+            .attempts
+            .iter()
+            .map(|(workflow, attempt)| {
+                workflow.backend == backend && attempt.state == JobState::Running
+            })
+            .collect();
+        for (workflow, attempt) in active.attempts.iter().filter(|(workflow, attempt)| {
+            workflow.backend == backend && attempt.state == JobState::Running
+        }) {
+            running.push((workflow.id, attempt.index));
+        }
+        for (node, indexes) in &active.by_node {
+            if indexes
+                .iter()
+                .any(|index| watched.get(*index).copied().unwrap_or(false))
+            {
+                nodes.push(node.clone());
             }
         }
         // What was heard of attempts that no longer run is of no use.

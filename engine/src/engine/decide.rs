@@ -30,6 +30,9 @@ impl Engine {
         let workflows = self.store.db().workflows()?;
         // One read for every workflow: few have asked a job to save.
         let asked_to_save = self.asked_to_save()?;
+        // Running attempts looked at by a full pass: a fatal line watched on any other attempt (it
+        // ended, its workflow stopped) is no longer a deadline to wake for.
+        let mut running = only.is_none().then(HashSet::new);
         // Without access to the scheduler nothing is decided: the refusal is the user's to fix.
         for workflow in workflows.into_iter().filter(|w| {
             w.status.is_active()
@@ -40,6 +43,11 @@ impl Engine {
             let Some(attempt) = attempts.pop() else {
                 continue;
             };
+            if let Some(running) = running.as_mut()
+                && attempt.state == JobState::Running
+            {
+                running.insert((workflow.id, attempt.index));
+            }
             if workflow.status == WorkflowStatus::Recovering {
                 self.watch_recovery(&workflow, &attempt, now)?;
             }
@@ -102,6 +110,9 @@ impl Engine {
                 continue;
             }
             self.watch_health(&workflow, &attempt, now)?;
+        }
+        if let Some(running) = running {
+            self.fatal_lines.retain(|key, _| running.contains(key));
         }
         Ok(())
     }

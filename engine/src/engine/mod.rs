@@ -199,7 +199,6 @@ impl Engine {
     ) -> Result<RunOutcome, EngineError> {
         tokio::pin!(shutdown);
         self.reconcile()?;
-        let poll = Duration::from_secs_f64(self.config.engine.poll_interval_secs);
         let wake = self.log_watcher.wake();
         loop {
             let started = tokio::time::Instant::now();
@@ -207,7 +206,7 @@ impl Engine {
             if until_settled && self.settled()? {
                 return Ok(RunOutcome::Settled);
             }
-            let wait = self.clock.real_duration(poll);
+            let wait = self.clock.real_duration(self.next_pass_in());
             // A log change starts the next tick early, but not more often than MIN_TICK_GAP: a job that
             // writes constantly must not turn the loop into a busy one.
             let woken = async {
@@ -220,6 +219,38 @@ impl Engine {
                 () = woken => {}
             }
         }
+    }
+
+    /// The earliest moment after now at which a pass must run although no poll is due and no log
+    /// changed: the end of a fatal line's confirmation window (a hung run stays silent, so nothing
+    /// else would wake the engine then). A driver with its own clock (the replay) schedules a tick
+    /// there.
+    pub fn next_deadline(&self) -> Option<DateTime<Utc>> {
+        let now = self.clock.now();
+        self.fatal_lines
+            .values()
+            .filter_map(detect::fatal_line::FatalLineTracker::due)
+            .filter(|due| *due > now)
+            .min()
+    }
+
+    /// How long after now (on the engine's clock) the next pass must start unless a log wakes the
+    /// engine first: the poll interval, or less when a deadline comes first. [`Engine::run`] sleeps
+    /// this long; a driver of its own clock advances it by this much.
+    pub fn next_pass_in(&self) -> Duration {
+        let poll = Duration::from_secs_f64(self.config.engine.poll_interval_secs);
+        let now = self.clock.now();
+        self.next_deadline()
+            .and_then(|due| (due - now).to_std().ok())
+            .map_or(poll, |until| until.min(poll))
+    }
+
+    /// A deadline has passed: the next pass looks at every workflow, whatever woke it.
+    fn deadline_passed(&self, now: DateTime<Utc>) -> bool {
+        self.fatal_lines
+            .values()
+            .filter_map(detect::fatal_line::FatalLineTracker::due)
+            .any(|due| due <= now)
     }
 
     /// After a restart: an action left `executing` may or may not have run. It goes back to `approved`,
@@ -283,7 +314,7 @@ impl Engine {
         // Once per poll interval (with every listing, and at every tick no log change started)
         // everything is read and every workflow looked at; between two, a log's wake-up reads the logs
         // that changed and decides on their workflows.
-        let changed = if listing || self.pace.full_pass_due(now) {
+        let changed = if listing || self.pace.full_pass_due(now) || self.deadline_passed(now) {
             None
         } else {
             self.log_watcher

@@ -34,23 +34,51 @@ pub(super) struct NodeProbes {
 /// The latest attempt of each active workflow, by node, for the nodes they hold.
 pub(super) type AttemptsByNode = BTreeMap<String, Vec<(Workflow, Attempt)>>;
 
+/// The latest attempt of each active workflow once, and which of them each node holds: a job on
+/// thousands of nodes is not copied once per node.
+#[derive(Debug, Default)]
+pub(super) struct ActiveAttempts {
+    pub attempts: Vec<(Workflow, Attempt)>,
+    pub by_node: BTreeMap<String, Vec<usize>>,
+}
+
+impl ActiveAttempts {
+    /// The attempts on `node`, as the per-node readers take them.
+    pub fn on(&self, node: &str) -> Vec<(Workflow, Attempt)> {
+        self.by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|index| self.attempts.get(*index).cloned())
+            .collect()
+    }
+}
+
 impl Engine {
-    pub(super) fn attempts_by_node(&self) -> Result<AttemptsByNode, EngineError> {
-        let mut by_node: AttemptsByNode = BTreeMap::new();
+    pub(super) fn active_attempts(&self) -> Result<ActiveAttempts, EngineError> {
+        let mut active = ActiveAttempts::default();
         for workflow in self.store.db().workflows()? {
             if !workflow.status.is_active() {
                 continue;
             }
             if let Some(attempt) = self.store.db().attempts(workflow.id)?.pop() {
+                let index = active.attempts.len();
                 for node in &attempt.nodes {
-                    by_node
-                        .entry(node.clone())
-                        .or_default()
-                        .push((workflow.clone(), attempt.clone()));
+                    active.by_node.entry(node.clone()).or_default().push(index);
                 }
+                active.attempts.push((workflow, attempt));
             }
         }
-        Ok(by_node)
+        Ok(active)
+    }
+
+    pub(super) fn attempts_by_node(&self) -> Result<AttemptsByNode, EngineError> {
+        let active = self.active_attempts()?;
+        Ok(active
+            .by_node
+            .keys()
+            .map(|node| (node.clone(), active.on(node)))
+            .collect())
     }
 
     /// The kernel log of a node: the configured pattern, else what the backend knows.
@@ -67,8 +95,10 @@ impl Engine {
             max_line_bytes: self.config.telemetry.max_line_bytes,
             max_read_bytes: self.config.telemetry.max_read_bytes_per_tick,
         };
-        for (node, attempts) in self.attempts_by_node()? {
-            let Some(path) = self.node_log_path(&node) else {
+        let active = self.active_attempts()?;
+        for node in active.by_node.keys() {
+            let node = node.as_str();
+            let Some(path) = self.node_log_path(node) else {
                 continue;
             };
             let key = path.to_string_lossy().into_owned();
@@ -108,10 +138,16 @@ impl Engine {
                 }
                 signals.push(signal);
             }
-            self.take_signals(&node, &attempts, signals, IncidentSource::NodeSignal, now)?;
-            self.store.write(|db| {
-                db.set_file_offset(&key, chunk.next_offset, chunk.identity.as_deref())
-            })?;
+            if !signals.is_empty() {
+                let attempts = active.on(node);
+                self.take_signals(node, &attempts, signals, IncidentSource::NodeSignal, now)?;
+            }
+            // Most kernel logs are quiet: a transaction per unchanged one would be most of a pass.
+            if chunk.next_offset != offset || chunk.identity != identity {
+                self.store.write(|db| {
+                    db.set_file_offset(&key, chunk.next_offset, chunk.identity.as_deref())
+                })?;
+            }
         }
         Ok(())
     }

@@ -24,6 +24,9 @@ pub struct FailureRecord {
     pub node: String,
     /// When the fault struck the run (its onset, or for a fault that stays, its recurrence).
     pub fault_s: f64,
+    /// When the failure's first log line was written: the earliest moment anything reading the
+    /// logs could know (unknown when the fault cannot be told from the simulator's record).
+    pub shown_s: Option<f64>,
     /// When the job ended as the scheduler shows it (or was ended by the action).
     pub exit_s: f64,
     /// When the recovering action ran.
@@ -107,6 +110,14 @@ impl FailureRecord {
         let seen_after = if acted_first { d.failing } else { d.response };
         seen_after + self.engine_wall_ms / 1000.0
     }
+
+    /// The part of the own share after the failure's first log line: from that line to the action,
+    /// plus the wall time of the passes. What comes before the line is the fault's own delay (an
+    /// IB transport's retries, a driver's report), which no reader of the logs can shorten.
+    pub fn from_line_s(&self) -> Option<f64> {
+        let (shown, action) = (self.shown_s?, self.action_s?);
+        Some((action - shown).max(0.0) + self.engine_wall_ms / 1000.0)
+    }
 }
 
 /// One policy's replay at one checkpoint interval.
@@ -131,6 +142,9 @@ pub struct PolicyResult {
     /// time of its passes), mean and largest, seconds.
     pub own_share_mean_s: Option<f64>,
     pub own_share_max_s: Option<f64>,
+    /// The same from the failure's first log line rather than from the fault, mean and largest.
+    pub from_line_mean_s: Option<f64>,
+    pub from_line_max_s: Option<f64>,
     /// Downtime not in any failure's phases: checkpoint saves, start-ups, step jitter.
     pub other_s: f64,
     /// Nodes left out of the run at the end.
@@ -176,8 +190,15 @@ pub fn summarize(totals: RunTotals, failures: Vec<FailureRecord>) -> PolicyResul
         .filter(|failure| failure.handler == Handler::Runguard)
         .map(|failure| failure.own_share_s(spi))
         .collect();
-    let own_share_mean_s = (!own.is_empty()).then(|| own.iter().sum::<f64>() / own.len() as f64);
+    let own_share_mean_s = mean(&own);
     let own_share_max_s = own.iter().copied().reduce(f64::max);
+    let from_line: Vec<f64> = failures
+        .iter()
+        .filter(|failure| failure.handler == Handler::Runguard)
+        .filter_map(FailureRecord::from_line_s)
+        .collect();
+    let from_line_mean_s = mean(&from_line);
+    let from_line_max_s = from_line.iter().copied().reduce(f64::max);
     PolicyResult {
         policy: totals.policy,
         checkpoint_minutes: totals.checkpoint_minutes,
@@ -193,10 +214,16 @@ pub fn summarize(totals: RunTotals, failures: Vec<FailureRecord>) -> PolicyResul
         mean_downtime,
         own_share_mean_s,
         own_share_max_s,
+        from_line_mean_s,
+        from_line_max_s,
         other_s: (totals.wall_s - productive_s - sum.total()).max(0.0),
         excluded_nodes: totals.excluded_nodes,
         failures,
     }
+}
+
+fn mean(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
 #[cfg(test)]
@@ -208,6 +235,7 @@ mod tests {
             cause: "Faulty GPU".into(),
             node: "node-01".into(),
             fault_s: fault,
+            shown_s: None,
             exit_s: exit,
             action_s: Some(action),
             resumed_s: Some(resumed),
@@ -274,5 +302,32 @@ mod tests {
         assert_eq!(early.own_share_s(30.0), 4.5);
         // 86,400 - 81,000 - (675 + 332) left to saves and start-ups.
         assert!((result.other_s - 4_393.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_share_from_the_first_line_leaves_out_the_faults_own_delay() {
+        // A link fails at 1000 s, NCCL prints its error at 1003.5, the job is requeued at 1009 while
+        // still running: 9 s from the fault, 5.5 s of it after the line, plus 0.5 s of passes.
+        let mut network = failure(1000.0, 1700.0, 1009.0, 1300.0, 0);
+        network.shown_s = Some(1003.5);
+        assert_eq!(network.own_share_s(30.0), 9.5);
+        assert_eq!(network.from_line_s(), Some(6.0));
+        // Without the simulator's record of the line, nothing is claimed.
+        let unknown = failure(1000.0, 1010.0, 1015.0, 1315.0, 0);
+        assert_eq!(unknown.from_line_s(), None);
+        let result = summarize(
+            RunTotals {
+                policy: Policy::Runguard,
+                checkpoint_minutes: 30.0,
+                wall_s: 86_400.0,
+                kept_iterations: 2_700,
+                seconds_per_iteration: 30.0,
+                save_s: 20.0,
+                excluded_nodes: 0,
+            },
+            vec![network, unknown],
+        );
+        assert_eq!(result.from_line_mean_s, Some(6.0));
+        assert_eq!(result.from_line_max_s, Some(6.0));
     }
 }

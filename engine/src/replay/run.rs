@@ -16,8 +16,8 @@ use super::trace::Trace;
 use super::{Policy, ReplayError, paging};
 use crate::attribute::Catalog;
 use crate::backend::sim::{
-    AttemptFilter, FaultKind, FaultSpec, GPUS_PER_NODE, Scenario, SimCluster, SimOptions,
-    SimProgress, WorkloadSpec,
+    AttemptFilter, FaultKind, FaultSpec, GPUS_PER_NODE, MAX_NODES, Scenario, SimCluster,
+    SimOptions, SimProgress, WorkloadSpec,
 };
 use crate::backend::{Backend, JobSnapshot};
 use crate::clock::{Clock, ManualClock};
@@ -58,6 +58,14 @@ struct Attempt {
     spent: HashSet<usize>,
 }
 
+/// What the simulator tells of the last fault that struck the job, in seconds from the start.
+#[derive(Debug, Clone, Copy)]
+struct Struck {
+    fault_s: Option<f64>,
+    /// When its first log line was written.
+    shown_s: Option<f64>,
+}
+
 /// A failure not yet closed by the next attempt's start.
 struct Open {
     record: FailureRecord,
@@ -77,10 +85,10 @@ pub async fn replay(
             "poll interval ≥ 1 s, days and checkpoint interval > 0 needed".into(),
         ));
     }
-    if options.nodes == 0 || options.nodes + options.spare_nodes > 999 {
-        return Err(ReplayError::Options(
-            "the simulated cluster holds 1..=999 nodes with the spares".into(),
-        ));
+    if options.nodes == 0 || options.nodes.saturating_add(options.spare_nodes) > MAX_NODES {
+        return Err(ReplayError::Options(format!(
+            "the simulated cluster holds 1..={MAX_NODES} nodes with the spares"
+        )));
     }
     let _ = std::fs::remove_dir_all(&options.dir);
     std::fs::create_dir_all(&options.dir).map_err(|source| ReplayError::Read {
@@ -160,7 +168,15 @@ pub async fn replay(
         if now_s >= end_s {
             break;
         }
-        let next = driver.next_time(now_s).min(end_s).max(now_s + 1.0);
+        let mut next = driver.next_time(now_s).min(end_s).max(now_s + 1.0);
+        // A confirmation window ending before the next look: the engine is ticked at its end, as
+        // its own loop wakes itself there.
+        if let Some(due) = engine.as_ref().and_then(Engine::next_deadline) {
+            let due_s = (due - start).num_milliseconds() as f64 / 1000.0;
+            if due_s > now_s {
+                next = next.min(due_s);
+            }
+        }
         clock.advance(Duration::from_secs_f64(next - now_s));
         now_s = next;
     }
@@ -280,9 +296,11 @@ impl Driver<'_> {
     /// Updates what is known from a snapshot of the job at `now_s`.
     fn observe(&mut self, snap: &JobSnapshot, progress: &SimProgress, now_s: f64) {
         let (iteration, resumed_from) = (progress.iteration, progress.resumed_from);
-        let struck_s = progress
-            .struck_ms
-            .map(|ms| (ms - self.start.timestamp_millis()) as f64 / 1000.0);
+        let since_start = |ms: i64| (ms - self.start.timestamp_millis()) as f64 / 1000.0;
+        let struck = Struck {
+            fault_s: progress.struck_ms.map(since_start),
+            shown_s: progress.shown_ms.map(since_start),
+        };
         // Requeued since the last look: whoever did it acted now.
         if let Some(attempt) = &self.attempt
             && attempt.job_id == snap.job_id
@@ -290,7 +308,7 @@ impl Driver<'_> {
         {
             if self.open.is_none() {
                 // Ended by the action before the scheduler saw it fail (a fatal kernel event).
-                self.open_failure(now_s, struck_s, now_s);
+                self.open_failure(now_s, struck, now_s);
             }
             if let Some(open) = self.open.as_mut()
                 && open.record.action_s.is_none()
@@ -344,15 +362,15 @@ impl Driver<'_> {
                 if self.open.is_none() && self.attempt.is_some() =>
             {
                 let exit_s = self.seconds(snap.end_time, now_s);
-                self.open_failure(exit_s, struck_s, now_s);
+                self.open_failure(exit_s, struck, now_s);
             }
             _ => {}
         }
     }
 
-    /// Records the failure of the watched attempt, struck at `struck_s` (as the simulator tells),
-    /// ended at `exit_s`, seen at `now_s`.
-    fn open_failure(&mut self, exit_s: f64, struck_s: Option<f64>, now_s: f64) {
+    /// Records the failure of the watched attempt, struck as the simulator tells, ended at `exit_s`,
+    /// seen at `now_s`.
+    fn open_failure(&mut self, exit_s: f64, struck: Struck, now_s: f64) {
         let Some(attempt) = self.attempt.as_ref() else {
             return;
         };
@@ -360,6 +378,11 @@ impl Driver<'_> {
             .expected_strikes(attempt)
             .into_iter()
             .min_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal));
+        // The simulator's record belongs to this attempt only if it struck after its start.
+        let this_attempt = struck
+            .fault_s
+            .is_some_and(|struck| struck >= attempt.start_s);
+        let shown_s = struck.shown_s.filter(|_| this_attempt);
         let (cause, node, fault_s, onset) = match culprit {
             Some((index, at_s)) => {
                 let onset = &self.onsets[index];
@@ -368,9 +391,7 @@ impl Driver<'_> {
                     .causes
                     .get(onset.cause)
                     .map_or_else(|| "unknown".to_string(), |cause| cause.name.clone());
-                let fault_s = struck_s
-                    .filter(|struck| *struck >= attempt.start_s)
-                    .unwrap_or(at_s);
+                let fault_s = struck.fault_s.filter(|_| this_attempt).unwrap_or(at_s);
                 (
                     cause,
                     node_name(onset.node),
@@ -387,6 +408,7 @@ impl Driver<'_> {
                 cause,
                 node,
                 fault_s,
+                shown_s,
                 exit_s,
                 action_s: None,
                 resumed_s: None,

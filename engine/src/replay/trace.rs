@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc, Weekday};
 use serde::Deserialize;
 
 use super::ReplayError;
-use crate::backend::sim::FaultKind;
+use crate::backend::sim::{FaultKind, MAX_NODES};
 
 /// The built-in trace, by name, with its TOML text.
 const BUILTINS: [(&str, &str); 1] = [(
@@ -188,8 +188,10 @@ impl Trace {
             return Err("run.log_interval must be at least 1".into());
         }
         let p = &self.replay;
-        if p.nodes == 0 || p.nodes + p.spare_nodes > 999 {
-            return Err("replay.nodes must be 1..=999 with the spares".into());
+        if p.nodes == 0 || p.nodes.saturating_add(p.spare_nodes) > MAX_NODES {
+            return Err(format!(
+                "replay.nodes must be 1..={MAX_NODES} with the spares"
+            ));
         }
         if p.checkpoint_minutes.is_empty()
             || p.checkpoint_minutes

@@ -258,6 +258,7 @@ impl World {
             end_ms: None,
             exit_code: None,
             struck_ms: None,
+            shown_ms: None,
         });
         id
     }
@@ -422,6 +423,7 @@ impl World {
             job.end_ms = None;
             job.exit_code = None;
             job.struck_ms = None;
+            job.shown_ms = None;
         }
     }
 
@@ -496,7 +498,7 @@ impl World {
             }
         }
         if let Some(fault) = fatal {
-            faults::strike(&ctx, run, &fault, at_ms);
+            job.shown_ms = faults::strike(&ctx, run, &fault, at_ms);
             job.struck_ms = Some(at_ms);
             return;
         }

@@ -57,7 +57,8 @@ impl<'a> Attempt<'a> {
 }
 
 /// Acts out `fault` from `at_ms` on: training stops and the failure's lines and ending are scripted.
-pub(super) fn strike(ctx: &Attempt, run: &mut Run, fault: &ArmedFault, at_ms: i64) {
+/// Returns when its first line is written (the earliest moment a reader of the logs can know).
+pub(super) fn strike(ctx: &Attempt, run: &mut Run, fault: &ArmedFault, at_ms: i64) -> Option<i64> {
     run.next_iteration_ms = None;
     run.faults.clear();
     let mut draw = rng(
@@ -65,22 +66,21 @@ pub(super) fn strike(ctx: &Attempt, run: &mut Run, fault: &ArmedFault, at_ms: i6
         Draw::Failure,
         &[ctx.job_id, u64::from(ctx.restart), fault.iteration],
     );
-    let Some(node) = ctx.alloc.get(fault.node_index).cloned() else {
-        return;
-    };
-    let failed_at = match fault.kind {
+    let node = ctx.alloc.get(fault.node_index).cloned()?;
+    let (shown_at, failed_at) = match fault.kind {
         FaultKind::NcclTimeout => nccl_timeout(ctx, run, fault, &node, at_ms, &mut draw),
         FaultKind::Xid79 | FaultKind::Xid48 => xid(ctx, run, fault, &node, at_ms, &mut draw),
         FaultKind::CudaOom => cuda_oom(ctx, run, fault, &node, at_ms, &mut draw),
         FaultKind::AppBug => app_bug(ctx, run, at_ms, &mut draw),
         // A hang writes nothing and never ends; a straggler is not fatal.
-        FaultKind::Hang | FaultKind::Straggler => return,
+        FaultKind::Hang | FaultKind::Straggler => return None,
     };
     run.end = Some(Ending {
         at_ms: failed_at.max(run.last_scripted_ms().unwrap_or(failed_at)) + 1_000,
         completed: false,
         exit_code: 1,
     });
+    Some(shown_at)
 }
 
 /// The culprit node's InfiniBand link fails: its ranks warn, then every rank's watchdog times out.
@@ -91,7 +91,7 @@ fn nccl_timeout(
     node: &str,
     at_ms: i64,
     draw: &mut impl Rng,
-) -> i64 {
+) -> (i64, i64) {
     let warn_ms = at_ms + draw.random_range(1_500..4_000);
     let own = ctx.node_number(fault.node_index);
     let peer_index = (fault.node_index + 1) % ctx.alloc.len().max(1);
@@ -127,7 +127,7 @@ fn nccl_timeout(
     let first = ctx.rank(fault.node_index, 0);
     let last = ctx.rank(fault.node_index, ctx.gpus_per_node.saturating_sub(1));
     tasks_exited(run, exited_ms, node, first, last, 1);
-    exited_ms
+    (warn_ms, exited_ms)
 }
 
 /// A GPU fails (off the bus, Xid 79; an uncorrectable ECC error, Xid 48): the Xid in the kernel log, a
@@ -139,7 +139,7 @@ fn xid(
     node: &str,
     at_ms: i64,
     draw: &mut impl Rng,
-) -> i64 {
+) -> (i64, i64) {
     let xid_ms = at_ms + draw.random_range(200..1_500);
     let pid = ctx
         .process(fault.node_index, fault.gpu)
@@ -167,7 +167,7 @@ fn xid(
     }
     let exited_ms = watchdog_ms + draw.random_range(1_000..3_000);
     tasks_exited(run, exited_ms, node, rank, rank, 1);
-    exited_ms
+    (xid_ms, exited_ms)
 }
 
 /// One rank runs out of GPU memory in the forward pass.
@@ -178,7 +178,7 @@ fn cuda_oom(
     node: &str,
     at_ms: i64,
     draw: &mut impl Rng,
-) -> i64 {
+) -> (i64, i64) {
     let error_ms = at_ms + draw.random_range(1_000..3_000);
     let rank = ctx.rank(fault.node_index, fault.gpu);
     for line in text::oom_traceback(fault.gpu) {
@@ -186,11 +186,11 @@ fn cuda_oom(
     }
     let exited_ms = error_ms + draw.random_range(2_000..5_000);
     tasks_exited(run, exited_ms, node, rank, rank, 1);
-    exited_ms
+    (error_ms, exited_ms)
 }
 
 /// The training script itself raises on rank 0.
-fn app_bug(ctx: &Attempt, run: &mut Run, at_ms: i64, draw: &mut impl Rng) -> i64 {
+fn app_bug(ctx: &Attempt, run: &mut Run, at_ms: i64, draw: &mut impl Rng) -> (i64, i64) {
     let error_ms = at_ms + draw.random_range(500..1_500);
     for line in text::app_bug_traceback() {
         run.log_at(error_ms, text::ranked(0, &line));
@@ -198,7 +198,7 @@ fn app_bug(ctx: &Attempt, run: &mut Run, at_ms: i64, draw: &mut impl Rng) -> i64
     let exited_ms = error_ms + draw.random_range(2_000..4_000);
     let head = ctx.alloc.first().map_or("node-01", String::as_str);
     tasks_exited(run, exited_ms, head, 0, 0, 1);
-    exited_ms
+    (error_ms, exited_ms)
 }
 
 /// srun reports the tasks of a node that exited, then aborts the step.

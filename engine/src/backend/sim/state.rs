@@ -72,6 +72,9 @@ pub(super) struct Job {
     /// When a fault struck the current or last attempt.
     #[serde(default)]
     pub struck_ms: Option<i64>,
+    /// When the first line of that failure was written.
+    #[serde(default)]
+    pub shown_ms: Option<i64>,
 }
 
 /// Where a job is in its life.

@@ -255,3 +255,52 @@ fn the_host_and_status_are_read_from_nccl_s_own_words() {
     );
     assert_eq!(completion_status("ncclRemoteError"), None);
 }
+
+#[test]
+fn a_pending_confirmation_says_when_its_window_ends() {
+    // A report every 2 s: the window is 4 s from when the line was read (103), not from its stamp.
+    let progress = reports(2, 100);
+    let lines = [line(101, 52, IB_STATUS_12)];
+    let attempt = running(100, 101);
+    let catalog = catalog();
+    let log = RunningLog {
+        lines: &lines,
+        progress: &progress,
+    };
+    let config = DetectConfig::default();
+    let mut tracker = FatalLineTracker::default();
+    assert_eq!(tracker.due(), None);
+    assert!(
+        tracker
+            .observe(&attempt, &log, &catalog, t(103), &config)
+            .is_none()
+    );
+    assert_eq!(tracker.due(), Some(t(107)));
+    // Looking again before then changes nothing; at the end it fires and nothing is pending.
+    assert!(
+        tracker
+            .observe(&attempt, &log, &catalog, t(106), &config)
+            .is_none()
+    );
+    assert_eq!(tracker.due(), Some(t(107)));
+    assert!(
+        tracker
+            .observe(&attempt, &log, &catalog, t(107), &config)
+            .is_some()
+    );
+    assert_eq!(tracker.due(), None);
+    // Progress after the line: nothing pending either.
+    let mut tracker = FatalLineTracker::default();
+    let mut resumed = progress.clone();
+    resumed.push(sample(0, 51, 102, 400.0));
+    let log = RunningLog {
+        lines: &lines,
+        progress: &resumed,
+    };
+    assert!(
+        tracker
+            .observe(&attempt, &log, &catalog, t(103), &config)
+            .is_none()
+    );
+    assert_eq!(tracker.due(), None);
+}
