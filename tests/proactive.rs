@@ -130,6 +130,68 @@ async fn a_job_that_requeues_itself_on_the_signal_is_kept_off_the_node_and_start
     assert!(status.workflows[0].workflow.succeeded);
 }
 
+/// Slurm shows a job that ran `scontrol requeue` itself as REQUEUED for a moment while it leaves its
+/// nodes, already with its new restart count: runguard's requeue meeting it then must wait for it to
+/// be pending, not take it as done (it would start again on the hot node after its BeginTime wait).
+#[tokio::test]
+async fn a_job_caught_leaving_its_nodes_after_its_own_requeue_still_gets_the_exclusion() {
+    let (rig, log) = rig();
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 5).await;
+    append(&rig.path().join("n2/kern.log"), HOT);
+    rig.step(&mut engine, 1).await;
+    assert_eq!(signals(&rig).len(), 1);
+    append(
+        &log,
+        "0: successfully saved checkpoint from iteration 7 to /ckpt\n",
+    );
+    rig.backend.update("100", |job| {
+        job.state = JobState::Requeued;
+        job.state_raw = "REQUEUED".into();
+        job.restart_count = 1;
+    });
+    for _ in 0..3 {
+        rig.step(&mut engine, 1).await;
+    }
+    assert!(
+        rig.backend.requeues().is_empty(),
+        "a job still leaving its nodes cannot take the exclusion yet"
+    );
+    let actions = rig.store().db().actions(1).unwrap();
+    let requeue = actions
+        .iter()
+        .find(|action| action.kind == ActionKind::Requeue)
+        .expect("the requeue is planned");
+    assert_eq!(requeue.state, ActionState::Approved, "{requeue:#?}");
+    rig.backend.update("100", |job| {
+        job.state = JobState::Pending;
+        job.state_raw = "PENDING".into();
+        job.reason = Some("BeginTime".into());
+        job.nodes.clear();
+        job.start_time = None;
+    });
+    for _ in 0..3 {
+        rig.step(&mut engine, 1).await;
+    }
+    assert_eq!(rig.backend.requeues(), [["n2"]]);
+    let actions = rig.store().db().actions(1).unwrap();
+    let requeue = actions
+        .iter()
+        .find(|action| action.kind == ActionKind::Requeue)
+        .unwrap();
+    assert_eq!(requeue.state, ActionState::Done, "{requeue:#?}");
+    // Waiting for the job was no outage of the scheduler.
+    assert!(
+        rig.status().workflows[0]
+            .workflow
+            .status_reason
+            .as_deref()
+            .is_none_or(|reason| !reason.contains("unreachable")),
+        "{:#?}",
+        rig.status().workflows[0].workflow
+    );
+}
+
 #[tokio::test]
 async fn without_a_save_within_the_wait_it_is_requeued_from_its_last_checkpoint() {
     let (rig, _log) = rig();

@@ -20,6 +20,9 @@ pub(super) enum Execution {
     Superseded(String),
     /// The scheduler could not be reached: try again next tick.
     Retry(String),
+    /// The job is between two states and cannot take the action yet (the scheduler answered): try
+    /// again next tick, without taking it for an outage.
+    NotYet(String),
     /// It cannot be done.
     Failed(String),
 }
@@ -217,6 +220,19 @@ impl Engine {
                     return Execution::Superseded(format!(
                         "the scheduler restarted job {job_id} by itself on {}, none of them suspected",
                         job.nodes.join(",")
+                    ));
+                }
+                // Queued again by itself a moment ago and still leaving its nodes: it cannot take the
+                // exclusion until it is pending, and taking it as done would let it start again on
+                // the node it is being moved off, after its BeginTime wait.
+                if job.restart_count > planned
+                    && matches!(job.state, JobState::Requeued | JobState::Completing)
+                    && unexcluded
+                {
+                    return Execution::NotYet(format!(
+                        "job {job_id} was queued again by itself and is still leaving its nodes; \
+                         the exclusion of {} is set once it is pending",
+                        params.exclude_nodes.join(",")
                     ));
                 }
                 if job.restart_count > planned {
@@ -459,6 +475,13 @@ impl Engine {
             Execution::Superseded(detail) => (ActionState::Superseded, detail),
             Execution::Retry(detail) => (ActionState::Approved, detail),
             Execution::Failed(detail) => (ActionState::Failed, detail),
+            Execution::NotYet(detail) => {
+                action.state = ActionState::Approved;
+                action.result = Some(detail);
+                action.updated_at = now;
+                self.store.write(|db| db.update_action(&action))?;
+                return Ok(());
+            }
         };
         if state == ActionState::Approved {
             action.state = state;
