@@ -5,7 +5,7 @@ use std::path::Path;
 
 use runguard_engine::model::JobState;
 
-use crate::support::{EngineRig, append, job};
+use crate::support::{EngineRig, append, job, queued_again};
 
 fn iterations(from: u64, to: u64) -> String {
     (from..=to)
@@ -29,12 +29,7 @@ async fn requeued(second_run: impl FnOnce(&Path)) -> (Vec<Option<u64>>, Vec<Vec<
         "RuntimeError: NCCL communicator was aborted on rank 1\n",
     );
     // Requeued by the scheduler (a node failure): pending under the same id, one restart more.
-    rig.backend.update("4201", |job| {
-        job.state = JobState::Pending;
-        job.state_raw = "PENDING".into();
-        job.restart_count = 1;
-        job.nodes.clear();
-    });
+    rig.backend.update("4201", |job| queued_again(job, 1, None));
     rig.step(&mut engine, 5).await;
     second_run(&log);
     rig.backend.update("4201", |job| {
@@ -127,12 +122,7 @@ async fn with_a_file_per_attempt_each_attempt_reads_its_own() {
         .add([job("4201").running_on(["n1", "n2"]).log(&stdout)]);
     let mut engine = rig.engine();
     rig.step(&mut engine, 5).await;
-    rig.backend.update("4201", |job| {
-        job.state = JobState::Pending;
-        job.state_raw = "PENDING".into();
-        job.restart_count = 1;
-        job.nodes.clear();
-    });
+    rig.backend.update("4201", |job| queued_again(job, 1, None));
     rig.step(&mut engine, 5).await;
     let second = dir.join("train-4201_4201_2026-11-23T10-15-00.log");
     append(&second, &iterations(21, 30));
@@ -140,7 +130,7 @@ async fn with_a_file_per_attempt_each_attempt_reads_its_own() {
         job.state = JobState::Running;
         job.state_raw = "RUNNING".into();
         job.nodes = vec!["n3".into(), "n4".into()];
-        job.start_time = Some(job.start_time.unwrap() + chrono::TimeDelta::minutes(15));
+        job.start_time = Some(crate::support::start_time() + chrono::TimeDelta::minutes(15));
     });
     for _ in 0..2 {
         rig.step(&mut engine, 5).await;

@@ -4,7 +4,7 @@
 use runguard_engine::model::{ActionKind, ActionState, JobState};
 
 use crate::support::backend::Call;
-use crate::support::{EngineRig, append, job};
+use crate::support::{EngineRig, append, job, queued_again};
 
 /// The line Linux's machine-check handler writes when a CPU package overheats.
 const HOT: &str = "2026-01-05T08:00:20+00:00 n2 kernel: mce: CPU0: Core temperature above threshold, cpu clock throttled (total events = 1)\n";
@@ -80,24 +80,10 @@ async fn a_hot_gpu_makes_the_job_save_now_and_move_off_the_node_once_it_has_save
 #[tokio::test]
 async fn a_job_that_requeues_itself_on_the_signal_is_kept_off_the_node_and_started_now() {
     let (rig, log) = rig();
-    let mut engine = rig.engine();
-    rig.step(&mut engine, 5).await;
-    append(&rig.path().join("n2/kern.log"), HOT);
-    rig.step(&mut engine, 1).await;
-    assert_eq!(signals(&rig).len(), 1);
-    // Lightning saves and runs `scontrol requeue` itself: the job waits in the queue (BeginTime).
-    append(
-        &log,
-        "0: successfully saved checkpoint from iteration 7 to /ckpt\n",
-    );
-    rig.backend.update("100", |job| {
-        job.state = JobState::Pending;
-        job.state_raw = "PENDING".into();
-        job.reason = Some("BeginTime".into());
-        job.restart_count = 1;
-        job.nodes.clear();
-        job.start_time = None;
-    });
+    let mut engine = asked_and_saved(&rig, &log).await;
+    // Lightning runs `scontrol requeue` itself once saved: the job waits in the queue (BeginTime).
+    rig.backend
+        .update("100", |job| queued_again(job, 1, Some("BeginTime")));
     for _ in 0..4 {
         rig.step(&mut engine, 1).await;
     }
@@ -136,15 +122,7 @@ async fn a_job_that_requeues_itself_on_the_signal_is_kept_off_the_node_and_start
 #[tokio::test]
 async fn a_job_caught_leaving_its_nodes_after_its_own_requeue_still_gets_the_exclusion() {
     let (rig, log) = rig();
-    let mut engine = rig.engine();
-    rig.step(&mut engine, 5).await;
-    append(&rig.path().join("n2/kern.log"), HOT);
-    rig.step(&mut engine, 1).await;
-    assert_eq!(signals(&rig).len(), 1);
-    append(
-        &log,
-        "0: successfully saved checkpoint from iteration 7 to /ckpt\n",
-    );
+    let mut engine = asked_and_saved(&rig, &log).await;
     rig.backend.update("100", |job| {
         job.state = JobState::Requeued;
         job.state_raw = "REQUEUED".into();
@@ -163,13 +141,8 @@ async fn a_job_caught_leaving_its_nodes_after_its_own_requeue_still_gets_the_exc
         .find(|action| action.kind == ActionKind::Requeue)
         .expect("the requeue is planned");
     assert_eq!(requeue.state, ActionState::Approved, "{requeue:#?}");
-    rig.backend.update("100", |job| {
-        job.state = JobState::Pending;
-        job.state_raw = "PENDING".into();
-        job.reason = Some("BeginTime".into());
-        job.nodes.clear();
-        job.start_time = None;
-    });
+    rig.backend
+        .update("100", |job| queued_again(job, 1, Some("BeginTime")));
     for _ in 0..3 {
         rig.step(&mut engine, 1).await;
     }
@@ -203,6 +176,23 @@ async fn without_a_save_within_the_wait_it_is_requeued_from_its_last_checkpoint(
     rig.step(&mut engine, 31).await;
     rig.step(&mut engine, 1).await;
     assert_eq!(rig.backend.requeues(), [["n2"]]);
+}
+
+/// Runs the engine 5 s, then n2 overheats: the job is asked to save and saves (a line in `log`).
+async fn asked_and_saved(
+    rig: &EngineRig,
+    log: &std::path::Path,
+) -> runguard_engine::engine::Engine {
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 5).await;
+    append(&rig.path().join("n2/kern.log"), HOT);
+    rig.step(&mut engine, 1).await;
+    assert_eq!(signals(rig).len(), 1);
+    append(
+        log,
+        "0: successfully saved checkpoint from iteration 7 to /ckpt\n",
+    );
+    engine
 }
 
 /// Runs the engine 5 s, then n2 overheats and it runs 10 s more; returns the actions.

@@ -45,6 +45,17 @@ pub fn job(id: &str) -> JobBuilder {
     })
 }
 
+/// `job` put back in the queue under its id, as a requeue leaves it: pending for `reason` on no
+/// node, not started, its restart count now `restart_count`.
+pub fn queued_again(job: &mut JobSnapshot, restart_count: u32, reason: Option<&str>) {
+    job.state = JobState::Pending;
+    job.state_raw = "PENDING".into();
+    job.reason = reason.map(Into::into);
+    job.restart_count = restart_count;
+    job.nodes.clear();
+    job.start_time = None;
+}
+
 impl JobBuilder {
     /// The job's name and the name it is submitted again under.
     pub fn named(mut self, name: &str) -> Self {

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 pub use backend::Script;
 pub use cli::{CliSandbox, WATCHDOG_ENDS_THE_JOB, stderr, stdout, terminate};
-pub use job::job;
+pub use job::{job, queued_again};
 pub use rig::EngineRig;
 
 /// The nodes of the fake Kubernetes cluster's fixtures, in name order, with their Ready status.

@@ -268,18 +268,23 @@ mod tests {
         );
     }
 
-    #[test]
-    fn ettr_is_progress_kept_over_wall_time() {
-        // A day of wall time, 30 s steps, 2,700 steps kept: 81,000 s of 86,400.
-        let totals = RunTotals {
+    /// A day of wall time under runguard, 30 s steps, 2,700 of them kept, saves of 20 s every 30 min.
+    fn a_day(excluded_nodes: usize) -> RunTotals {
+        RunTotals {
             policy: Policy::Runguard,
             checkpoint_minutes: 30.0,
             wall_s: 86_400.0,
             kept_iterations: 2_700,
             seconds_per_iteration: 30.0,
             save_s: 20.0,
-            excluded_nodes: 1,
-        };
+            excluded_nodes,
+        }
+    }
+
+    #[test]
+    fn ettr_is_progress_kept_over_wall_time() {
+        // A day of wall time, 30 s steps, 2,700 steps kept: 81,000 s of 86,400.
+        let totals = a_day(1);
         let mut repeat = failure(5000.0, 5010.0, 5012.0, 5212.0, 4);
         repeat.repeat = true;
         repeat.handler = Handler::Person;
@@ -315,18 +320,7 @@ mod tests {
         // Without the simulator's record of the line, nothing is claimed.
         let unknown = failure(1000.0, 1010.0, 1015.0, 1315.0, 0);
         assert_eq!(unknown.from_line_s(), None);
-        let result = summarize(
-            RunTotals {
-                policy: Policy::Runguard,
-                checkpoint_minutes: 30.0,
-                wall_s: 86_400.0,
-                kept_iterations: 2_700,
-                seconds_per_iteration: 30.0,
-                save_s: 20.0,
-                excluded_nodes: 0,
-            },
-            vec![network, unknown],
-        );
+        let result = summarize(a_day(0), vec![network, unknown]);
         assert_eq!(result.from_line_mean_s, Some(6.0));
         assert_eq!(result.from_line_max_s, Some(6.0));
     }
