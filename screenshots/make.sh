@@ -28,7 +28,7 @@ shot() {
     echo "screenshots/$1.svg"
 }
 
-wait_for "Approvals (2)"
+wait_for "Appr (2)"
 shot overview
 keys Enter; shot details
 keys 5; shot approvals
