@@ -235,16 +235,16 @@ pub fn explain_with(
     if let Some(finding) = detect::throughput_drop(head, tail, &config.detect) {
         anomalies.push(finding.summary);
     }
-    let failed = evidence
+    let raised = evidence.iter().any(|line| {
+        matches!(
+            crate::telemetry::record::recognise(&line.text),
+            Some(crate::telemetry::record::Record::ExceptionLine { .. })
+        )
+    });
+    let matched = evidence
         .iter()
-        .any(|line| !catalog.matching(&line.text).is_empty())
-        || evidence.iter().any(|line| {
-            matches!(
-                crate::telemetry::record::recognise(&line.text),
-                Some(crate::telemetry::record::Record::ExceptionLine { .. })
-            )
-        });
-    let attribution = if failed {
+        .any(|line| !catalog.matching(&line.text).is_empty());
+    let attribution = (matched || raised).then(|| {
         attribute::attribute(
             catalog,
             &Evidence {
@@ -258,9 +258,12 @@ pub fn explain_with(
                 now,
             },
         )
-    } else {
-        healthy(now)
-    };
+    });
+    // Signatures that matched but do not apply (a retry a later line says succeeded, a context
+    // missing), with no exception raised, leave nothing failed.
+    let attribution = attribution.filter(|found| raised || found.signature.is_some());
+    let failed = attribution.is_some();
+    let attribution = attribution.unwrap_or_else(|| healthy(now));
     for line in evidence
         .iter()
         .filter(|l| !catalog.matching(&l.text).is_empty())

@@ -286,6 +286,10 @@ pub struct SignatureSpec {
     /// for these instead, and the patterns confirm.
     #[serde(default)]
     pub prefilter: Vec<String>,
+    /// Regular expressions over a later evidence line that says the condition cleared (srun's step
+    /// created after its retries): a signature whose lines are all followed by one does not apply.
+    #[serde(default)]
+    pub resolved_by: Vec<String>,
     /// Whether a running attempt that prints a matching line cannot complete its collective (the
     /// engine fails it once progress stopped after the line, without waiting for the silence bound):
     /// every matching line, or only those matching one of the given patterns too (the fatal status
@@ -320,6 +324,8 @@ pub struct Signature {
     pub sequence: Option<Sequence>,
     patterns: Vec<Regex>,
     context: Vec<Regex>,
+    /// Lines that say the condition cleared.
+    resolved: Vec<Regex>,
     /// Its lines that are fatal while running: none, every one (empty), or those matching one.
     fatal: Option<Vec<Regex>>,
 }
@@ -336,6 +342,12 @@ impl Signature {
     pub fn context_holds<'l>(&self, mut lines: impl Iterator<Item = &'l str>) -> bool {
         self.context.is_empty()
             || lines.any(|line| self.context.iter().any(|pattern| pattern.is_match(line)))
+    }
+
+    /// Whether a line after all of the signature's own says its condition cleared.
+    pub fn resolved_after<'l>(&self, mut later: impl Iterator<Item = &'l str>) -> bool {
+        !self.resolved.is_empty()
+            && later.any(|line| self.resolved.iter().any(|pattern| pattern.is_match(line)))
     }
 
     /// Whether the signature needs a context at all.
@@ -358,8 +370,10 @@ pub struct Catalog {
     locators: Vec<Locator>,
     /// Every pattern of every signature, flat.
     patterns: Vec<Regex>,
-    /// For each pattern, the signature it belongs to.
+    /// For each pattern, the signature it belongs to...
     owner: Vec<usize>,
+    /// ...and whether it is one of its `resolved_by` patterns (evidence, but no match of it).
+    resolving: Vec<bool>,
     /// The literals the patterns require, searched all at once in a line...
     literals: AhoCorasick,
     /// ...and, for each literal, the patterns that need it.
@@ -442,6 +456,7 @@ impl Catalog {
         let categories = taxonomy();
         let mut signatures = Vec::new();
         let mut owner = Vec::new();
+        let mut resolving = Vec::new();
         let mut ids = std::collections::HashSet::new();
         let mut locators = Vec::new();
         let mut outranked = Vec::new();
@@ -555,6 +570,18 @@ impl Catalog {
                 })?;
                 patterns.push(regex);
                 owner.push(signatures.len());
+                resolving.push(false);
+            }
+            let mut resolved = Vec::new();
+            for pattern in &spec.resolved_by {
+                resolved.push(Regex::new(pattern).map_err(|err| {
+                    invalid_in(
+                        &file,
+                        format!("{}: resolved_by {pattern:?}: {err}", spec.id),
+                    )
+                })?);
+                owner.push(signatures.len());
+                resolving.push(true);
             }
             let mut context = Vec::new();
             for pattern in &spec.context {
@@ -597,6 +624,7 @@ impl Catalog {
                 spec,
                 patterns,
                 context,
+                resolved,
                 fatal,
             });
         }
@@ -669,9 +697,13 @@ impl Catalog {
                     }
                 }
                 flat += signature.spec.patterns.len();
-                continue;
             }
-            for pattern in &signature.spec.patterns {
+            let own = if signature.spec.prefilter.is_empty() {
+                &signature.spec.patterns[..]
+            } else {
+                &[]
+            };
+            for pattern in own.iter().chain(&signature.spec.resolved_by) {
                 let index = flat;
                 flat += 1;
                 match required_literals(pattern) {
@@ -716,13 +748,20 @@ impl Catalog {
             LineScan::new(&scan_list, &candidates).map_err(|err| invalid(err.to_string()))?;
         let patterns = signatures
             .iter()
-            .flat_map(|signature| signature.patterns.iter().cloned())
+            .flat_map(|signature| {
+                signature
+                    .patterns
+                    .iter()
+                    .chain(&signature.resolved)
+                    .cloned()
+            })
             .collect();
         Ok(Self {
             signatures,
             locators,
             patterns,
             owner,
+            resolving,
             literals,
             literal_patterns,
             unguarded,
@@ -782,6 +821,7 @@ impl Catalog {
     pub fn matching(&self, line: &str) -> Vec<usize> {
         let mut hits: Vec<usize> = self
             .matching_patterns(line)
+            .filter(|&pattern| !self.resolving[pattern])
             .map(|pattern| self.owner[pattern])
             .collect();
         hits.sort_unstable();

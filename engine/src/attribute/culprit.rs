@@ -37,6 +37,17 @@ impl Weighed<'_> {
         !either_end || self.evidence.nodes.iter().any(|node| node == host)
     }
 
+    /// Whether the host of one of `signature`'s own lines may be blamed: its own reporter decides
+    /// (an adapter's local fault is its host's, though a generic peer-error signature matches the
+    /// line too).
+    fn may_blame_for(&self, signature: &Signature, host: &str) -> bool {
+        match signature.spec.reporter {
+            Reporter::EveryRank => false,
+            Reporter::EitherEnd => self.evidence.nodes.iter().any(|node| node == host),
+            Reporter::Culprit => true,
+        }
+    }
+
     fn node_of_rank(&self, rank: u32) -> Option<String> {
         let per_node = self.evidence.ranks_per_node.max(1);
         self.evidence.nodes.get((rank / per_node) as usize).cloned()
@@ -168,7 +179,7 @@ pub(super) fn resolve(weighed: &Weighed<'_>, signature: &Signature, own: &[usize
     culprit
 }
 
-/// The host line `index` names as where `signature`'s failure is, if it may be blamed.
+/// The host line `index` names as where `signature`'s failure is, if `signature` may blame it.
 fn named_by<'l>(weighed: &Weighed<'l>, signature: &Signature, index: usize) -> Option<&'l str> {
     let text = weighed.evidence.lines[index].text.as_str();
     signature
@@ -177,7 +188,7 @@ fn named_by<'l>(weighed: &Weighed<'l>, signature: &Signature, index: usize) -> O
         .map(|m| m.as_str())
         .or_else(|| kernel_log_host(text))
         .or_else(|| blamed_host(text))
-        .filter(|host| weighed.may_blame(index, host))
+        .filter(|host| weighed.may_blame_for(signature, host))
 }
 
 /// The one node that lines saying where the log was taken name (a shell prompt, a one-node

@@ -63,6 +63,15 @@ pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
             &blocks,
         )
     });
+    // A condition a later line says cleared (a retry that then succeeded) is no failure.
+    hits.retain(|&signature, own| {
+        let after = own.iter().max().map_or(0, |last| last + 1);
+        !catalog.signatures()[signature].resolved_after(
+            evidence.lines[after.min(evidence.lines.len())..]
+                .iter()
+                .map(|line| line.text.as_str()),
+        )
+    });
     let ranked = precedence::rank(catalog, &hits, evidence.lines);
     let Some((index, own)) = ranked else {
         return unmatched(evidence);
@@ -460,6 +469,40 @@ explanation = "retry"
             rank,
             text: text.to_string(),
         }
+    }
+
+    #[test]
+    fn srun_retries_a_created_step_ends_are_no_failure_and_those_nothing_ends_are() {
+        let catalog = Catalog::builtin().unwrap();
+        let nodes = nodes();
+        let retry = "srun: Job 4201 step creation temporarily disabled, retrying (Requested nodes are busy)";
+        let waiting = [at(0, None, retry), at(30, None, retry)];
+        let attribution = attribute(&catalog, &evidence(&waiting, &nodes));
+        assert_eq!(attribution.category, "capacity_pending", "{attribution:#?}");
+
+        let created = [
+            at(0, None, retry),
+            at(30, None, retry),
+            at(31, None, "srun: Step created for StepId=4201.1"),
+        ];
+        let attribution = attribute(&catalog, &evidence(&created, &nodes));
+        assert_ne!(attribution.category, "capacity_pending", "{attribution:#?}");
+        // The step created is evidence the scan keeps, though no signature matches it.
+        assert!(catalog.is_notable("srun: Step created for StepId=4201.1"));
+        assert!(
+            catalog
+                .matching("srun: Step created for StepId=4201.1")
+                .is_empty()
+        );
+
+        // A retry after the step was created waits again.
+        let again = [
+            at(0, None, retry),
+            at(31, None, "srun: Step created for StepId=4201.1"),
+            at(60, None, retry),
+        ];
+        let attribution = attribute(&catalog, &evidence(&again, &nodes));
+        assert_eq!(attribution.category, "capacity_pending", "{attribution:#?}");
     }
 
     #[test]

@@ -129,14 +129,25 @@ fn frame_impl(line: &str, year: impl Fn() -> i32 + Copy) -> FramedLine<'_> {
     let line = trim_newline(line);
     let (srun_rank, rest) = split_srun_label(line);
     let (torch_rank, rest) = split_torch_label(rest);
-    let rank = srun_rank.or(torch_rank);
+    let (mpi_rank, rest) = split_mpi_tag(rest);
+    let rank = srun_rank.or(torch_rank).or(mpi_rank);
     let body = trim_start(rest);
     match leading_timestamp(body.as_bytes(), year) {
-        Some((timestamp, Stamp::Leading(len))) => FramedLine {
-            rank,
-            timestamp: Some(timestamp),
-            message: trim_start(body.get(len..).unwrap_or_default()),
-        },
+        Some((timestamp, Stamp::Leading(len))) => {
+            let message = trim_start(body.get(len..).unwrap_or_default());
+            // Open MPI's --timestamp-output writes its stamp and a colon before its tag.
+            let tagged = message.strip_prefix(':').map_or(message, trim_start);
+            let (after_stamp, tagged) = split_mpi_tag(tagged);
+            FramedLine {
+                rank: rank.or(after_stamp),
+                timestamp: Some(timestamp),
+                message: if after_stamp.is_some() {
+                    tagged
+                } else {
+                    message
+                },
+            }
+        }
         // A stamp inside a level header stays in the message, whose
         // severity letter and source location the recognisers read.
         Some((timestamp, Stamp::InHeader)) => FramedLine {
@@ -191,6 +202,42 @@ fn split_srun_label(line: &str) -> (Option<u32>, &str) {
         rank.checked_mul(10)?.checked_add(u32::from(digit - b'0'))
     });
     (rank, line.get(rest_start..).unwrap_or_default())
+}
+
+/// Splits Open MPI's `--tag-output` label, `[1,12]<stdout>:` (job, rank, stream), into rank 12 and
+/// the rest.
+fn split_mpi_tag(line: &str) -> (Option<u32>, &str) {
+    let bytes = line.as_bytes();
+    if bytes.first() != Some(&b'[') || !bytes.get(1).is_some_and(u8::is_ascii_digit) {
+        return (None, line);
+    }
+    let digits = |from: usize| {
+        bytes
+            .get(from..)
+            .map_or(0, |b| b.iter().take_while(|b| b.is_ascii_digit()).count())
+    };
+    let job = digits(1);
+    if bytes.get(1 + job) != Some(&b',') {
+        return (None, line);
+    }
+    let rank_start = 2 + job;
+    let rank_len = digits(rank_start);
+    let stream_start = rank_start + rank_len + 2;
+    if rank_len == 0 || bytes.get(rank_start + rank_len..stream_start) != Some(b"]<") {
+        return (None, line);
+    }
+    let stream = bytes.get(stream_start..).map_or(0, |b| {
+        b.iter().take_while(|b| b.is_ascii_lowercase()).count()
+    });
+    let after = stream_start + stream;
+    if stream == 0 || bytes.get(after..after + 2) != Some(b">:") {
+        return (None, line);
+    }
+    let rank = line
+        .get(rank_start..rank_start + rank_len)
+        .and_then(|r| r.parse().ok());
+    let rest = line.get(after + 2..).unwrap_or_default();
+    (rank, rest.strip_prefix(' ').unwrap_or(rest))
 }
 
 /// Splits torch's `[rank3]:` label (and torchrun's `[default3]:` tee label,

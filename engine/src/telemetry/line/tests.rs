@@ -468,3 +468,24 @@ fn never_panics_on_truncated_or_garbled_lines() {
         assert!(sample.contains(framed.message) || framed.message.is_empty());
     }
 }
+
+#[test]
+fn splits_open_mpi_s_tag_before_or_after_its_timestamp() {
+    let framed = frame(
+        "[1,12]<stdout>:node-3:815:864 [0] NCCL WARN NET/IB : Got async event : local catastrophic error",
+    );
+    assert_eq!(framed.rank, Some(12));
+    assert_eq!(
+        framed.message,
+        "node-3:815:864 [0] NCCL WARN NET/IB : Got async event : local catastrophic error"
+    );
+    let framed =
+        frame("2019-06-02T16:13:44.884Z: [1,14]<stderr>: Traceback (most recent call last):");
+    assert_eq!(framed.rank, Some(14));
+    assert_eq!(framed.timestamp, Some(utc("2019-06-02T16:13:44.884Z")));
+    assert_eq!(framed.message, "Traceback (most recent call last):");
+    // A stamp and colon without a tag keep their message as it was; a bracket that is no tag stays.
+    assert_eq!(frame("2019-06-02T16:13:44.884Z: hello").message, ": hello");
+    assert_eq!(frame("[1,2] not a tag").message, "[1,2] not a tag");
+    assert_eq!(frame("[1,2]<stdout> no colon").rank, None);
+}

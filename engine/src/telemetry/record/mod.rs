@@ -249,10 +249,24 @@ pub fn named_host(message: &str) -> Option<&str> {
         .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
     // Newer NCCL puts the source location first: `[3] transport/net_ib.cc:1696 NCCL WARN`.
     let rest = match rest.split_once(' ') {
-        Some((location, after)) if !rest.starts_with("NCCL ") && location.contains(".cc:") => after,
+        Some((location, after)) if !rest.starts_with("NCCL ") && is_source_location(location) => {
+            after
+        }
         _ => rest,
     };
     (numbers_fit && rest.starts_with("NCCL ") && is_hostname(host)).then_some(host)
+}
+
+/// `transport/net_ib.cc:1696`: a C, C++ or CUDA source file and line (NCCL before 2.19 built `.cu`
+/// files, and headers such as `include/socket.h` print too).
+fn is_source_location(text: &str) -> bool {
+    text.rsplit_once(':').is_some_and(|(file, line)| {
+        !line.is_empty()
+            && line.bytes().all(|b| b.is_ascii_digit())
+            && [".cc", ".cu", ".cpp", ".cxx", ".c", ".h", ".hpp", ".cuh"]
+                .iter()
+                .any(|extension| file.ends_with(extension))
+    })
 }
 
 fn is_hostname(text: &str) -> bool {

@@ -746,6 +746,25 @@ fn names_the_host_of_an_nccl_line() {
         named_host("gpu-a100-17.cluster:901:902 [0] NCCL INFO Init COMPLETE"),
         Some("gpu-a100-17.cluster")
     );
+    // The source location before the level, in every file kind NCCL releases print from.
+    for location in [
+        "transport/net_ib.cc:1696",
+        "transport/net_ib.cu:80",
+        "include/socket.h:361",
+        "misc/socket.cc:484",
+    ] {
+        assert_eq!(
+            named_host(&format!(
+                "gpu-2:815:864 [0] {location} NCCL WARN Call to connect timeout"
+            )),
+            Some("gpu-2"),
+            "{location}"
+        );
+    }
+    assert_eq!(
+        named_host("gpu-2:815:864 [0] notes.txt:3 NCCL WARN x"),
+        None
+    );
 }
 
 #[test]
