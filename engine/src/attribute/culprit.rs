@@ -136,7 +136,7 @@ pub(super) fn resolve(weighed: &Weighed<'_>, signature: &Signature, own: &[usize
                     culprit.rank = rank.or(culprit.rank);
                     Some(node)
                 }
-                None => match most_named_hosts(weighed) {
+                None => match most_named_hosts(weighed, signature) {
                     Leaders::One(host) => Some(host),
                     // As many lines name each: every one of the allocation is a suspect.
                     Leaders::Tied(hosts) => {
@@ -207,8 +207,10 @@ fn located_node(weighed: &Weighed<'_>) -> Option<(String, Option<u32>)> {
     found.map(|(node, rank)| (node.to_string(), rank))
 }
 
-/// The hosts named most often by NCCL warnings and srun errors.
-fn most_named_hosts(weighed: &Weighed<'_>) -> Leaders {
+/// The hosts named most often by NCCL warnings and srun errors. A peer error's warnings name either
+/// end, so for one of those only hosts of the known allocation count.
+fn most_named_hosts(weighed: &Weighed<'_>, signature: &Signature) -> Leaders {
+    let either_end = signature.spec.reporter == Reporter::EitherEnd;
     leaders(
         weighed
             .evidence
@@ -216,7 +218,10 @@ fn most_named_hosts(weighed: &Weighed<'_>) -> Leaders {
             .iter()
             .enumerate()
             .filter_map(|(index, line)| {
-                blamed_host(&line.text).filter(|host| weighed.may_blame(index, host))
+                blamed_host(&line.text).filter(|host| {
+                    weighed.may_blame(index, host)
+                        && (!either_end || weighed.evidence.nodes.iter().any(|node| node == host))
+                })
             }),
     )
 }

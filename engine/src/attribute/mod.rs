@@ -771,6 +771,43 @@ explanation = "retry"
     }
 
     #[test]
+    fn a_local_adapter_fault_is_its_host_s_though_a_peer_error_signature_matches_it_too() {
+        let catalog = Catalog::builtin().unwrap();
+        let lines = [at(
+            0,
+            Some(12),
+            "gpu-node-4:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error",
+        )];
+        let attribution = attribute(&catalog, &evidence(&lines, &[]));
+        assert_eq!(attribution.category, "ib_link");
+        assert_eq!(attribution.culprit.node.as_deref(), Some("gpu-node-4"));
+    }
+
+    #[test]
+    fn a_peer_error_blames_no_host_that_only_other_warnings_name_outside_the_allocation() {
+        let catalog = Catalog::builtin().unwrap();
+        // The peer error's own line has no host prefix NCCL's parser knows; the warning after it does.
+        let lines = [
+            at(
+                0,
+                None,
+                "NCCL WARN Call to recv failed : Connection reset by peer",
+            ),
+            at(
+                0,
+                None,
+                "worker-3:15:91 [3] transport.cc:153 NCCL WARN transport.cc:153 -> 2 [Proxy thread error]",
+            ),
+        ];
+        let attribution = attribute(&catalog, &evidence(&lines, &[]));
+        assert_eq!(attribution.category, "nccl_error", "{attribution:#?}");
+        assert_eq!(attribution.culprit.node, None, "{attribution:#?}");
+        let allocation = ["worker-3", "worker-4"].map(String::from).to_vec();
+        let attribution = attribute(&catalog, &evidence(&lines, &allocation));
+        assert_eq!(attribution.culprit.node.as_deref(), Some("worker-3"));
+    }
+
+    #[test]
     fn a_time_limit_has_no_culprit_even_where_its_lines_name_a_node() {
         let catalog = Catalog::builtin().unwrap();
         let lines = [
