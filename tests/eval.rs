@@ -104,6 +104,68 @@ fn explain_reports_a_hang_from_the_log_s_own_timestamps() {
     );
 }
 
+/// `explain --json` of a generated log: its attribution's category and its anomalies.
+fn explain_generated(sandbox: &CliSandbox, name: &str, text: &str) -> (String, Vec<String>) {
+    let log = sandbox.path().join(name);
+    std::fs::write(&log, text).unwrap();
+    let output = sandbox.run(&["explain", log.to_str().unwrap(), "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let anomalies = json["anomalies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    (
+        json["attribution"]["category"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        anomalies,
+    )
+}
+
+#[test]
+fn explain_tells_a_run_that_waits_on_its_data_from_one_that_slowed_down_and_one_that_is_fine() {
+    let sandbox = CliSandbox::default();
+    // PyTorch's ImageNet example: each step's time and its data-loading time, then the current average.
+    let report = |step: u32, time: f64, data: f64| {
+        format!(
+            "Epoch: [3][{step}/5005]\tTime {time:.3} ({time:.3})\tData {data:.3} ({data:.3})\tLoss 1.2 (1.2)\n"
+        )
+    };
+    let steady: String = (0..12).map(|i| report(i * 20, 0.2, 0.01)).collect();
+    let (category, anomalies) = explain_generated(&sandbox, "steady.log", &steady);
+    assert_eq!(category, "healthy", "{anomalies:?}");
+
+    let waiting = steady.clone()
+        + &(12..16)
+            .map(|i| report(i * 20, 8.7, 8.6))
+            .collect::<String>();
+    let (category, anomalies) = explain_generated(&sandbox, "waiting.log", &waiting);
+    assert_eq!(category, "data_backpressure", "{anomalies:?}");
+    assert!(
+        anomalies.iter().any(|a| a.starts_with("input-bound")),
+        "{anomalies:?}"
+    );
+
+    // A step timer's own words: three times slower from the eleventh step on, no data wait reported.
+    let timed: String = (0..16)
+        .map(|i| format!("Iteration took {} s.\n", if i < 10 { 32.5 } else { 102.0 }))
+        .collect();
+    let (category, anomalies) = explain_generated(&sandbox, "slowed.log", &timed);
+    assert_eq!(category, "straggler", "{anomalies:?}");
+    assert!(
+        anomalies.iter().any(|a| a.starts_with("slowdown")),
+        "{anomalies:?}"
+    );
+}
+
 #[test]
 fn explain_of_a_missing_file_is_a_clear_error() {
     let output = CliSandbox::default().run(&["explain", "/nonexistent/train.log"]);

@@ -123,6 +123,7 @@ pub fn explain_with(
     };
     let mut evidence: Vec<EvidenceLine> = Vec::new();
     let mut samples: Vec<ThroughputSample> = Vec::new();
+    let mut step_timings = Vec::new();
     let mut checkpoints = Vec::new();
     let mut timeline = Vec::new();
     let (mut lines, mut first_iteration, mut last_iteration) = (0u64, None, None);
@@ -176,6 +177,7 @@ pub fn explain_with(
                 node: None,
             });
         }
+        step_timings.extend(digest.step_timings.iter().copied());
         last_iteration = last_iteration.max(digest.last_iteration);
         for (iteration, path, time) in &digest.checkpoints {
             checkpoints.push(*iteration);
@@ -235,6 +237,13 @@ pub fn explain_with(
     if let Some(finding) = detect::throughput_drop(head, tail, &config.detect) {
         anomalies.push(finding.summary);
     }
+    step_timings.sort_by_key(|(time, _)| *time);
+    let steps: Vec<_> = step_timings.into_iter().map(|(_, step)| step).collect();
+    let input_bound = detect::steps::input_bound(&steps, &config.detect);
+    let slowdown = detect::steps::step_slowdown(&steps, &config.detect);
+    for finding in input_bound.iter().chain(&slowdown) {
+        anomalies.push(finding.summary.clone());
+    }
     let raised = evidence.iter().any(|line| {
         matches!(
             crate::telemetry::record::recognise(&line.text),
@@ -263,7 +272,12 @@ pub fn explain_with(
     // missing), with no exception raised, leave nothing failed.
     let attribution = attribution.filter(|found| raised || found.signature.is_some());
     let failed = attribution.is_some();
-    let attribution = attribution.unwrap_or_else(|| healthy(now));
+    // A run that failed nothing but got slow is explained by why it got slow.
+    let attribution = attribution.unwrap_or_else(|| match (&input_bound, &slowdown) {
+        (Some(finding), _) => slow_run(SlowRun::InputBound, &finding.summary, now),
+        (None, Some(finding)) => slow_run(SlowRun::Slowdown, &finding.summary, now),
+        (None, None) => healthy(now),
+    });
     for line in evidence
         .iter()
         .filter(|l| !catalog.matching(&l.text).is_empty())
@@ -416,6 +430,45 @@ fn healthy(now: DateTime<Utc>) -> Attribution {
         evidence: Vec::new(),
         time: now,
         remedies: Vec::new(),
+    }
+}
+
+/// Why a run that did not fail got slow.
+enum SlowRun {
+    /// Its steps wait on data loading.
+    InputBound,
+    /// Its steps became several times slower with no data wait to explain it.
+    Slowdown,
+}
+
+fn slow_run(kind: SlowRun, summary: &str, now: DateTime<Utc>) -> Attribution {
+    let (category, component, recoverable, explanation) = match kind {
+        SlowRun::InputBound => (
+            "data_backpressure",
+            Component::Data,
+            false,
+            "The run did not fail, but its GPUs wait on the input pipeline: most of each step goes to \
+             loading data. More DataLoader workers, prefetching, faster storage or a cached dataset help; \
+             a requeue does not.",
+        ),
+        SlowRun::Slowdown => (
+            "straggler",
+            Component::Infrastructure,
+            true,
+            "The run did not fail, but its steps became several times slower and stayed so, with no data \
+             wait to explain it: a node or GPU slowed down (throttling, a failing part, another job on the \
+             same GPUs). Requeueing from the last checkpoint without the slow node restores the pace; the \
+             per-rank times or the nodes' GPU telemetry name it.",
+        ),
+    };
+    Attribution {
+        category: category.to_string(),
+        component,
+        confidence: 0.45,
+        recoverable,
+        explanation: explanation.to_string(),
+        evidence: vec![summary.to_string()],
+        ..healthy(now)
     }
 }
 

@@ -195,6 +195,13 @@ pub struct DetectConfig {
     pub throughput_drop_percent: f64,
     /// This many consecutive dropped samples make a persistent throughput drop.
     pub throughput_drop_samples: usize,
+    /// Reports whose data loading takes at least this share of the step (percent), for
+    /// `input_bound_reports` reports in a row, make a run input-bound.
+    pub input_bound_percent: f64,
+    pub input_bound_reports: usize,
+    /// Steps this many times as long as the baseline's, for `throughput_drop_samples` reports in a
+    /// row, make a slowdown.
+    pub step_slowdown_factor: f64,
     /// A rank whose iteration time exceeds the fastest rank's by this many percent is a straggler.
     pub straggler_percent: f64,
     /// Consecutive straggler reports naming a slow rank before it is raised.
@@ -235,6 +242,9 @@ impl Default for DetectConfig {
             throughput_baseline_samples: 5,
             throughput_drop_percent: 20.0,
             throughput_drop_samples: 5,
+            input_bound_percent: 50.0,
+            input_bound_reports: 3,
+            step_slowdown_factor: 2.0,
             straggler_percent: 20.0,
             straggler_reports: 3,
             thermal_limit_c: 92.0,

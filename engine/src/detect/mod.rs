@@ -7,6 +7,7 @@
 pub mod fatal_line;
 pub mod node_silence;
 pub mod sections;
+pub mod steps;
 
 use chrono::{DateTime, Utc};
 

@@ -7,6 +7,7 @@ use chrono::{DateTime, Datelike, Utc};
 use crate::telemetry::line::{StampCache, frame_cached};
 use crate::telemetry::pipeline::{TRACEBACK_MARKER, blamed_host};
 use crate::telemetry::record::{Record, is_save_start, recognise_hinted};
+use crate::telemetry::step_timing::{self, StepTiming};
 use crate::telemetry::straggler_report::{self, StragglerReport};
 use crate::telemetry::tail::Chunk;
 
@@ -22,6 +23,8 @@ pub struct LineFacts {
     /// The line holds a traceback's start, which the assembler is shown.
     pub traceback_marker: bool,
     pub kind: LineKind,
+    /// The step time (and data time) a progress line reports, whatever else it is.
+    pub step: Option<StepTiming>,
     /// Whether the line is evidence when no open traceback holds its rank: it blames a host or a
     /// signature matches it (only for lines the recognisers did not claim).
     pub notable: bool,
@@ -100,6 +103,7 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
                 None => (LineKind::Other, free(message)),
             },
         };
+        let step = markers.then(|| step_timing::parse(message)).flatten();
         LineFacts {
             rank: framed.rank,
             timestamp: framed.timestamp,
@@ -107,6 +111,7 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
             message_len: message.len(),
             traceback_marker,
             kind,
+            step,
             notable,
         }
     }

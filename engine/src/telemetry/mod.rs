@@ -9,6 +9,7 @@ pub mod line_facts;
 pub mod node_signals;
 pub mod pipeline;
 pub mod record;
+pub mod step_timing;
 pub mod straggler_report;
 pub mod structured;
 pub mod tail;

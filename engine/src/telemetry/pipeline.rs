@@ -11,6 +11,7 @@ use crate::model::EvidenceLine;
 use crate::telemetry::line::FramedLine;
 use crate::telemetry::line_facts::{LineClassifier, LineFacts, LineKind};
 use crate::telemetry::record::{Record, named_host};
+use crate::telemetry::step_timing::{self, StepTiming};
 use crate::telemetry::straggler_report::{self, StragglerReport};
 use crate::telemetry::tail::Chunk;
 use crate::telemetry::traceback::{TracebackAssembler, TracebackBlock};
@@ -30,6 +31,8 @@ pub struct LogDigest {
     /// (time, iteration, TFLOP/s/GPU, rank) of each iteration line that reports throughput.
     pub samples: Vec<(DateTime<Utc>, u64, f64, Option<u32>)>,
     pub straggler_reports: Vec<StragglerReport>,
+    /// (time, timing) of each progress line that says how long its step took.
+    pub step_timings: Vec<(DateTime<Utc>, StepTiming)>,
     /// Python tracebacks completed in this read, each one block (chained exceptions included).
     pub tracebacks: Vec<TracebackBlock>,
     /// Time of the last line (its own stamp, else the previous line's, else arrival).
@@ -57,6 +60,7 @@ pub(crate) const TRACEBACK_MARKER: &str = "Traceback (most recent";
 pub fn marker_literals() -> Vec<&'static str> {
     let mut literals = crate::telemetry::record::signal_marker_literals();
     literals.extend([TRACEBACK_MARKER, straggler_report::MARKER]);
+    literals.extend(step_timing::MARKERS);
     literals
 }
 
@@ -157,6 +161,9 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             .or(self.digest.last_time)
             .unwrap_or(self.now);
         self.digest.last_time = Some(time);
+        if let Some(step) = facts.step {
+            self.digest.step_timings.push((time, step));
+        }
         // Only a traceback start, or a line while one is open, concerns the assembler.
         if self.assembler.open_blocks() > 0 || facts.traceback_marker {
             let framed = FramedLine {

@@ -1,0 +1,128 @@
+//! Rules over the step times progress lines report: a run whose input pipeline sets the pace, and a
+//! run whose steps became much slower than they were and stayed so (with the throughput rule's
+//! windows: `throughput_warmup_samples`, `throughput_baseline_samples`, `throughput_drop_samples`).
+
+use crate::config::DetectConfig;
+use crate::model::AnomalyKind;
+use crate::telemetry::step_timing::StepTiming;
+
+use super::{Finding, median};
+
+/// The last `input_bound_reports` reports all spent at least `input_bound_percent` of their step
+/// waiting for data: the GPUs wait on the input pipeline.
+pub fn input_bound(timings: &[StepTiming], config: &DetectConfig) -> Option<Finding> {
+    let with_data: Vec<(f64, f64)> = timings
+        .iter()
+        .filter_map(|t| Some((t.step_secs, t.data_secs?)))
+        .collect();
+    let needed = config.input_bound_reports.max(1);
+    let recent = with_data.get(with_data.len().checked_sub(needed)?..)?;
+    let share = |(step, data): &(f64, f64)| data / step * 100.0;
+    if !recent
+        .iter()
+        .all(|timing| share(timing) >= config.input_bound_percent)
+    {
+        return None;
+    }
+    let mut shares: Vec<f64> = recent.iter().map(share).collect();
+    let typical = median(&mut shares)?;
+    Some(Finding {
+        kind: AnomalyKind::ThroughputDrop,
+        summary: format!(
+            "input-bound: waiting for data took {typical:.0}% of each step in the last {needed} reports"
+        ),
+        evidence: Vec::new(),
+        node: None,
+    })
+}
+
+/// After the warm-up, the median step time of the baseline reports; the last
+/// `throughput_drop_samples` reports all took at least `step_slowdown_factor` times as long.
+pub fn step_slowdown(timings: &[StepTiming], config: &DetectConfig) -> Option<Finding> {
+    let warmup = config.throughput_warmup_samples;
+    let baseline_end = warmup + config.throughput_baseline_samples.max(1);
+    let needed = config.throughput_drop_samples.max(1);
+    if timings.len() < baseline_end + needed {
+        return None;
+    }
+    let mut baseline: Vec<f64> = timings[warmup..baseline_end]
+        .iter()
+        .map(|t| t.step_secs)
+        .collect();
+    let baseline = median(&mut baseline)?;
+    let recent = &timings[timings.len() - needed..];
+    if !recent
+        .iter()
+        .all(|t| t.step_secs >= baseline * config.step_slowdown_factor)
+    {
+        return None;
+    }
+    let mut slow: Vec<f64> = recent.iter().map(|t| t.step_secs).collect();
+    let now = median(&mut slow)?;
+    Some(Finding {
+        kind: AnomalyKind::ThroughputDrop,
+        summary: format!(
+            "slowdown: steps take {:.1}x as long as at the start ({now:.3} s against {baseline:.3} s) in the last {needed} reports",
+            now / baseline
+        ),
+        evidence: Vec::new(),
+        node: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steps(values: &[(f64, Option<f64>)]) -> Vec<StepTiming> {
+        values
+            .iter()
+            .map(|&(step_secs, data_secs)| StepTiming {
+                step_secs,
+                data_secs,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pipeline_that_sets_the_pace_is_input_bound_and_one_slow_batch_is_not() {
+        let config = DetectConfig::default();
+        let mut log: Vec<(f64, Option<f64>)> = vec![(0.2, Some(0.01)); 10];
+        assert!(input_bound(&steps(&log), &config).is_none());
+        // One batch waits on a cold cache: no finding.
+        log.push((2.0, Some(1.9)));
+        log.push((0.2, Some(0.01)));
+        assert!(input_bound(&steps(&log), &config).is_none());
+        // Every recent step waits on data.
+        log.extend(vec![(8.7, Some(8.6)); config.input_bound_reports]);
+        let finding = input_bound(&steps(&log), &config).unwrap();
+        assert!(
+            finding.summary.starts_with("input-bound"),
+            "{}",
+            finding.summary
+        );
+        // Too few reports with a data time say nothing.
+        assert!(input_bound(&steps(&[(1.0, Some(0.9))]), &config).is_none());
+    }
+
+    #[test]
+    fn steps_that_stay_several_times_slower_are_a_slowdown_and_jitter_is_not() {
+        let config = DetectConfig::default();
+        let mut log: Vec<(f64, Option<f64>)> =
+            (0..10).map(|i| (32.0 + f64::from(i % 3), None)).collect();
+        assert!(step_slowdown(&steps(&log), &config).is_none());
+        // 50 % slower is jitter or load, not a slowdown.
+        log.extend(vec![(48.0, None); config.throughput_drop_samples]);
+        assert!(step_slowdown(&steps(&log), &config).is_none());
+        log.extend(vec![(102.0, None); config.throughput_drop_samples]);
+        let finding = step_slowdown(&steps(&log), &config).unwrap();
+        assert!(finding.summary.contains("3.1x"), "{}", finding.summary);
+        // A slow warm-up (compilation, cold caches) is not the baseline: it would hide the slowdown.
+        let warm: Vec<(f64, Option<f64>)> = vec![(300.0, None); config.throughput_warmup_samples]
+            .into_iter()
+            .chain(vec![(30.0, None); config.throughput_baseline_samples])
+            .chain(vec![(100.0, None); config.throughput_drop_samples])
+            .collect();
+        assert!(step_slowdown(&steps(&warm), &config).is_some());
+    }
+}
