@@ -195,8 +195,9 @@ pub struct DetectConfig {
     pub throughput_drop_percent: f64,
     /// This many consecutive dropped samples make a persistent throughput drop.
     pub throughput_drop_samples: usize,
-    /// Reports whose data loading takes at least this share of the step (percent), for
-    /// `input_bound_reports` reports in a row, make a run input-bound.
+    /// Data loading taking at least this share (percent) of the time of the last
+    /// `input_bound_reports` progress reports, with more than one of them waiting that long, makes a
+    /// run input-bound.
     pub input_bound_percent: f64,
     pub input_bound_reports: usize,
     /// Steps this many times as long as the baseline's, for `throughput_drop_samples` reports in a
@@ -243,7 +244,7 @@ impl Default for DetectConfig {
             throughput_drop_percent: 20.0,
             throughput_drop_samples: 5,
             input_bound_percent: 50.0,
-            input_bound_reports: 3,
+            input_bound_reports: 8,
             step_slowdown_factor: 2.0,
             straggler_percent: 20.0,
             straggler_reports: 3,

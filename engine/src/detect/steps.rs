@@ -8,28 +8,37 @@ use crate::telemetry::step_timing::StepTiming;
 
 use super::{Finding, median};
 
-/// The last `input_bound_reports` reports all spent at least `input_bound_percent` of their step
-/// waiting for data: the GPUs wait on the input pipeline.
+/// Over the last `input_bound_reports` reports (or all, when there are fewer but at least three),
+/// loading data took at least `input_bound_percent` of the time, and more than one of them waited on
+/// it: the GPUs wait on the input pipeline. A pool of loader workers that cannot keep up shows as a
+/// long wait every few steps rather than on each, so the window's total counts; one cold-cache stall
+/// is not enough.
 pub fn input_bound(timings: &[StepTiming], config: &DetectConfig) -> Option<Finding> {
+    const FEWEST: usize = 3;
     let with_data: Vec<(f64, f64)> = timings
         .iter()
         .filter_map(|t| Some((t.step_secs, t.data_secs?)))
         .collect();
-    let needed = config.input_bound_reports.max(1);
-    let recent = with_data.get(with_data.len().checked_sub(needed)?..)?;
-    let share = |(step, data): &(f64, f64)| data / step * 100.0;
-    if !recent
-        .iter()
-        .all(|timing| share(timing) >= config.input_bound_percent)
-    {
+    if with_data.len() < FEWEST {
         return None;
     }
-    let mut shares: Vec<f64> = recent.iter().map(share).collect();
-    let typical = median(&mut shares)?;
+    let window = config.input_bound_reports.max(FEWEST).min(with_data.len());
+    let recent = &with_data[with_data.len() - window..];
+    let (step, data) = recent
+        .iter()
+        .fold((0.0, 0.0), |(step, data), (s, d)| (step + s, data + d));
+    let share = data / step * 100.0;
+    let waiting = recent
+        .iter()
+        .filter(|(step, data)| data / step * 100.0 >= config.input_bound_percent)
+        .count();
+    if share < config.input_bound_percent || waiting < 2 {
+        return None;
+    }
     Some(Finding {
         kind: AnomalyKind::ThroughputDrop,
         summary: format!(
-            "input-bound: waiting for data took {typical:.0}% of each step in the last {needed} reports"
+            "input-bound: waiting for data took {share:.0}% of the time of the last {window} reports"
         ),
         evidence: Vec::new(),
         node: None,
@@ -94,15 +103,28 @@ mod tests {
         log.push((0.2, Some(0.01)));
         assert!(input_bound(&steps(&log), &config).is_none());
         // Every recent step waits on data.
-        log.extend(vec![(8.7, Some(8.6)); config.input_bound_reports]);
-        let finding = input_bound(&steps(&log), &config).unwrap();
+        let mut waiting = log.clone();
+        waiting.extend(vec![(8.7, Some(8.6)); 3]);
+        let finding = input_bound(&steps(&waiting), &config).unwrap();
         assert!(
             finding.summary.starts_with("input-bound"),
             "{}",
             finding.summary
         );
+        // Every fourth step waits long (four loader workers that cannot keep up).
+        let periodic: Vec<(f64, Option<f64>)> = (0..16)
+            .map(|i| {
+                if i % 4 == 0 {
+                    (15.0, Some(14.9))
+                } else {
+                    (0.15, Some(0.001))
+                }
+            })
+            .collect();
+        assert!(input_bound(&steps(&periodic), &config).is_some());
         // Too few reports with a data time say nothing.
-        assert!(input_bound(&steps(&[(1.0, Some(0.9))]), &config).is_none());
+        let two = [(1.0, Some(0.9)), (1.0, Some(0.9))];
+        assert!(input_bound(&steps(&two), &config).is_none());
     }
 
     #[test]

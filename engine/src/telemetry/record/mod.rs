@@ -199,7 +199,9 @@ pub fn recognise_hinted(message: &str, markers_possible: bool) -> Option<Record>
     if message.is_empty() {
         return None;
     }
-    if message.starts_with(TRACEBACK_START) {
+    // A logger may print its prefix before the header (`... CRITICAL | Traceback (most recent call
+    // last):`, `ERROR:root:Traceback ...`).
+    if message.starts_with(TRACEBACK_START) || message.ends_with(TRACEBACK_START) {
         return Some(Record::TracebackStart);
     }
     // Structured telemetry: JSON lines start with `{`; key=value records are

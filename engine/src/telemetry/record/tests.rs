@@ -713,6 +713,17 @@ fn recognises_traceback_start() {
         recognise("Traceback (most recent call last):"),
         Some(Record::TracebackStart)
     );
+    // After a logger's prefix.
+    for text in [
+        "rank:  3 | 2022-04-03 18:44:26,615 CRITICAL | Traceback (most recent call last):",
+        "ERROR:root:Traceback (most recent call last):",
+    ] {
+        assert_eq!(recognise(text), Some(Record::TracebackStart), "{text}");
+    }
+    assert_eq!(
+        recognise("a Traceback (most recent call last): was printed"),
+        None
+    );
 }
 
 #[test]
