@@ -166,6 +166,36 @@ async fn a_job_caught_leaving_its_nodes_after_its_own_requeue_still_gets_the_exc
 }
 
 #[tokio::test]
+async fn a_requeue_cut_short_after_its_exclusion_is_finished_not_left_waiting_on_begin_time() {
+    let (rig, log) = rig();
+    let mut engine = asked_and_saved(&rig, &log).await;
+    // An earlier try got as far as the exclusion and the release; starting it now did not happen, so
+    // it waits on Slurm's BeginTime after a requeue.
+    rig.backend.update("100", |job| {
+        queued_again(job, 1, Some("BeginTime"));
+        job.excluded_nodes = vec!["n2".into()];
+    });
+    for _ in 0..3 {
+        rig.step(&mut engine, 1).await;
+    }
+    assert_eq!(rig.backend.requeues(), [["n2"]]);
+    let actions = rig.store().db().actions(1).unwrap();
+    let requeue = actions
+        .iter()
+        .find(|action| action.kind == ActionKind::Requeue)
+        .expect("the requeue is planned");
+    assert_eq!(requeue.state, ActionState::Done, "{requeue:#?}");
+    assert!(
+        !requeue
+            .result
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("found done"),
+        "{requeue:#?}"
+    );
+}
+
+#[tokio::test]
 async fn without_a_save_within_the_wait_it_is_requeued_from_its_last_checkpoint() {
     let (rig, _log) = rig();
     let mut engine = rig.engine();

@@ -187,14 +187,19 @@ impl Engine {
                 // Requeued and held by an earlier try that did not get as far as the release (the job
                 // was slow to leave its nodes, or the engine stopped), or queued again by someone
                 // else (a job that requeues itself on a checkpoint signal, as Lightning does) without
-                // the exclusion: finish the requeue — exclusion set, started now, not at BeginTime.
+                // the exclusion, or released without being started: finish the requeue — exclusion
+                // set, started now, not at BeginTime.
                 let unexcluded = params
                     .exclude_nodes
                     .iter()
                     .any(|node| !job.excluded_nodes.contains(node));
+                // Released by an earlier try that did not get to start it now: it waits out Slurm's
+                // BeginTime delay after a requeue, minutes of lost training for nothing.
+                let waits_on_begin_time = job.reason.as_deref() == Some("BeginTime");
                 if job.restart_count > planned
                     && job.state == JobState::Pending
-                    && (job.hold == Some(Hold::Requeue) || (job.hold.is_none() && unexcluded))
+                    && (job.hold == Some(Hold::Requeue)
+                        || (job.hold.is_none() && (unexcluded || waits_on_begin_time)))
                 {
                     // The backend's requeue of a pending job sets the exclusion again and releases it.
                     return match with_timeout(self.backend.requeue(&job_id, &params.exclude_nodes))
