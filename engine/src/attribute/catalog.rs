@@ -726,12 +726,18 @@ impl Catalog {
                 }
             }
         }
+        // A locator with literals of its own is found by them too (a line it may locate is then
+        // confirmed by its pattern); the others join the scanned patterns.
+        let mut locator_literals: Vec<String> = Vec::new();
         for locator in &locators {
             let pattern = locator.pattern.as_str();
-            scan.push(format!(
-                "(?:{})",
-                unnamed(pattern.strip_prefix('^').unwrap_or(pattern))
-            ));
+            match required_literals(pattern) {
+                Some(literals) => locator_literals.extend(literals),
+                None => scan.push(format!(
+                    "(?:{})",
+                    unnamed(pattern.strip_prefix('^').unwrap_or(pattern))
+                )),
+            }
         }
         scan.sort();
         scan.dedup();
@@ -739,6 +745,7 @@ impl Catalog {
         let candidates = scan.join("|");
         let literals = AhoCorasick::new(&literal_list).map_err(|err| invalid(err.to_string()))?;
         let mut scan_list = literal_list.clone();
+        scan_list.extend(locator_literals);
         scan_list.extend(
             crate::telemetry::pipeline::marker_literals()
                 .into_iter()

@@ -23,8 +23,6 @@ pub struct LineFacts {
     /// The line holds a traceback's start, which the assembler is shown.
     pub traceback_marker: bool,
     pub kind: LineKind,
-    /// The step time (and data time) a progress line reports, whatever else it is.
-    pub step: Option<StepTiming>,
     /// Whether the line is evidence when no open traceback holds its rank: it blames a host or a
     /// signature matches it (only for lines the recognisers did not claim).
     pub notable: bool,
@@ -38,6 +36,8 @@ pub enum LineKind {
     Record(Box<Record>),
     /// A checkpoint save announced, not yet confirmed.
     SaveStart,
+    /// A progress line no other recogniser claims that says how long its step took.
+    Step(StepTiming),
     Other,
 }
 
@@ -100,10 +100,12 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
                 }
                 Some(record) => (LineKind::Record(Box::new(record)), false),
                 None if markers && is_save_start(message) => (LineKind::SaveStart, false),
-                None => (LineKind::Other, free(message)),
+                None => match markers.then(|| step_timing::parse(message)).flatten() {
+                    Some(step) => (LineKind::Step(step), false),
+                    None => (LineKind::Other, free(message)),
+                },
             },
         };
-        let step = markers.then(|| step_timing::parse(message)).flatten();
         LineFacts {
             rank: framed.rank,
             timestamp: framed.timestamp,
@@ -111,7 +113,6 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
             message_len: message.len(),
             traceback_marker,
             kind,
-            step,
             notable,
         }
     }

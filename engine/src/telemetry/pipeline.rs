@@ -161,9 +161,6 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             .or(self.digest.last_time)
             .unwrap_or(self.now);
         self.digest.last_time = Some(time);
-        if let Some(step) = facts.step {
-            self.digest.step_timings.push((time, step));
-        }
         // Only a traceback start, or a line while one is open, concerns the assembler.
         if self.assembler.open_blocks() > 0 || facts.traceback_marker {
             let framed = FramedLine {
@@ -187,6 +184,10 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             LineKind::Record(record) => Some(*record),
             LineKind::SaveStart => {
                 self.digest.saving = Some(true);
+                None
+            }
+            LineKind::Step(step) => {
+                self.digest.step_timings.push((time, step));
                 None
             }
             LineKind::Other => None,
