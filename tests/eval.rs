@@ -70,7 +70,6 @@ fn explain_reports_the_attribution_and_what_runguard_would_do() {
 #[test]
 fn explain_reports_a_hang_from_the_log_s_own_timestamps() {
     let sandbox = CliSandbox::default();
-    let log = sandbox.path().join("hung.log");
     let mut text = String::new();
     // A report every 10 s up to iteration 40, then nothing for ten minutes until the time limit.
     for iteration in 1..=40u32 {
@@ -82,20 +81,7 @@ fn explain_reports_a_hang_from_the_log_s_own_timestamps() {
         ));
     }
     text.push_str("slurmstepd: error: *** JOB 42 ON n1 CANCELLED AT 2026-03-01T12:16:40 DUE TO TIME LIMIT ***\n");
-    std::fs::write(&log, text).unwrap();
-    let output = sandbox.run(&["explain", log.to_str().unwrap(), "--json"]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let anomalies: Vec<&str> = json["anomalies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|a| a.as_str())
-        .collect();
+    let (_, anomalies) = explain_generated(&sandbox, "hung.log", &text);
     assert!(
         anomalies
             .iter()

@@ -135,11 +135,7 @@ async fn a_job_caught_leaving_its_nodes_after_its_own_requeue_still_gets_the_exc
         rig.backend.requeues().is_empty(),
         "a job still leaving its nodes cannot take the exclusion yet"
     );
-    let actions = rig.store().db().actions(1).unwrap();
-    let requeue = actions
-        .iter()
-        .find(|action| action.kind == ActionKind::Requeue)
-        .expect("the requeue is planned");
+    let requeue = the_requeue(&rig);
     assert_eq!(requeue.state, ActionState::Approved, "{requeue:#?}");
     rig.backend
         .update("100", |job| queued_again(job, 1, Some("BeginTime")));
@@ -147,11 +143,7 @@ async fn a_job_caught_leaving_its_nodes_after_its_own_requeue_still_gets_the_exc
         rig.step(&mut engine, 1).await;
     }
     assert_eq!(rig.backend.requeues(), [["n2"]]);
-    let actions = rig.store().db().actions(1).unwrap();
-    let requeue = actions
-        .iter()
-        .find(|action| action.kind == ActionKind::Requeue)
-        .unwrap();
+    let requeue = the_requeue(&rig);
     assert_eq!(requeue.state, ActionState::Done, "{requeue:#?}");
     // Waiting for the job was no outage of the scheduler.
     assert!(
@@ -179,11 +171,7 @@ async fn a_requeue_cut_short_after_its_exclusion_is_finished_not_left_waiting_on
         rig.step(&mut engine, 1).await;
     }
     assert_eq!(rig.backend.requeues(), [["n2"]]);
-    let actions = rig.store().db().actions(1).unwrap();
-    let requeue = actions
-        .iter()
-        .find(|action| action.kind == ActionKind::Requeue)
-        .expect("the requeue is planned");
+    let requeue = the_requeue(&rig);
     assert_eq!(requeue.state, ActionState::Done, "{requeue:#?}");
     assert!(
         !requeue
@@ -206,6 +194,17 @@ async fn without_a_save_within_the_wait_it_is_requeued_from_its_last_checkpoint(
     rig.step(&mut engine, 31).await;
     rig.step(&mut engine, 1).await;
     assert_eq!(rig.backend.requeues(), [["n2"]]);
+}
+
+/// The requeue the engine planned for workflow 1.
+fn the_requeue(rig: &EngineRig) -> runguard_engine::model::Action {
+    rig.store()
+        .db()
+        .actions(1)
+        .unwrap()
+        .into_iter()
+        .find(|action| action.kind == ActionKind::Requeue)
+        .expect("the requeue is planned")
 }
 
 /// Runs the engine 5 s, then n2 overheats: the job is asked to save and saves (a line in `log`).
