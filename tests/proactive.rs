@@ -139,12 +139,7 @@ async fn a_job_caught_leaving_its_nodes_after_its_own_requeue_still_gets_the_exc
     assert_eq!(requeue.state, ActionState::Approved, "{requeue:#?}");
     rig.backend
         .update("100", |job| queued_again(job, 1, Some("BeginTime")));
-    for _ in 0..3 {
-        rig.step(&mut engine, 1).await;
-    }
-    assert_eq!(rig.backend.requeues(), [["n2"]]);
-    let requeue = the_requeue(&rig);
-    assert_eq!(requeue.state, ActionState::Done, "{requeue:#?}");
+    requeued_off_n2(&rig, &mut engine).await;
     // Waiting for the job was no outage of the scheduler.
     assert!(
         rig.status().workflows[0]
@@ -167,12 +162,7 @@ async fn a_requeue_cut_short_after_its_exclusion_is_finished_not_left_waiting_on
         queued_again(job, 1, Some("BeginTime"));
         job.excluded_nodes = vec!["n2".into()];
     });
-    for _ in 0..3 {
-        rig.step(&mut engine, 1).await;
-    }
-    assert_eq!(rig.backend.requeues(), [["n2"]]);
-    let requeue = the_requeue(&rig);
-    assert_eq!(requeue.state, ActionState::Done, "{requeue:#?}");
+    let requeue = requeued_off_n2(&rig, &mut engine).await;
     assert!(
         !requeue
             .result
@@ -194,6 +184,20 @@ async fn without_a_save_within_the_wait_it_is_requeued_from_its_last_checkpoint(
     rig.step(&mut engine, 31).await;
     rig.step(&mut engine, 1).await;
     assert_eq!(rig.backend.requeues(), [["n2"]]);
+}
+
+/// Three more seconds of the engine: the job is requeued off n2 and the requeue is done.
+async fn requeued_off_n2(
+    rig: &EngineRig,
+    engine: &mut runguard_engine::engine::Engine,
+) -> runguard_engine::model::Action {
+    for _ in 0..3 {
+        rig.step(engine, 1).await;
+    }
+    assert_eq!(rig.backend.requeues(), [["n2"]]);
+    let requeue = the_requeue(rig);
+    assert_eq!(requeue.state, ActionState::Done, "{requeue:#?}");
+    requeue
 }
 
 /// The requeue the engine planned for workflow 1.
