@@ -138,6 +138,25 @@ async fn a_persistent_throughput_drop_is_raised_once_without_an_action() {
 }
 
 #[tokio::test]
+async fn steps_that_stay_three_times_slower_are_a_warning_without_an_action() {
+    let (rig, log) = one_job(JobState::Running);
+    let mut engine = rig.engine();
+    for step in 0..26u32 {
+        let took = if step < 20 { 30.4 } else { 101.2 };
+        log.write(format!(" 0: [{}] Iteration took {took} s.\n", log.stamp()).as_bytes());
+        rig.step(&mut engine, took as u64).await;
+    }
+    assert_eq!(rig.anomalies(), vec![AnomalyKind::ThroughputDrop]);
+    let status = rig.status();
+    assert!(status.workflows[0].actions.is_empty());
+    let summary = &status.workflows[0].anomalies[0].summary;
+    assert!(
+        summary.starts_with("slowdown: steps take 3.3x"),
+        "{summary}"
+    );
+}
+
+#[tokio::test]
 async fn a_checkpoint_overdue_by_twice_the_interval_is_a_stall() {
     let (rig, log) = one_job(JobState::Running);
     let mut engine = rig.engine();

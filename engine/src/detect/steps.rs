@@ -79,6 +79,44 @@ pub fn step_slowdown(timings: &[StepTiming], config: &DetectConfig) -> Option<Fi
     })
 }
 
+/// The step timings of one running attempt, as much as the rules need: its first reports (warm-up and
+/// baseline) and its latest ones. Fed read by read; a finding is returned once, when it first holds.
+#[derive(Debug, Default)]
+pub struct StepWatch {
+    head: Vec<StepTiming>,
+    tail: std::collections::VecDeque<StepTiming>,
+    raised: bool,
+}
+
+impl StepWatch {
+    /// Takes in a read's timings; a finding the first time a rule holds.
+    pub fn observe(&mut self, timings: &[StepTiming], config: &DetectConfig) -> Option<Finding> {
+        if timings.is_empty() || self.raised {
+            return None;
+        }
+        let head = config.throughput_warmup_samples + config.throughput_baseline_samples.max(1);
+        let keep = config
+            .input_bound_reports
+            .max(config.throughput_drop_samples)
+            .max(1);
+        for timing in timings {
+            if self.head.len() < head {
+                self.head.push(*timing);
+            } else {
+                self.tail.push_back(*timing);
+                if self.tail.len() > keep {
+                    self.tail.pop_front();
+                }
+            }
+        }
+        let all: Vec<StepTiming> = self.head.iter().chain(&self.tail).copied().collect();
+        let finding = input_bound(&all[all.len().saturating_sub(keep)..], config)
+            .or_else(|| step_slowdown(&all, config));
+        self.raised = finding.is_some();
+        finding
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +163,31 @@ mod tests {
         // Too few reports with a data time say nothing.
         let two = [(1.0, Some(0.9)), (1.0, Some(0.9))];
         assert!(input_bound(&steps(&two), &config).is_none());
+    }
+
+    #[test]
+    fn a_watch_fed_read_by_read_finds_a_slowdown_once_and_keeps_little() {
+        let config = DetectConfig::default();
+        let mut watch = StepWatch::default();
+        let steady = steps(&[(30.0, None); 40]);
+        for read in steady.chunks(7) {
+            assert!(watch.observe(read, &config).is_none());
+        }
+        assert!(
+            watch.tail.len()
+                <= config
+                    .input_bound_reports
+                    .max(config.throughput_drop_samples)
+        );
+        let slow = steps(&[(95.0, None); 5]);
+        let finding = watch.observe(&slow, &config).unwrap();
+        assert!(
+            finding.summary.starts_with("slowdown"),
+            "{}",
+            finding.summary
+        );
+        // Raised once per attempt.
+        assert!(watch.observe(&slow, &config).is_none());
     }
 
     #[test]

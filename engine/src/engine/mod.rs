@@ -89,6 +89,9 @@ pub struct Engine {
     pending_events: Vec<EngineEvent>,
     /// Straggler streaks per (workflow, attempt); rebuilt from new reports after a restart.
     stragglers: HashMap<(WorkflowId, u32), detect::StragglerTracker>,
+    /// Step timings per running (workflow, attempt), for the input-bound and slowdown warnings;
+    /// rebuilt from new reports after a restart.
+    step_watches: HashMap<(WorkflowId, u32), detect::steps::StepWatch>,
     /// Wakes the loop early when a followed log changes.
     log_watcher: LogWatcher,
     /// What the GPU status commands last reported.
@@ -155,6 +158,7 @@ impl Engine {
             events,
             pending_events: Vec::new(),
             stragglers: HashMap::new(),
+            step_watches: HashMap::new(),
             log_watcher,
             node_probes: nodes::NodeProbes::default(),
             tracebacks: HashMap::new(),

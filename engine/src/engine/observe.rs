@@ -546,6 +546,10 @@ impl Engine {
                     self.pace.expedite(now);
                 }
                 let reports = std::mem::take(&mut digest.straggler_reports);
+                let steps: Vec<_> = std::mem::take(&mut digest.step_timings)
+                    .into_iter()
+                    .map(|(_, step)| step)
+                    .collect();
                 let mut events = Vec::new();
                 let (truncated, invalid) = (chunk.truncated_lines, chunk.invalid_utf8_lines);
                 let display = path.display().to_string();
@@ -570,6 +574,7 @@ impl Engine {
                 self.pending_events.extend(events);
                 self.flush_events();
                 self.watch_stragglers(&workflow, &attempt, &reports, now)?;
+                self.watch_steps(&workflow, &attempt, &steps, now)?;
                 spare = chunk;
             }
         }
@@ -661,6 +666,31 @@ impl Engine {
             self.raise_warning(workflow, attempt, finding, now)?;
         }
         Ok(())
+    }
+
+    /// The input-bound and slowdown warnings of a running attempt, from the step times its progress
+    /// lines report.
+    fn watch_steps(
+        &mut self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+        steps: &[crate::telemetry::step_timing::StepTiming],
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let key = (workflow.id, attempt.index);
+        if attempt.state.is_terminal() {
+            self.step_watches.remove(&key);
+            return Ok(());
+        }
+        let finding = self
+            .step_watches
+            .entry(key)
+            .or_default()
+            .observe(steps, &self.config.detect);
+        match finding {
+            Some(finding) => self.raise_warning(workflow, attempt, finding, now),
+            None => Ok(()),
+        }
     }
 
     fn digest(&mut self, attempt: &Attempt, chunk: &Chunk, now: DateTime<Utc>) -> LogDigest {
