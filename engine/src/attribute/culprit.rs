@@ -34,7 +34,12 @@ impl Weighed<'_> {
             return false;
         }
         let either_end = reporters().any(|reporter| reporter == Reporter::EitherEnd);
-        !either_end || self.evidence.nodes.iter().any(|node| node == host)
+        !either_end || self.in_allocation(host)
+    }
+
+    /// Whether `host` is a node of the job's known allocation.
+    fn in_allocation(&self, host: &str) -> bool {
+        self.evidence.nodes.iter().any(|node| node == host)
     }
 
     /// Whether the host of one of `signature`'s own lines may be blamed: its own reporter decides
@@ -43,7 +48,7 @@ impl Weighed<'_> {
     fn may_blame_for(&self, signature: &Signature, host: &str) -> bool {
         match signature.spec.reporter {
             Reporter::EveryRank => false,
-            Reporter::EitherEnd => self.evidence.nodes.iter().any(|node| node == host),
+            Reporter::EitherEnd => self.in_allocation(host),
             Reporter::Culprit => true,
         }
     }
@@ -219,8 +224,7 @@ fn most_named_hosts(weighed: &Weighed<'_>, signature: &Signature) -> Leaders {
             .enumerate()
             .filter_map(|(index, line)| {
                 blamed_host(&line.text).filter(|host| {
-                    weighed.may_blame(index, host)
-                        && (!either_end || weighed.evidence.nodes.iter().any(|node| node == host))
+                    weighed.may_blame(index, host) && (!either_end || weighed.in_allocation(host))
                 })
             }),
     )

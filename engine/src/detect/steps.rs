@@ -110,8 +110,7 @@ impl StepWatch {
             }
         }
         let all: Vec<StepTiming> = self.head.iter().chain(&self.tail).copied().collect();
-        let finding = input_bound(&all[all.len().saturating_sub(keep)..], config)
-            .or_else(|| step_slowdown(&all, config));
+        let finding = input_bound(&all, config).or_else(|| step_slowdown(&all, config));
         self.raised = finding.is_some();
         finding
     }

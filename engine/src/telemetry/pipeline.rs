@@ -60,7 +60,7 @@ pub(crate) const TRACEBACK_MARKER: &str = "Traceback (most recent";
 pub fn marker_literals() -> Vec<&'static str> {
     let mut literals = crate::telemetry::record::signal_marker_literals();
     literals.extend([TRACEBACK_MARKER, straggler_report::MARKER]);
-    literals.extend(step_timing::MARKERS);
+    literals.extend(step_timing::markers());
     literals
 }
 

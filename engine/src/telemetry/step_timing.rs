@@ -16,11 +16,8 @@ pub struct StepTiming {
     pub data_secs: Option<f64>,
 }
 
-/// Literals one of which every line [`parse`] reads holds.
-pub const MARKERS: &[&str] = &[
-    "Data ",
-    "Data:",
-    "data_time:",
+/// The keys of a step timer's line: `Iteration took 32.7 s`.
+const TOOK: &[&str] = &[
     "Iteration took",
     "iteration took",
     "Step took",
@@ -28,6 +25,13 @@ pub const MARKERS: &[&str] = &[
     "Batch took",
     "batch took",
 ];
+
+/// Literals one of which every line [`parse`] reads holds.
+pub fn markers() -> impl Iterator<Item = &'static str> {
+    ["Data ", "Data:", "data_time:"]
+        .into_iter()
+        .chain(TOOK.iter().copied())
+}
 
 /// The step timing a progress line's message reports; None for any other line.
 pub fn parse(message: &str) -> Option<StepTiming> {
@@ -39,9 +43,7 @@ pub fn parse(message: &str) -> Option<StepTiming> {
         let step = number_after_key(message, "Time")?;
         return timing(step, Some(data));
     }
-    let (_, after) = MARKERS[3..]
-        .iter()
-        .find_map(|key| message.split_once(key))?;
+    let (_, after) = TOOK.iter().find_map(|key| message.split_once(key))?;
     let (value, rest) = leading_number(after.trim_start())?;
     let rest = rest.trim_start();
     let secs = if rest.starts_with("ms") {
