@@ -198,7 +198,7 @@ fn failures(report: &serde_json::Value) -> String {
 
 // The floors below are the scores when they were set, and they only go up: raise them when the catalog
 // improves, never lower them to let a change in. The tune part must also keep 90 % of its cases right and
-// a culprit precision of 0.95.
+// a culprit precision of 0.95 (it is 1.0 now).
 
 #[test]
 fn the_field_corpus_tune_part_stays_above_its_floors() {
@@ -209,7 +209,7 @@ fn the_field_corpus_tune_part_stays_above_its_floors() {
     assert!(figure(&report, "passed") >= 0.90);
     let precision = figure(&report, "culprit_precision");
     assert!(
-        precision >= 0.95,
+        precision >= 1.0 - 1e-9,
         "culprit precision {precision}\n{}",
         failures(&report)
     );
@@ -221,10 +221,19 @@ fn the_field_corpus_validation_part_stays_above_its_floors() {
     let report = field_eval("validation");
     assert_eq!(report["cases"].as_array().map(Vec::len), Some(63));
     let passed = report["passed"].as_u64().unwrap_or_default();
-    assert!(passed >= 44, "{passed}/63 right");
-    assert!(figure(&report, "category_accuracy") >= 47.0 / 63.0 - 1e-9);
+    assert!(passed >= 45, "{passed}/63 right");
+    assert!(figure(&report, "category_accuracy") >= 48.0 / 63.0 - 1e-9);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
     assert!(figure(&report, "culprit_recall") >= 2.0 / 6.0 - 1e-9);
+}
+
+#[test]
+fn the_field_corpus_third_held_out_part_stays_above_its_floors() {
+    let report = field_eval("validation3");
+    assert_eq!(report["cases"].as_array().map(Vec::len), Some(50));
+    let passed = report["passed"].as_u64().unwrap_or_default();
+    assert!(passed >= 30, "{passed}/50 right\n{}", failures(&report));
+    assert!(figure(&report, "category_accuracy") >= 32.0 / 50.0 - 1e-9);
 }
 
 #[test]

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use crate::model::Culprit;
 use crate::store::EvidenceLine;
 use crate::telemetry::pipeline::blamed_host;
+use crate::telemetry::record::is_hostname;
 
 use super::Evidence;
 use super::catalog::{Catalog, CulpritScope, Reporter, Signature};
@@ -193,7 +194,7 @@ fn named_by<'l>(weighed: &Weighed<'l>, signature: &Signature, index: usize) -> O
         .map(|m| m.as_str())
         .or_else(|| kernel_log_host(text))
         .or_else(|| blamed_host(text))
-        .filter(|host| weighed.may_blame_for(signature, host))
+        .filter(|host| is_hostname(host) && weighed.may_blame_for(signature, host))
 }
 
 /// The one node that lines saying where the log was taken name (a shell prompt, a one-node

@@ -784,6 +784,19 @@ explanation = "retry"
     }
 
     #[test]
+    fn a_redacted_host_prefix_names_no_culprit() {
+        let catalog = Catalog::builtin().unwrap();
+        let lines = [at(
+            0,
+            None,
+            "...-48:34050:34121 [0] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error",
+        )];
+        let attribution = attribute(&catalog, &evidence(&lines, &[]));
+        assert_eq!(attribution.category, "ib_link");
+        assert_eq!(attribution.culprit.node, None);
+    }
+
+    #[test]
     fn a_peer_error_blames_no_host_that_only_other_warnings_name_outside_the_allocation() {
         let catalog = Catalog::builtin().unwrap();
         // The peer error's own line has no host prefix NCCL's parser knows; the warning after it does.

@@ -271,12 +271,24 @@ fn is_source_location(text: &str) -> bool {
     })
 }
 
-fn is_hostname(text: &str) -> bool {
+/// A host name's labels start and end with a letter or digit, so a poster's redaction (`...-48`) names
+/// no host.
+pub fn is_hostname(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 253
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+        && text.split('.').all(|label| {
+            label
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric())
+                && label
+                    .bytes()
+                    .last()
+                    .is_some_and(|b| b.is_ascii_alphanumeric())
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+        })
 }
 
 /// tqdm redraws its bar with `\r`, so a captured log line can hold many

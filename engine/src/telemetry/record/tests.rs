@@ -801,6 +801,11 @@ fn names_no_host_for_lines_that_only_resemble_nccl_or_srun() {
         "srun: error: Unable to create step for job 123: Job has been cancelled",
         "srun: error: node-07 task 52 Exited",
         ":1:2 [0] NCCL INFO empty host",
+        // A poster's redaction of the host, and names no resolver takes.
+        "...-48:34050:34121 [0] transport/net_ib.cc:93 NCCL WARN NET/IB : Got async event : port error",
+        "-node:1:2 [0] NCCL INFO leading dash",
+        "node..07:1:2 [0] NCCL INFO empty label",
+        "srun: error: xx-: task 0: Killed",
         "",
         ":",
     ] {
