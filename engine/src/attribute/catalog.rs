@@ -227,10 +227,31 @@ impl Locator {
     pub fn locate<'l>(&self, line: &'l str) -> Option<(&'l str, Option<u32>)> {
         let captures = self.pattern.captures(line)?;
         let node = captures.name("node")?.as_str();
+        if is_replica_set_pod(node) {
+            return None;
+        }
         let rank = captures
             .name("rank")
             .and_then(|rank| rank.as_str().parse().ok());
         Some((node, rank))
+    }
+}
+
+/// Kubernetes names a Deployment's pods `<name>-<template hash>-<suffix>` from an alphabet without vowels
+/// (and 0, 1, 3): a container's prompt shows that pod name, which is no node.
+fn is_replica_set_pod(host: &str) -> bool {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let generated = |part: &str| part.bytes().all(|b| ALPHABET.contains(&b));
+    let mut parts = host.rsplit('-');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(suffix), Some(hash), Some(name)) => {
+            suffix.len() == 5
+                && (8..=10).contains(&hash.len())
+                && generated(suffix)
+                && generated(hash)
+                && !name.is_empty()
+        }
+        _ => false,
     }
 }
 

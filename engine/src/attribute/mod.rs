@@ -784,6 +784,22 @@ explanation = "retry"
     }
 
     #[test]
+    fn a_prompt_inside_a_deployment_s_pod_names_the_pod_not_a_node() {
+        let catalog = Catalog::builtin().unwrap();
+        assert_eq!(
+            catalog.located_node(
+                "(base) tom@fragrant-fragment-9255-6f94d7cb65-cc8qj:~/code$ python train.py"
+            ),
+            None
+        );
+        // A node whose name merely ends in numbers is still one.
+        assert_eq!(
+            catalog.located_node("root@gpu-node-20240117-48213:~# dmesg"),
+            Some("gpu-node-20240117-48213")
+        );
+    }
+
+    #[test]
     fn a_redacted_host_prefix_names_no_culprit() {
         let catalog = Catalog::builtin().unwrap();
         let lines = [at(
