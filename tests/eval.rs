@@ -228,8 +228,8 @@ fn the_field_corpus_validation_part_stays_above_its_floors() {
 }
 
 #[test]
-fn the_field_corpus_third_held_out_part_stays_above_its_floors() {
-    let report = field_eval("validation3");
+fn the_field_corpus_third_part_stays_above_its_floors() {
+    let report = field_eval("third");
     assert_eq!(report["cases"].as_array().map(Vec::len), Some(50));
     let passed = report["passed"].as_u64().unwrap_or_default();
     assert!(passed >= 41, "{passed}/50 right\n{}", failures(&report));
