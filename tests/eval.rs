@@ -232,8 +232,8 @@ fn the_field_corpus_third_part_stays_above_its_floors() {
     let report = field_eval("third");
     assert_eq!(report["cases"].as_array().map(Vec::len), Some(50));
     let passed = report["passed"].as_u64().unwrap_or_default();
-    assert!(passed >= 41, "{passed}/50 right\n{}", failures(&report));
-    assert!(figure(&report, "category_accuracy") >= 42.0 / 50.0 - 1e-9);
+    assert!(passed >= 42, "{passed}/50 right\n{}", failures(&report));
+    assert!(figure(&report, "category_accuracy") >= 43.0 / 50.0 - 1e-9);
 }
 
 #[test]

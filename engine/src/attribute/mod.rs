@@ -2,6 +2,7 @@
 
 mod blocks;
 pub mod catalog;
+mod collectives;
 pub mod correlate;
 mod culprit;
 mod precedence;
@@ -43,6 +44,24 @@ pub struct Evidence<'a> {
 /// candidate; a candidate another one outranks drops out, and of a sequence only the first to appear
 /// stays; the most confident of the rest wins. The culprit comes from the winner's own lines first.
 pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
+    // What the lines say together (ranks that disagree about one collective) is read as one more line.
+    match collectives::disagreement(evidence.lines) {
+        Some(derived) => {
+            let mut lines = evidence.lines.to_vec();
+            lines.push(derived);
+            attribute_lines(
+                catalog,
+                &Evidence {
+                    lines: &lines,
+                    ..evidence.clone()
+                },
+            )
+        }
+        None => attribute_lines(catalog, evidence),
+    }
+}
+
+fn attribute_lines(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
     let matches: Vec<Vec<usize>> = evidence
         .lines
         .iter()
@@ -796,6 +815,39 @@ explanation = "retry"
         assert_eq!(
             catalog.located_node("root@gpu-node-20240117-48213:~# dmesg"),
             Some("gpu-node-20240117-48213")
+        );
+    }
+
+    #[test]
+    fn ranks_timing_out_in_one_collective_of_different_sizes_diverged() {
+        let catalog = Catalog::builtin().unwrap();
+        let watchdog = |rank: u32, numel: u64| {
+            at(
+                0,
+                Some(rank),
+                &format!(
+                    "[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7219, OpType=BROADCAST, NumelIn={numel}, NumelOut={numel}, Timeout(ms)=1800000) ran for 1800077 milliseconds before timing out."
+                ),
+            )
+        };
+        let attribution = attribute(
+            &catalog,
+            &evidence(&[watchdog(3, 64), watchdog(2, 64)], &[]),
+        );
+        assert_eq!(attribution.category, "nccl_timeout");
+        let attribution = attribute(
+            &catalog,
+            &evidence(&[watchdog(3, 64), watchdog(2, 24_084_544)], &[]),
+        );
+        assert_eq!(attribution.category, "rank_divergence");
+        assert!(!attribution.recoverable);
+        assert!(
+            attribution
+                .evidence
+                .iter()
+                .any(|line| line.contains("rank 3 runs BROADCAST of 64 elements")),
+            "{:?}",
+            attribution.evidence
         );
     }
 

@@ -1,0 +1,198 @@
+//! Ranks that disagree about one collective. PyTorch's watchdog prints the collective each rank timed
+//! out in (`WorkNCCL(SeqNum=7219, OpType=BROADCAST, NumelIn=64, NumelOut=64, ...)`). Two ranks that
+//! name the same sequence number of the same process group with another operation or another size
+//! were not running the same program: the timeout is the symptom of that divergence. The finding is
+//! one derived evidence line, which the catalog reads like any other.
+//!
+//! Lines that do not print their process group are taken to be of one group. Two groups whose
+//! timed-out works have the same sequence number could then be confused; the watchdog prints the
+//! group on its lines since PyTorch 2.2, and most jobs time out in one group at a time.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::store::EvidenceLine;
+
+/// What a derived line starts with, so it is never taken for a line of the log.
+pub const DERIVED_PREFIX: &str = "runguard: ";
+
+static WORK: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(
+        r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel_in>\d+), NumelOut=(?P<numel_out>\d+))?",
+    )
+    .ok()
+});
+static GROUP: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"\[PG (?:ID )?(?P<pg>\d+)\b").ok());
+static RANK: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"\bRank (?P<rank>\d+)\]").ok());
+
+/// A process group (when the line names it) and a sequence number in it: one collective.
+type Collective = (Option<u32>, u64);
+
+/// The first rank that named a collective with a given view, and its line.
+type View<'l> = (u32, Work, &'l EvidenceLine);
+
+/// One rank's view of one collective.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Work {
+    op: String,
+    numel: Option<(u64, u64)>,
+}
+
+impl Work {
+    fn describe(&self) -> String {
+        match self.numel {
+            Some((numel_in, _)) => format!("{} of {numel_in} elements", self.op),
+            None => self.op.clone(),
+        }
+    }
+
+    /// Whether two views of the same collective cannot both be right. A size printed by one rank only
+    /// says nothing.
+    fn disagrees_with(&self, other: &Work) -> bool {
+        self.op != other.op || matches!((self.numel, other.numel), (Some(a), Some(b)) if a != b)
+    }
+}
+
+/// The derived line saying which ranks disagree about which collective, when two do.
+pub(super) fn disagreement(lines: &[EvidenceLine]) -> Option<EvidenceLine> {
+    let (work, group, rank) = (WORK.as_ref()?, GROUP.as_ref()?, RANK.as_ref()?);
+    let mut seen: BTreeMap<Collective, Vec<View<'_>>> = BTreeMap::new();
+    for line in lines {
+        let Some(captures) = work.captures(&line.text) else {
+            continue;
+        };
+        let Some(seq) = captures["seq"].parse::<u64>().ok() else {
+            continue;
+        };
+        let Some(reporter) = rank
+            .captures(&line.text)
+            .and_then(|c| c["rank"].parse::<u32>().ok())
+            .or(line.rank)
+        else {
+            continue;
+        };
+        let pg = group
+            .captures(&line.text)
+            .and_then(|c| c["pg"].parse::<u32>().ok());
+        let numel = captures
+            .name("numel_in")
+            .zip(captures.name("numel_out"))
+            .and_then(|(i, o)| Some((i.as_str().parse().ok()?, o.as_str().parse().ok()?)));
+        let view = Work {
+            op: captures["op"].to_string(),
+            numel,
+        };
+        let views = seen.entry((pg, seq)).or_default();
+        if let Some((other, theirs, first)) = views
+            .iter()
+            .find(|(other, theirs, _)| *other != reporter && theirs.disagrees_with(&view))
+        {
+            return Some(EvidenceLine {
+                time: line.time.max(first.time),
+                rank: None,
+                text: format!(
+                    "{DERIVED_PREFIX}ranks disagree on collective #{seq}: rank {other} runs {}, rank {reporter} runs {}",
+                    theirs.describe(),
+                    view.describe()
+                ),
+            });
+        }
+        if !views.iter().any(|(_, theirs, _)| *theirs == view) {
+            views.push((reporter, view, line));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+
+    use super::*;
+
+    fn line(text: &str) -> EvidenceLine {
+        EvidenceLine {
+            time: Utc::now(),
+            rank: None,
+            text: text.to_string(),
+        }
+    }
+
+    fn watchdog(rank: u32, seq: u64, op: &str, numel: u64) -> EvidenceLine {
+        line(&format!(
+            "[rank{rank}]:[E918 19:29:24.436955737 ProcessGroupNCCL.cpp:689] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel}, NumelOut={numel}, Timeout(ms)=1800000) ran for 1800077 milliseconds before timing out."
+        ))
+    }
+
+    #[test]
+    fn two_ranks_broadcasting_different_sizes_at_one_sequence_number_disagree() {
+        let found = disagreement(&[
+            watchdog(3, 7219, "BROADCAST", 64),
+            watchdog(2, 7219, "BROADCAST", 24_084_544),
+        ])
+        .unwrap();
+        assert_eq!(
+            found.text,
+            "runguard: ranks disagree on collective #7219: rank 3 runs BROADCAST of 64 elements, rank 2 runs BROADCAST of 24084544 elements"
+        );
+    }
+
+    #[test]
+    fn ranks_timing_out_in_the_same_collective_or_at_other_numbers_agree() {
+        // The usual timeout: every rank waits in the same all-reduce.
+        let same: Vec<_> = (0..8)
+            .map(|rank| watchdog(rank, 1559, "ALLREDUCE", 1024))
+            .collect();
+        assert_eq!(disagreement(&same), None);
+        // Ranks stuck at different sequence numbers: a lagging rank, not two programs.
+        assert_eq!(
+            disagreement(&[
+                watchdog(0, 315, "ALLREDUCE", 1),
+                watchdog(7, 183, "BROADCAST", 64),
+            ]),
+            None
+        );
+        // One rank's two lines about one work are one view.
+        assert_eq!(
+            disagreement(&[
+                watchdog(1, 9, "ALLGATHER", 8),
+                watchdog(1, 9, "ALLGATHER", 8)
+            ]),
+            None
+        );
+    }
+
+    #[test]
+    fn the_same_number_in_two_named_process_groups_is_two_collectives() {
+        let lines = [
+            line(
+                "[PG ID 1 PG GUID 1 Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=40, OpType=ALLREDUCE, NumelIn=4096, NumelOut=4096, Timeout(ms)=600000)",
+            ),
+            line(
+                "[PG ID 2 PG GUID 2 Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=40, OpType=ALLGATHER, NumelIn=16, NumelOut=128, Timeout(ms)=600000)",
+            ),
+        ];
+        assert_eq!(disagreement(&lines), None);
+    }
+
+    #[test]
+    fn another_operation_at_the_same_number_disagrees_though_sizes_are_not_printed() {
+        let lines = [
+            line(
+                "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800493 milliseconds before timing out.",
+            ),
+            line(
+                "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=BARRIER, Timeout(ms)=1800000) ran for 1800410 milliseconds before timing out.",
+            ),
+        ];
+        let found = disagreement(&lines).unwrap();
+        assert!(
+            found
+                .text
+                .ends_with("rank 0 runs ALLREDUCE, rank 1 runs BARRIER")
+        );
+    }
+}
