@@ -90,6 +90,15 @@ fn explain_reports_a_hang_from_the_log_s_own_timestamps() {
     );
 }
 
+#[test]
+fn explain_reads_the_frames_of_a_torchscript_traceback() {
+    let sandbox = CliSandbox::default();
+    // The frames say the OOM happened in a scripted function's backward: the activations'.
+    let text = "Traceback of TorchScript (most recent call last):\n  File \"<string>\", line 61, in <backward op>\n            def backward(grad_output):\n                grad_self = torch._gelu_backward(grad_output, self)\nRuntimeError: CUDA out of memory. Tried to allocate 6.00 GiB (GPU 0; 39.59 GiB total capacity; 31.02 GiB already allocated)\n";
+    let (category, _) = explain_generated(&sandbox, "torchscript.log", text);
+    assert_eq!(category, "activation_oom");
+}
+
 /// `explain --json` of a generated log: its attribution's category and its anomalies.
 fn explain_generated(sandbox: &CliSandbox, name: &str, text: &str) -> (String, Vec<String>) {
     let log = sandbox.path().join(name);
@@ -232,8 +241,8 @@ fn the_field_corpus_third_part_stays_above_its_floors() {
     let report = field_eval("third");
     assert_eq!(report["cases"].as_array().map(Vec::len), Some(50));
     let passed = report["passed"].as_u64().unwrap_or_default();
-    assert!(passed >= 42, "{passed}/50 right\n{}", failures(&report));
-    assert!(figure(&report, "category_accuracy") >= 43.0 / 50.0 - 1e-9);
+    assert!(passed >= 43, "{passed}/50 right\n{}", failures(&report));
+    assert!(figure(&report, "category_accuracy") >= 44.0 / 50.0 - 1e-9);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use chrono::Duration;
 
 use crate::model::EvidenceLine;
 use crate::telemetry::record::named_host;
-use crate::telemetry::traceback::{CHAIN_SEPARATORS, TRACEBACK_START};
+use crate::telemetry::traceback::{CHAIN_SEPARATORS, TORCHSCRIPT_START, TRACEBACK_START};
 
 /// Lines further apart in time than this start a new block.
 const BLOCK_WINDOW_SECONDS: i64 = 5;
@@ -67,14 +67,17 @@ struct Open {
 }
 
 fn is_header(text: &str) -> bool {
-    text.contains(TRACEBACK_START)
+    text.contains(TRACEBACK_START) || text.trim_start().starts_with(TORCHSCRIPT_START)
 }
 
 /// `Original Traceback (most recent call last):` is printed inside an exception's message (a DataLoader
 /// worker's re-raise): part of the same traceback.
+/// TorchScript's traceback is printed inside the message of the exception too.
 fn is_inner_header(text: &str) -> bool {
-    text.split_once(TRACEBACK_START)
-        .is_some_and(|(before, _)| before.trim_end().ends_with("Original"))
+    text.trim_start().starts_with(TORCHSCRIPT_START)
+        || text
+            .split_once(TRACEBACK_START)
+            .is_some_and(|(before, _)| before.trim_end().ends_with("Original"))
 }
 
 fn is_chain_separator(text: &str) -> bool {

@@ -852,6 +852,32 @@ explanation = "retry"
     }
 
     #[test]
+    fn an_oom_in_a_torchscript_backward_op_is_the_activations_alone_or_inside_a_python_traceback() {
+        let catalog = Catalog::builtin().unwrap();
+        let torchscript = [
+            "Traceback of TorchScript (most recent call last):",
+            "  File \"<string>\", line 61, in <backward op>",
+            "            def backward(grad_output):",
+            "                grad_self = torch._gelu_backward(grad_output, self)",
+            "RuntimeError: CUDA out of memory. Tried to allocate 6.00 GiB (GPU 0; 39.59 GiB total capacity; 31.02 GiB already allocated)",
+        ];
+        let python = [
+            "Traceback (most recent call last):",
+            "  File \"train.py\", line 88, in <module>",
+            "    loss = model(batch)",
+            "RuntimeError: The following operation failed in the TorchScript interpreter.",
+        ];
+        for lines in [
+            torchscript.to_vec(),
+            python.iter().chain(&torchscript).copied().collect(),
+        ] {
+            let lines: Vec<_> = lines.iter().map(|text| at(0, Some(0), text)).collect();
+            let attribution = attribute(&catalog, &evidence(&lines, &[]));
+            assert_eq!(attribution.category, "activation_oom", "{lines:?}");
+        }
+    }
+
+    #[test]
     fn a_redacted_host_prefix_names_no_culprit() {
         let catalog = Catalog::builtin().unwrap();
         let lines = [at(

@@ -19,6 +19,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use super::structured;
+use super::traceback::TORCHSCRIPT_START;
 
 /// What a recogniser understood from one line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,7 +202,10 @@ pub fn recognise_hinted(message: &str, markers_possible: bool) -> Option<Record>
     }
     // A logger may print its prefix before the header (`... CRITICAL | Traceback (most recent call
     // last):`, `ERROR:root:Traceback ...`).
-    if message.starts_with(TRACEBACK_START) || message.ends_with(TRACEBACK_START) {
+    if message.starts_with(TRACEBACK_START)
+        || message.ends_with(TRACEBACK_START)
+        || message.starts_with(TORCHSCRIPT_START)
+    {
         return Some(Record::TracebackStart);
     }
     // Structured telemetry: JSON lines start with `{`; key=value records are

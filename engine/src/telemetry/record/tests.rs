@@ -717,6 +717,9 @@ fn recognises_traceback_start() {
     for text in [
         "rank:  3 | 2022-04-03 18:44:26,615 CRITICAL | Traceback (most recent call last):",
         "ERROR:root:Traceback (most recent call last):",
+        // TorchScript's, inside a scripted function's exception.
+        "Traceback of TorchScript (most recent call last):",
+        "Traceback of TorchScript, original code (most recent call last):",
     ] {
         assert_eq!(recognise(text), Some(Record::TracebackStart), "{text}");
     }

@@ -38,6 +38,15 @@ use super::line::FramedLine;
 
 /// The header of a Python traceback.
 pub(crate) const TRACEBACK_START: &str = "Traceback (most recent call last):";
+/// TorchScript's own traceback, printed inside the message of the exception a scripted function raised
+/// (`Traceback of TorchScript (most recent call last):`, `Traceback of TorchScript, original code ...`).
+pub(crate) const TORCHSCRIPT_START: &str = "Traceback of TorchScript";
+
+/// Whether `text` opens a traceback, Python's or TorchScript's.
+pub(crate) fn starts_traceback(text: &str) -> bool {
+    let text = text.trim_start();
+    text.starts_with(TRACEBACK_START) || text.starts_with(TORCHSCRIPT_START)
+}
 
 /// The lines that chain one traceback to the next within one block.
 pub(crate) const CHAIN_SEPARATORS: [&str; 2] = [
@@ -265,7 +274,7 @@ impl TracebackAssembler {
         self.lines_seen += 1;
         let now = self.lines_seen;
         let text = message.trim_end();
-        let is_start = text.trim_start().starts_with(TRACEBACK_START);
+        let is_start = starts_traceback(text);
         if self.open.is_empty() && !is_start {
             return self.ready.pop_front();
         }
