@@ -228,3 +228,15 @@ fn explaining_on_many_threads_gives_what_one_thread_gives() {
         }
     }
 }
+
+#[test]
+fn the_candidate_scan_marks_every_traceback_header() {
+    let catalog = Catalog::builtin().unwrap();
+    let headers = [
+        "Traceback (most recent call last):",
+        "Traceback of TorchScript (most recent call last):",
+        "Traceback of TorchScript, original code (most recent call last):",
+    ];
+    let chunk = chunk_of(&headers.join("\n"));
+    assert_eq!(catalog.candidate_lines(&chunk), vec![true; headers.len()]);
+}

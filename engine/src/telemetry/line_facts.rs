@@ -5,7 +5,7 @@
 use chrono::{DateTime, Datelike, Utc};
 
 use crate::telemetry::line::{StampCache, frame_cached};
-use crate::telemetry::pipeline::{TRACEBACK_MARKER, blamed_host};
+use crate::telemetry::pipeline::{TRACEBACK_MARKERS, blamed_host};
 use crate::telemetry::record::{Record, is_save_start, recognise_hinted};
 use crate::telemetry::step_timing::{self, StepTiming};
 use crate::telemetry::straggler_report::{self, StragglerReport};
@@ -87,7 +87,10 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
         let message = framed.message;
         // The message is a part of the line (frames only cut).
         let message_start = (message.as_ptr() as usize).wrapping_sub(raw.as_ptr() as usize);
-        let traceback_marker = markers && message.contains(TRACEBACK_MARKER);
+        let traceback_marker = markers
+            && TRACEBACK_MARKERS
+                .iter()
+                .any(|marker| message.contains(marker));
         let free = |message: &str| {
             // A blamed host's line holds `NCCL WARN` or `srun: error:`, both markers.
             (markers && blamed_host(message).is_some()) || (candidate && (self.notable)(message))

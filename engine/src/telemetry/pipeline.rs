@@ -14,7 +14,7 @@ use crate::telemetry::record::{Record, named_host};
 use crate::telemetry::step_timing::{self, StepTiming};
 use crate::telemetry::straggler_report::{self, StragglerReport};
 use crate::telemetry::tail::Chunk;
-use crate::telemetry::traceback::{TracebackAssembler, TracebackBlock};
+use crate::telemetry::traceback::{TORCHSCRIPT_START, TracebackAssembler, TracebackBlock};
 
 /// Longest evidence line kept.
 const MAX_EVIDENCE_CHARS: usize = 2000;
@@ -49,8 +49,8 @@ pub struct LogDigest {
     pub saving: Option<bool>,
 }
 
-/// The start of a Python traceback, which the assembler is shown.
-pub(crate) const TRACEBACK_MARKER: &str = "Traceback (most recent";
+/// The starts of a Python traceback and of TorchScript's, which the assembler is shown.
+pub(crate) const TRACEBACK_MARKERS: [&str; 2] = ["Traceback (most recent", TORCHSCRIPT_START];
 
 /// Every literal one of which a line must hold for the digest to do more with it than frame it: the
 /// recognisers' markers (`record::signal_marker_literals`), a traceback's start, a straggler report's
@@ -59,7 +59,8 @@ pub(crate) const TRACEBACK_MARKER: &str = "Traceback (most recent";
 /// lines that hold none without searching each.
 pub fn marker_literals() -> Vec<&'static str> {
     let mut literals = crate::telemetry::record::signal_marker_literals();
-    literals.extend([TRACEBACK_MARKER, straggler_report::MARKER]);
+    literals.extend(TRACEBACK_MARKERS);
+    literals.push(straggler_report::MARKER);
     literals.extend(step_timing::markers());
     literals
 }

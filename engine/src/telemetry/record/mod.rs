@@ -19,7 +19,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use super::structured;
-use super::traceback::TORCHSCRIPT_START;
+use super::traceback::{TORCHSCRIPT_START, TRACEBACK_START};
 
 /// What a recogniser understood from one line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -79,8 +79,6 @@ pub enum Record {
 
 /// Longest text kept from one line, so a runaway line cannot bloat what is stored.
 const MAX_TEXT_BYTES: usize = 4096;
-
-const TRACEBACK_START: &str = "Traceback (most recent call last):";
 
 /// Substrings that make a line an error report. `ERROR` and `Killed` must
 /// also stand as whole words (see [`error_marker_at`]).

@@ -297,3 +297,24 @@ fn never_panics_and_stays_bounded_on_garbage() {
         assert!(block.lines.len() <= 16);
     }
 }
+
+#[test]
+fn a_torchscript_traceback_is_a_block_of_its_own_frames() {
+    let mut assembler = TracebackAssembler::with_limits(TracebackLimits::default());
+    for line in [
+        "Traceback of TorchScript (most recent call last):",
+        "  File \"<string>\", line 61, in <backward op>",
+        "            def backward(grad_output):",
+        "RuntimeError: CUDA out of memory. Tried to allocate 6.00 GiB",
+    ] {
+        assembler.push(Some(0), line);
+    }
+    let block = assembler.flush().pop().unwrap();
+    assert!(block.complete);
+    assert_eq!(
+        block.lines[1],
+        "  File \"<string>\", line 61, in <backward op>"
+    );
+    assert_eq!(block.exception, "RuntimeError");
+    assert!(block.message.starts_with("CUDA out of memory"));
+}
