@@ -604,6 +604,15 @@ impl Catalog {
                 owner.push(signatures.len());
                 resolving.push(true);
             }
+            if let Some(pattern) = uncovered_by_prefilter(&spec.prefilter, &spec.patterns) {
+                return Err(invalid_in(
+                    &file,
+                    format!(
+                        "{}: a match of {pattern:?} need not contain any prefilter literal {:?}, so the scan would miss it",
+                        spec.id, spec.prefilter
+                    ),
+                ));
+            }
             let mut context = Vec::new();
             for pattern in &spec.context {
                 context.push(Regex::new(pattern).map_err(|err| {
@@ -863,6 +872,42 @@ const MIN_LITERAL: usize = 6;
 /// Most literals one pattern may expand to (an alternation of many words is still fine).
 const MAX_LITERALS: usize = 64;
 
+/// The first pattern whose matches need not hold any `prefilter` literal: neither does the pattern
+/// spell one out, nor does each literal the parser finds in all its matches hold one. (A literal the
+/// pattern spells out inside an optional group passes: the check catches a wording added to a
+/// signature without its literal, not every way to write a pattern.)
+fn uncovered_by_prefilter<'p>(prefilter: &[String], patterns: &'p [String]) -> Option<&'p str> {
+    let holds = |text: &str| {
+        prefilter
+            .iter()
+            .any(|wanted| text.contains(wanted.as_str()))
+    };
+    if prefilter.is_empty() {
+        return None;
+    }
+    patterns.iter().map(String::as_str).find(|pattern| {
+        !holds(&unescaped(pattern))
+            && !required_literals(pattern)
+                .is_some_and(|literals| literals.iter().all(|literal| holds(literal)))
+    })
+}
+
+/// A pattern's text with its escaped punctuation (`\(`, `\.`) written plainly.
+fn unescaped(pattern: &str) -> String {
+    let mut plain = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match chars.peek() {
+            Some(&next) if c == '\\' && next.is_ascii_punctuation() => {
+                plain.push(next);
+                chars.next();
+            }
+            _ => plain.push(c),
+        }
+    }
+    plain
+}
+
 /// Literals one of which every match of `pattern` contains, when the regex parser can tell.
 fn required_literals(pattern: &str) -> Option<Vec<String>> {
     use regex_syntax::hir::literal::{ExtractKind, Extractor};
@@ -1038,5 +1083,23 @@ explanation = "x"
                 .fatal_while_running("NCCL WARN NET/IB : Got async event : GID table change")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_prefilter_must_cover_every_pattern_of_its_signature() {
+        let prefilter = ["async event".to_string()];
+        let covered = [
+            r"NET/IB ?: ?Got (?:fatal )?async event ?: port error".to_string(),
+            r"Workers killed \(async event\)".to_string(),
+        ];
+        assert_eq!(uncovered_by_prefilter(&prefilter, &covered), None);
+        // NCCL 2.23's wording holds no "async event": the scan would skip its lines.
+        let newer = [r"NET/IB ?: ?\S+:\d+ Got async error event: port error".to_string()];
+        assert_eq!(
+            uncovered_by_prefilter(&prefilter, &newer),
+            Some(newer[0].as_str())
+        );
+        // No prefilter: the scan uses each pattern's own literals.
+        assert_eq!(uncovered_by_prefilter(&[], &newer), None);
     }
 }
