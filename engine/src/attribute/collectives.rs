@@ -7,8 +7,13 @@
 //! Lines that do not print their process group are taken to be of one group. Two groups whose
 //! timed-out works have the same sequence number could then be confused; the watchdog prints the
 //! group on its lines since PyTorch 2.2, and most jobs time out in one group at a time.
+//!
+//! Horovod's stall inspector lists each stalled tensor with the ranks ready to reduce it
+//! (`HorovodAllreduce_loss_0 [ready ranks: 3]`). A lagging rank leaves every tensor with the same ranks
+//! ready; two tensors whose ready ranks have none in common mean each group of ranks submitted a tensor
+//! the other never will: the ranks run different programs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -27,6 +32,9 @@ static WORK: LazyLock<Option<Regex>> = LazyLock::new(|| {
 static GROUP: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"\[PG (?:ID )?(?P<pg>\d+)\b").ok());
 static RANK: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"\bRank (?P<rank>\d+)\]").ok());
+static READY: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"(?P<tensor>[\w./:-]+) \[ready ranks: (?P<ranks>\d+(?:, ?\d+)*)\]").ok()
+});
 
 /// A process group (when the line names it) and a sequence number in it: one collective.
 type Collective = (Option<u32>, u64);
@@ -58,6 +66,11 @@ impl Work {
 
 /// The derived line saying which ranks disagree about which collective, when two do.
 pub(super) fn disagreement(lines: &[EvidenceLine]) -> Option<EvidenceLine> {
+    watchdog_disagreement(lines).or_else(|| stalled_tensors_disagreement(lines))
+}
+
+/// Two ranks' watchdogs naming one collective with another operation or size.
+fn watchdog_disagreement(lines: &[EvidenceLine]) -> Option<EvidenceLine> {
     let (work, group, rank) = (WORK.as_ref()?, GROUP.as_ref()?, RANK.as_ref()?);
     let mut seen: BTreeMap<Collective, Vec<View<'_>>> = BTreeMap::new();
     for line in lines {
@@ -105,6 +118,50 @@ pub(super) fn disagreement(lines: &[EvidenceLine]) -> Option<EvidenceLine> {
         }
     }
     None
+}
+
+/// Two tensors of Horovod's stall list whose ready ranks have none in common.
+fn stalled_tensors_disagreement(lines: &[EvidenceLine]) -> Option<EvidenceLine> {
+    let ready = READY.as_ref()?;
+    let mut seen: Vec<(String, BTreeSet<u32>, &EvidenceLine)> = Vec::new();
+    for line in lines {
+        for captures in ready.captures_iter(&line.text) {
+            let ranks: BTreeSet<u32> = captures["ranks"]
+                .split(',')
+                .filter_map(|rank| rank.trim().parse().ok())
+                .collect();
+            if ranks.is_empty() {
+                continue;
+            }
+            let tensor = captures["tensor"].to_string();
+            if let Some((other, theirs, first)) = seen
+                .iter()
+                .find(|(other, theirs, _)| *other != tensor && theirs.is_disjoint(&ranks))
+            {
+                return Some(EvidenceLine {
+                    time: line.time.max(first.time),
+                    rank: None,
+                    text: format!(
+                        "{DERIVED_PREFIX}ranks disagree on which tensors to reduce: {other} is ready on ranks {}, {tensor} on ranks {}",
+                        list(theirs),
+                        list(&ranks)
+                    ),
+                });
+            }
+            if !seen.iter().any(|(_, theirs, _)| *theirs == ranks) {
+                seen.push((tensor, ranks, line));
+            }
+        }
+    }
+    None
+}
+
+fn list(ranks: &BTreeSet<u32>) -> String {
+    ranks
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -194,5 +251,34 @@ mod tests {
                 .text
                 .ends_with("rank 0 runs ALLREDUCE, rank 1 runs BARRIER")
         );
+    }
+
+    #[test]
+    fn stalled_tensors_ready_on_disjoint_ranks_disagree() {
+        let lines = [line(
+            "WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds. Stalled ops: HorovodAllreduce_loss_Mean_0 [ready ranks: 3], HorovodAllreduce_grads_conv1_0 [ready ranks: 2, 0, 1], HorovodAllreduce_grads_conv2_0 [ready ranks: 2, 0, 1], HorovodAllre",
+        )];
+        let found = disagreement(&lines).unwrap();
+        assert_eq!(
+            found.text,
+            "runguard: ranks disagree on which tensors to reduce: HorovodAllreduce_loss_Mean_0 is ready on ranks 3, HorovodAllreduce_grads_conv1_0 on ranks 0, 1, 2"
+        );
+    }
+
+    #[test]
+    fn stalled_tensors_all_waiting_for_the_same_rank_agree() {
+        // A lagging rank: every tensor is ready on the same ranks, whatever order they are listed in.
+        let lines = [
+            line("allreduce.conv1.weight [ready ranks: 0, 7, 3, 2, 4, 6],"),
+            line("allreduce.layer1.0.conv2.weight [ready ranks: 0, 7, 3, 4, 2, 6],"),
+            line("allreduce.fc.bias [ready ranks: 0, 7, 3, 4, 2, 6]"),
+        ];
+        assert_eq!(disagreement(&lines), None);
+        // Ready sets that overlap are ranks at different speeds, not different programs.
+        let overlapping = [
+            line("allreduce.a [ready ranks: 0, 1]"),
+            line("allreduce.b [ready ranks: 1, 2]"),
+        ];
+        assert_eq!(disagreement(&overlapping), None);
     }
 }
