@@ -726,7 +726,13 @@ fn the_fatal_line_rule_never_fires_on_a_healthy_corpus_log() {
     let catalog = Catalog::builtin().unwrap();
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut healthy = vec![fixtures.join("logs/healthy_noise.log")];
-    for manifest in ["cases.toml", "field/tune.toml", "field/validation.toml"] {
+    for manifest in [
+        "cases.toml",
+        "field/tune.toml",
+        "field/validation.toml",
+        "field/third.toml",
+        "field/fourth.toml",
+    ] {
         let manifest = fixtures.join("corpus").join(manifest);
         let parsed: Manifest =
             toml::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
