@@ -249,6 +249,11 @@ fn the_field_corpus_third_part_stays_above_its_floors() {
 }
 
 #[test]
+fn the_field_corpus_fifth_part_stays_above_its_floors() {
+    part_above_floors("fifth", 39, 27, 27);
+}
+
+#[test]
 fn the_field_corpus_fourth_part_stays_above_its_floors() {
     let report = part_above_floors("fourth", 102, 88, 88);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
