@@ -877,14 +877,14 @@ const MAX_LITERALS: usize = 64;
 /// pattern spells out inside an optional group passes: the check catches a wording added to a
 /// signature without its literal, not every way to write a pattern.)
 fn uncovered_by_prefilter<'p>(prefilter: &[String], patterns: &'p [String]) -> Option<&'p str> {
+    if prefilter.is_empty() {
+        return None;
+    }
     let holds = |text: &str| {
         prefilter
             .iter()
             .any(|wanted| text.contains(wanted.as_str()))
     };
-    if prefilter.is_empty() {
-        return None;
-    }
     patterns.iter().map(String::as_str).find(|pattern| {
         !holds(&unescaped(pattern))
             && !required_literals(pattern)

@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
+use chrono::{DateTime, Utc};
 use regex::Regex;
 
 use crate::store::EvidenceLine;
@@ -103,15 +104,14 @@ fn watchdog_disagreement(lines: &[EvidenceLine]) -> Option<EvidenceLine> {
             .iter()
             .find(|(other, theirs, _)| *other != reporter && theirs.disagrees_with(&view))
         {
-            return Some(EvidenceLine {
-                time: line.time.max(first.time),
-                rank: None,
-                text: format!(
-                    "{DERIVED_PREFIX}ranks disagree on collective #{seq}: rank {other} runs {}, rank {reporter} runs {}",
+            return Some(derived(
+                line.time.max(first.time),
+                format!(
+                    "ranks disagree on collective #{seq}: rank {other} runs {}, rank {reporter} runs {}",
                     theirs.describe(),
                     view.describe()
                 ),
-            });
+            ));
         }
         if !views.iter().any(|(_, theirs, _)| *theirs == view) {
             views.push((reporter, view, line));
@@ -138,15 +138,14 @@ fn stalled_tensors_disagreement(lines: &[EvidenceLine]) -> Option<EvidenceLine> 
                 .iter()
                 .find(|(other, theirs, _)| *other != tensor && theirs.is_disjoint(&ranks))
             {
-                return Some(EvidenceLine {
-                    time: line.time.max(first.time),
-                    rank: None,
-                    text: format!(
-                        "{DERIVED_PREFIX}ranks disagree on which tensors to reduce: {other} is ready on ranks {}, {tensor} on ranks {}",
+                return Some(derived(
+                    line.time.max(first.time),
+                    format!(
+                        "ranks disagree on which tensors to reduce: {other} is ready on ranks {}, {tensor} on ranks {}",
                         list(theirs),
                         list(&ranks)
                     ),
-                });
+                ));
             }
             if !seen.iter().any(|(_, theirs, _)| *theirs == ranks) {
                 seen.push((tensor, ranks, line));
@@ -154,6 +153,15 @@ fn stalled_tensors_disagreement(lines: &[EvidenceLine]) -> Option<EvidenceLine> 
         }
     }
     None
+}
+
+/// A derived line of no rank, at the time the later of its two lines was written.
+fn derived(time: DateTime<Utc>, finding: String) -> EvidenceLine {
+    EvidenceLine {
+        time,
+        rank: None,
+        text: format!("{DERIVED_PREFIX}{finding}"),
+    }
 }
 
 fn list(ranks: &BTreeSet<u32>) -> String {
@@ -166,8 +174,6 @@ fn list(ranks: &BTreeSet<u32>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use chrono::Utc;
-
     use super::*;
 
     fn line(text: &str) -> EvidenceLine {
