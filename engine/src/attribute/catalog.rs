@@ -365,10 +365,14 @@ impl Signature {
             || lines.any(|line| self.context.iter().any(|pattern| pattern.is_match(line)))
     }
 
-    /// Whether a line after all of the signature's own says its condition cleared.
-    pub fn resolved_after<'l>(&self, mut later: impl Iterator<Item = &'l str>) -> bool {
+    /// Whether the signature can be cleared by a later line at all.
+    pub fn has_resolution(&self) -> bool {
         !self.resolved.is_empty()
-            && later.any(|line| self.resolved.iter().any(|pattern| pattern.is_match(line)))
+    }
+
+    /// Whether `line` says the signature's condition cleared.
+    pub fn resolves(&self, line: &str) -> bool {
+        self.resolved.iter().any(|pattern| pattern.is_match(line))
     }
 
     /// Whether the signature needs a context at all.

@@ -8,6 +8,7 @@ mod culprit;
 mod precedence;
 pub mod quality;
 pub mod rejoin;
+mod resolution;
 pub mod scan;
 
 use std::collections::{BTreeMap, HashSet};
@@ -84,12 +85,7 @@ fn attribute_lines(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
     });
     // A condition a later line says cleared (a retry that then succeeded) is no failure.
     hits.retain(|&signature, own| {
-        let after = own.iter().max().map_or(0, |last| last + 1);
-        !catalog.signatures()[signature].resolved_after(
-            evidence.lines[after.min(evidence.lines.len())..]
-                .iter()
-                .map(|line| line.text.as_str()),
-        )
+        !resolution::cleared(&catalog.signatures()[signature], own, evidence.lines)
     });
     let ranked = precedence::rank(catalog, &hits, evidence.lines);
     let Some((index, own)) = ranked else {
