@@ -52,6 +52,58 @@ fn every_signature_wins_on_its_own_fixture() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// One wording of `wordings.toml`.
+#[derive(serde::Deserialize)]
+struct Wording {
+    signature: String,
+    line: String,
+    source: String,
+}
+
+#[derive(serde::Deserialize)]
+struct Wordings {
+    wording: Vec<Wording>,
+}
+
+#[test]
+fn every_wording_a_family_claims_is_attributed_to_it_alone() {
+    let catalog = Catalog::builtin().unwrap();
+    let config = Config::default();
+    let text = std::fs::read_to_string(fixture_dir().join("wordings.toml")).unwrap();
+    let wordings: Wordings = toml::from_str(&text).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("line.log");
+    let mut failures = Vec::new();
+    for wording in &wordings.wording {
+        assert!(
+            catalog
+                .signatures()
+                .iter()
+                .any(|s| s.spec.id == wording.signature),
+            "{}: no such signature",
+            wording.signature
+        );
+        assert!(!wording.source.is_empty(), "{}: no source", wording.line);
+        std::fs::write(&log, format!("{}\n", wording.line)).unwrap();
+        let input = ExplainInput {
+            logs: vec![log.clone()],
+            ranks_per_node: 8,
+            ..ExplainInput::default()
+        };
+        let got = explain(&catalog, &config, &input)
+            .unwrap()
+            .attribution
+            .signature;
+        if got.as_deref() != Some(wording.signature.as_str()) {
+            failures.push(format!(
+                "{}: attributed to {got:?}: {}",
+                wording.signature, wording.line
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn healthy_logs_match_no_signature() {
     let catalog = Catalog::builtin().unwrap();
