@@ -60,13 +60,22 @@ struct Wording {
     source: String,
 }
 
+/// A line that looks like a failure and is none, as the software prints it.
+#[derive(serde::Deserialize)]
+struct Harmless {
+    line: String,
+    source: String,
+}
+
 #[derive(serde::Deserialize)]
 struct Wordings {
     wording: Vec<Wording>,
+    #[serde(default)]
+    harmless: Vec<Harmless>,
 }
 
 #[test]
-fn every_wording_a_family_claims_is_attributed_to_it_alone() {
+fn every_wording_a_family_claims_is_attributed_to_it_alone_and_no_look_alike_is() {
     let catalog = Catalog::builtin().unwrap();
     let config = Config::default();
     let text = std::fs::read_to_string(fixture_dir().join("wordings.toml")).unwrap();
@@ -98,6 +107,22 @@ fn every_wording_a_family_claims_is_attributed_to_it_alone() {
             failures.push(format!(
                 "{}: attributed to {got:?}: {}",
                 wording.signature, wording.line
+            ));
+        }
+    }
+    for harmless in &wordings.harmless {
+        assert!(!harmless.source.is_empty(), "{}: no source", harmless.line);
+        std::fs::write(&log, format!("{}\n", harmless.line)).unwrap();
+        let input = ExplainInput {
+            logs: vec![log.clone()],
+            ranks_per_node: 8,
+            ..ExplainInput::default()
+        };
+        let got = explain(&catalog, &config, &input).unwrap().attribution;
+        if got.signature.is_some() {
+            failures.push(format!(
+                "harmless line attributed to {:?}: {}",
+                got.signature, harmless.line
             ));
         }
     }
