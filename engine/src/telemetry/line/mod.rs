@@ -160,8 +160,27 @@ fn frame_impl(line: &str, year: impl Fn() -> i32 + Copy) -> FramedLine<'_> {
         None => FramedLine {
             rank,
             timestamp: None,
-            message: rest,
+            message: strip_group_gutter(rest),
         },
+    }
+}
+
+/// A line of an exception group's report (Python 3.11+) without its gutter: CPython indents each
+/// nested group by two spaces and draws its left edge as `| ` (`+ ` on the header), so the traceback
+/// inside reads as any other once the gutter is cut: `  | FileNotFoundError: shard 3 missing`. Tables
+/// drawn from the first column (nvidia-smi's, Markdown's) keep theirs.
+fn strip_group_gutter(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    let indent = bytes.iter().take_while(|&&b| b == b' ').count();
+    if indent < 2 {
+        return text;
+    }
+    match bytes.get(indent..indent + 2) {
+        Some(b"| ") => text.get(indent + 2..).unwrap_or(text),
+        Some(b"+ ") if text[indent + 2..].starts_with("Exception Group Traceback") => {
+            text.get(indent + 2..).unwrap_or(text)
+        }
+        _ => text,
     }
 }
 

@@ -489,3 +489,31 @@ fn splits_open_mpi_s_tag_before_or_after_its_timestamp() {
     assert_eq!(frame("[1,2] not a tag").message, "[1,2] not a tag");
     assert_eq!(frame("[1,2]<stdout> no colon").rank, None);
 }
+
+#[test]
+fn an_exception_group_s_gutter_is_cut_and_a_table_s_is_kept() {
+    assert_eq!(
+        frame("  + Exception Group Traceback (most recent call last):").message,
+        "Exception Group Traceback (most recent call last):"
+    );
+    assert_eq!(
+        frame("  |   File \"/workspace/serve.py\", line 41, in <module>").message,
+        "  File \"/workspace/serve.py\", line 41, in <module>"
+    );
+    assert_eq!(
+        frame("    | FileNotFoundError: shard 3 missing").message,
+        "FileNotFoundError: shard 3 missing"
+    );
+    assert_eq!(
+        frame("  3:     | RuntimeError: boom").message,
+        "RuntimeError: boom"
+    );
+    // nvidia-smi's rows and Markdown tables start in the first column.
+    let row = "|   0  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |";
+    assert_eq!(frame(row).message, row);
+    assert_eq!(frame(" | a | b |").message, " | a | b |");
+    assert_eq!(
+        frame("  +-+---------------- 1 ----------------").message,
+        "  +-+---------------- 1 ----------------"
+    );
+}
