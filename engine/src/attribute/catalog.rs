@@ -194,6 +194,13 @@ pub struct LocatorSpec {
     /// lines are no failure by themselves.
     #[serde(default)]
     pub origin: bool,
+    /// Regular expressions over the same line that cancel it: a prompt whose command asks the
+    /// scheduler about the cluster or runs on other hosts is followed by output that is not its host's.
+    #[serde(default)]
+    pub unless: Vec<String>,
+    /// Real lines of the locator's kind that it must not locate (tests/signatures.rs checks them).
+    #[serde(default)]
+    pub not_located: Vec<String>,
 }
 
 /// A line a locator must locate, with its node.
@@ -214,7 +221,11 @@ pub struct Locator {
     pub examples: Vec<LocatorExample>,
     /// See [`LocatorSpec::origin`].
     pub origin: bool,
+    /// See [`LocatorSpec::not_located`].
+    pub not_located: Vec<String>,
     pattern: Regex,
+    /// See [`LocatorSpec::unless`].
+    unless: Vec<Regex>,
 }
 
 impl Locator {
@@ -223,11 +234,16 @@ impl Locator {
         self.locate(line).map(|(node, _)| node)
     }
 
+    /// Whether `line` is this locator's kind of line, whether or not it locates a node.
+    pub fn is_its_kind(&self, line: &str) -> bool {
+        self.pattern.is_match(line)
+    }
+
     /// The node `line` names, and the rank when the locator captures one.
     pub fn locate<'l>(&self, line: &'l str) -> Option<(&'l str, Option<u32>)> {
         let captures = self.pattern.captures(line)?;
         let node = captures.name("node")?.as_str();
-        if is_replica_set_pod(node) {
+        if is_replica_set_pod(node) || self.unless.iter().any(|veto| veto.is_match(line)) {
             return None;
         }
         let rank = captures
@@ -510,13 +526,24 @@ impl Catalog {
                         ),
                     });
                 }
+                let unless = locator
+                    .unless
+                    .iter()
+                    .map(|veto| Regex::new(veto))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|err| CatalogError::Invalid {
+                        file: file.clone(),
+                        message: format!("locator {} unless: {err}", locator.id),
+                    })?;
                 // A site's locator replaces the built-in one of the same id.
                 locators.retain(|known: &Locator| known.id != locator.id);
                 locators.push(Locator {
                     id: locator.id,
                     examples: locator.examples,
                     origin: locator.origin,
+                    not_located: locator.not_located,
                     pattern,
+                    unless,
                 });
             }
             for sequence in file_sequences {

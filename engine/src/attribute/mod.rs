@@ -739,6 +739,28 @@ explanation = "retry"
     }
 
     #[test]
+    fn a_login_node_s_prompt_before_a_launcher_or_a_cluster_query_locates_nothing() {
+        let catalog = Catalog::builtin().unwrap();
+        let xid = "[Fri Aug  9 13:32:56 2024] NVRM: Xid (PCI:0000:00:08): 94, pid='<unknown>', name=<unknown>, Contained: SM (0x1). RST: No, D-RST: No";
+        // What srun, ssh or sinfo print is other hosts' output, not the login node's.
+        for prompt in [
+            "[alice@login01 ~]$ srun -N 2 --gpus-per-node=8 python train.py",
+            "alice@login01:~$ ssh gpu-17 dmesg -T",
+            "alice@login01 ~ % sudo /usr/bin/sinfo -R",
+        ] {
+            let lines = [at(0, None, prompt), at(0, None, xid)];
+            let attribution = attribute(&catalog, &evidence(&lines, &[]));
+            assert_eq!(attribution.category, "gpu_ecc");
+            assert_eq!(attribution.culprit.node, None, "{prompt}");
+        }
+        // A command naming one of those words further on is still run on the prompt's host.
+        assert_eq!(
+            catalog.located_node("root@node4:~# dmesg -T | grep -v ssh"),
+            Some("node4")
+        );
+    }
+
+    #[test]
     fn several_hosts_with_the_same_failure_name_no_culprit() {
         let catalog = Catalog::builtin().unwrap();
         let lines = [
