@@ -93,16 +93,7 @@ fn every_wording_a_family_claims_is_attributed_to_it_alone_and_no_look_alike_is(
             wording.signature
         );
         assert!(!wording.source.is_empty(), "{}: no source", wording.line);
-        std::fs::write(&log, format!("{}\n", wording.line)).unwrap();
-        let input = ExplainInput {
-            logs: vec![log.clone()],
-            ranks_per_node: 8,
-            ..ExplainInput::default()
-        };
-        let got = explain(&catalog, &config, &input)
-            .unwrap()
-            .attribution
-            .signature;
+        let got = signature_of_line(&catalog, &config, &log, &wording.line);
         if got.as_deref() != Some(wording.signature.as_str()) {
             failures.push(format!(
                 "{}: attributed to {got:?}: {}",
@@ -112,21 +103,34 @@ fn every_wording_a_family_claims_is_attributed_to_it_alone_and_no_look_alike_is(
     }
     for harmless in &wordings.harmless {
         assert!(!harmless.source.is_empty(), "{}: no source", harmless.line);
-        std::fs::write(&log, format!("{}\n", harmless.line)).unwrap();
-        let input = ExplainInput {
-            logs: vec![log.clone()],
-            ranks_per_node: 8,
-            ..ExplainInput::default()
-        };
-        let got = explain(&catalog, &config, &input).unwrap().attribution;
-        if got.signature.is_some() {
+        let got = signature_of_line(&catalog, &config, &log, &harmless.line);
+        if got.is_some() {
             failures.push(format!(
-                "harmless line attributed to {:?}: {}",
-                got.signature, harmless.line
+                "harmless line attributed to {got:?}: {}",
+                harmless.line
             ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The signature `explain` attributes a log of one line to, written at `log`.
+fn signature_of_line(
+    catalog: &Catalog,
+    config: &Config,
+    log: &std::path::Path,
+    line: &str,
+) -> Option<String> {
+    std::fs::write(log, format!("{line}\n")).unwrap();
+    let input = ExplainInput {
+        logs: vec![log.to_path_buf()],
+        ranks_per_node: 8,
+        ..ExplainInput::default()
+    };
+    explain(catalog, config, &input)
+        .unwrap()
+        .attribution
+        .signature
 }
 
 #[test]
@@ -181,7 +185,10 @@ fn every_locator_locates_the_node_of_each_of_its_examples() {
             // The line is the locator's kind: its pattern alone would have located it.
             assert!(locator.is_its_kind(line), "{}: {line:?}", locator.id);
             assert!(
-                catalog.locators().iter().all(|other| other.locate(line).is_none()),
+                catalog
+                    .locators()
+                    .iter()
+                    .all(|other| other.locate(line).is_none()),
                 "{}: another locator locates {line:?}",
                 locator.id
             );
