@@ -732,6 +732,8 @@ fn the_fatal_line_rule_never_fires_on_a_healthy_corpus_log() {
         "field/validation.toml",
         "field/third.toml",
         "field/fourth.toml",
+        "field/fifth.toml",
+        "field/sixth.toml",
     ] {
         let manifest = fixtures.join("corpus").join(manifest);
         let parsed: Manifest =

@@ -254,6 +254,11 @@ fn the_field_corpus_fifth_part_stays_above_its_floors() {
 }
 
 #[test]
+fn the_field_corpus_sixth_part_stays_above_its_floors() {
+    part_above_floors("sixth", 38, 29, 31);
+}
+
+#[test]
 fn the_field_corpus_fourth_part_stays_above_its_floors() {
     let report = part_above_floors("fourth", 102, 88, 88);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
