@@ -149,6 +149,19 @@ struct CatalogFile {
     locator: Vec<LocatorSpec>,
     #[serde(default)]
     sequence: Vec<SequenceSpec>,
+    #[serde(default)]
+    veto: Vec<VetoSpec>,
+}
+
+/// A named condition that cancels a locator's line, written once and named by the locators it
+/// applies to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VetoSpec {
+    pub id: String,
+    /// A regular expression over the locator's line.
+    pub pattern: String,
+    pub explanation: String,
 }
 
 /// Errors that come in cascades, where the first is the cause of the rest, as written in the catalog.
@@ -194,8 +207,8 @@ pub struct LocatorSpec {
     /// lines are no failure by themselves.
     #[serde(default)]
     pub origin: bool,
-    /// Regular expressions over the same line that cancel it: a prompt whose command asks the
-    /// scheduler about the cluster or runs on other hosts is followed by output that is not its host's.
+    /// Ids of the vetoes (`[[veto]]`) that cancel the line: a prompt whose command asks the scheduler
+    /// about the cluster or runs on other hosts is followed by output that is not its host's.
     #[serde(default)]
     pub unless: Vec<String>,
     /// Real lines of the locator's kind that it must not locate (tests/signatures.rs checks them).
@@ -503,49 +516,31 @@ impl Catalog {
         let mut outranked = Vec::new();
         let mut sequences: Vec<Sequence> = Vec::new();
         let mut sequence_refs = Vec::new();
+        let mut vetoes: std::collections::HashMap<String, Regex> = std::collections::HashMap::new();
+        let mut pending_locators = Vec::new();
         for Parsed {
             spec,
             file,
             text,
             locators: file_locators,
             sequences: file_sequences,
+            vetoes: file_vetoes,
         } in parsed
         {
-            for locator in file_locators {
-                let pattern =
-                    Regex::new(&locator.pattern).map_err(|err| CatalogError::Invalid {
-                        file: file.clone(),
-                        message: format!("locator {}: {err}", locator.id),
-                    })?;
-                if !pattern.capture_names().any(|name| name == Some("node")) {
-                    return Err(CatalogError::Invalid {
-                        file: file.clone(),
-                        message: format!(
-                            "locator {}: the pattern has no `node` capture",
-                            locator.id
-                        ),
-                    });
-                }
-                let unless = locator
-                    .unless
-                    .iter()
-                    .map(|veto| Regex::new(veto))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|err| CatalogError::Invalid {
-                        file: file.clone(),
-                        message: format!("locator {} unless: {err}", locator.id),
-                    })?;
-                // A site's locator replaces the built-in one of the same id.
-                locators.retain(|known: &Locator| known.id != locator.id);
-                locators.push(Locator {
-                    id: locator.id,
-                    examples: locator.examples,
-                    origin: locator.origin,
-                    not_located: locator.not_located,
-                    pattern,
-                    unless,
-                });
+            for veto in file_vetoes {
+                let pattern = Regex::new(&veto.pattern).map_err(|err| CatalogError::Invalid {
+                    file: file.clone(),
+                    message: format!("veto {}: {err}", veto.id),
+                })?;
+                // A site's veto replaces the built-in one of the same id.
+                vetoes.insert(veto.id, pattern);
             }
+            // Compiled once every file's vetoes are known: a locator may name a veto of another file.
+            pending_locators.extend(
+                file_locators
+                    .into_iter()
+                    .map(|locator| (file.clone(), locator)),
+            );
             for sequence in file_sequences {
                 let pattern =
                     Regex::new(&sequence.pattern).map_err(|err| CatalogError::Invalid {
@@ -687,6 +682,41 @@ impl Catalog {
                 context,
                 resolved,
                 fatal,
+            });
+        }
+        for (file, locator) in pending_locators {
+            let pattern = Regex::new(&locator.pattern).map_err(|err| CatalogError::Invalid {
+                file: file.clone(),
+                message: format!("locator {}: {err}", locator.id),
+            })?;
+            if !pattern.capture_names().any(|name| name == Some("node")) {
+                return Err(CatalogError::Invalid {
+                    file: file.clone(),
+                    message: format!("locator {}: the pattern has no `node` capture", locator.id),
+                });
+            }
+            let unless = locator
+                .unless
+                .iter()
+                .map(|name| {
+                    vetoes
+                        .get(name)
+                        .cloned()
+                        .ok_or_else(|| CatalogError::Invalid {
+                            file: file.clone(),
+                            message: format!("locator {}: unknown veto {name:?}", locator.id),
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            // A site's locator replaces the built-in one of the same id.
+            locators.retain(|known: &Locator| known.id != locator.id);
+            locators.push(Locator {
+                id: locator.id,
+                examples: locator.examples,
+                origin: locator.origin,
+                not_located: locator.not_located,
+                pattern,
+                unless,
             });
         }
         // Cause over symptom is data: every signature or category a signature outranks must exist.
@@ -1000,6 +1030,7 @@ struct Parsed {
     text: std::sync::Arc<str>,
     locators: Vec<LocatorSpec>,
     sequences: Vec<SequenceSpec>,
+    vetoes: Vec<VetoSpec>,
 }
 
 fn parse_file(text: &str, file: &Path) -> Result<Vec<Parsed>, CatalogError> {
@@ -1014,6 +1045,7 @@ fn parse_file(text: &str, file: &Path) -> Result<Vec<Parsed>, CatalogError> {
         text: shared.clone(),
         locators: parsed.locator,
         sequences: parsed.sequence,
+        vetoes: parsed.veto,
     }];
     out.extend(parsed.signature.into_iter().map(|spec| Parsed {
         spec: Some(spec),
@@ -1021,6 +1053,7 @@ fn parse_file(text: &str, file: &Path) -> Result<Vec<Parsed>, CatalogError> {
         text: shared.clone(),
         locators: Vec::new(),
         sequences: Vec::new(),
+        vetoes: Vec::new(),
     }));
     Ok(out)
 }
@@ -1132,5 +1165,60 @@ explanation = "x"
         );
         // No prefilter: the scan uses each pattern's own literals.
         assert_eq!(uncovered_by_prefilter(&[], &newer), None);
+    }
+
+    const PROMPT: &str = r#"
+[[locator]]
+id = "prompt"
+pattern = '^\w+@(?P<node>[\w-]+):\S*\$'
+examples = [{ line = "alice@gpu-3:~$ nvidia-smi", node = "gpu-3" }]
+unless = ["remote"]
+explanation = "x"
+"#;
+
+    const REMOTE: &str = r#"
+[[veto]]
+id = "remote"
+pattern = '\$ ssh\s'
+explanation = "x"
+"#;
+
+    #[test]
+    fn a_locator_s_veto_is_named_once_and_may_live_in_another_file() {
+        let mut parsed = parse_file(PROMPT, Path::new("a.toml")).unwrap();
+        parsed.extend(parse_file(REMOTE, Path::new("b.toml")).unwrap());
+        let catalog = Catalog::from_specs(parsed, Path::new("t")).unwrap();
+        assert_eq!(
+            catalog.located_node("alice@gpu-3:~$ nvidia-smi"),
+            Some("gpu-3")
+        );
+        assert_eq!(catalog.located_node("alice@gpu-3:~$ ssh gpu-4 dmesg"), None);
+        // A later file's veto of the same id replaces the first.
+        let mut parsed = parse_file(PROMPT, Path::new("a.toml")).unwrap();
+        parsed.extend(parse_file(REMOTE, Path::new("b.toml")).unwrap());
+        parsed.extend(parse_file(&REMOTE.replace("ssh", "pdsh"), Path::new("c.toml")).unwrap());
+        let catalog = Catalog::from_specs(parsed, Path::new("t")).unwrap();
+        assert_eq!(
+            catalog.located_node("alice@gpu-3:~$ ssh gpu-4 dmesg"),
+            Some("gpu-3")
+        );
+        assert_eq!(
+            catalog.located_node("alice@gpu-3:~$ pdsh -w gpu-4 dmesg"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_locator_naming_an_unknown_veto_fails_the_load_naming_both() {
+        let parsed = parse_file(PROMPT, Path::new("a.toml")).unwrap();
+        let error = Catalog::from_specs(parsed, Path::new("t"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("a.toml"), "{error}");
+        assert!(
+            error.contains("locator prompt: unknown veto \"remote\""),
+            "{error}"
+        );
     }
 }
