@@ -18,6 +18,7 @@ use crate::recover::{Policy, decide};
 use crate::telemetry::line_facts::LineClassifier;
 use crate::telemetry::node_signals::parse_kernel_line;
 use crate::telemetry::pipeline::Digester;
+use crate::telemetry::readings::Reading;
 use crate::telemetry::tail::{Chunk, TailLimits};
 use crate::telemetry::whole_file::digest_file;
 
@@ -124,6 +125,7 @@ pub fn explain_with(
     let mut evidence: Vec<EvidenceLine> = Vec::new();
     let mut samples: Vec<ThroughputSample> = Vec::new();
     let mut step_timings = Vec::new();
+    let mut readings = Vec::new();
     let mut checkpoints = Vec::new();
     let mut timeline = Vec::new();
     let (mut lines, mut first_iteration, mut last_iteration) = (0u64, None, None);
@@ -178,6 +180,7 @@ pub fn explain_with(
             });
         }
         step_timings.extend(digest.step_timings.iter().copied());
+        readings.extend(digest.readings);
         last_iteration = last_iteration.max(digest.last_iteration);
         for (iteration, path, time) in &digest.checkpoints {
             checkpoints.push(*iteration);
@@ -241,7 +244,22 @@ pub fn explain_with(
     let steps: Vec<_> = step_timings.into_iter().map(|(_, step)| step).collect();
     let input_bound = detect::steps::input_bound(&steps, &config.detect);
     let slowdown = detect::steps::step_slowdown(&steps, &config.detect);
-    for finding in input_bound.iter().chain(&slowdown) {
+    // Data waits from the step lines and from the loaders' own lines alike.
+    let waits: Vec<f64> = steps
+        .iter()
+        .filter_map(|step| step.data_secs)
+        .chain(readings.iter().filter_map(|reading| match reading {
+            Reading::DataWait(secs) => Some(*secs),
+            _ => None,
+        }))
+        .collect();
+    let stalls = detect::readings::input_stalls(&waits, &config.detect);
+    let hot = detect::readings::hot_gpu(&readings, &config.detect);
+    let slow_device = detect::readings::slow_device(&readings, &config.detect);
+    for finding in [&hot, &slow_device, &input_bound, &stalls, &slowdown]
+        .into_iter()
+        .flatten()
+    {
         anomalies.push(finding.summary.clone());
     }
     let raised = evidence.iter().any(|line| {
@@ -272,11 +290,22 @@ pub fn explain_with(
     // missing), with no exception raised, leave nothing failed.
     let attribution = attribution.filter(|found| raised || found.signature.is_some());
     let failed = attribution.is_some();
-    // A run that failed nothing but got slow is explained by why it got slow.
-    let attribution = attribution.unwrap_or_else(|| match (&input_bound, &slowdown) {
-        (Some(finding), _) => slow_run(SlowRun::InputBound, &finding.summary, now),
-        (None, Some(finding)) => slow_run(SlowRun::Slowdown, &finding.summary, now),
-        (None, None) => healthy(now),
+    // A run that failed nothing but got slow is explained by why it got slow: a cause (a hot GPU, one
+    // slow device, the input pipeline) before the slowdown it makes.
+    let attribution = attribution.unwrap_or_else(|| {
+        let why = [
+            (&hot, SlowRun::Hot),
+            (&slow_device, SlowRun::SlowDevice),
+            (&input_bound, SlowRun::InputBound),
+            (&stalls, SlowRun::InputBound),
+            (&slowdown, SlowRun::Slowdown),
+        ]
+        .into_iter()
+        .find_map(|(finding, kind)| finding.as_ref().map(|finding| (finding, kind)));
+        match why {
+            Some((finding, kind)) => slow_run(kind, &finding.summary, now),
+            None => healthy(now),
+        }
     });
     for line in evidence
         .iter()
@@ -435,6 +464,10 @@ fn healthy(now: DateTime<Utc>) -> Attribution {
 
 /// Why a run that did not fail got slow.
 enum SlowRun {
+    /// A GPU ran at its temperature limit.
+    Hot,
+    /// One device is far slower than its peers.
+    SlowDevice,
     /// Its steps wait on data loading.
     InputBound,
     /// Its steps became several times slower with no data wait to explain it.
@@ -443,6 +476,22 @@ enum SlowRun {
 
 fn slow_run(kind: SlowRun, summary: &str, now: DateTime<Utc>) -> Attribution {
     let (category, component, recoverable, explanation) = match kind {
+        SlowRun::Hot => (
+            "thermal",
+            Component::Gpu,
+            true,
+            "The run did not fail, but a GPU ran at its temperature limit, where it slows its clocks \
+             and may fail. Requeueing from the last checkpoint on other nodes restores the pace; the \
+             node's cooling (fans, airflow, a blocked heatsink) wants looking at.",
+        ),
+        SlowRun::SlowDevice => (
+            "straggler",
+            Component::Infrastructure,
+            true,
+            "The run did not fail, but one device measures far below its peers, and the whole run \
+             moves at its pace. Requeueing from the last checkpoint without its node restores the pace; \
+             the device wants a health check (clocks, power, temperature, PCIe link).",
+        ),
         SlowRun::InputBound => (
             "data_backpressure",
             Component::Data,

@@ -200,6 +200,9 @@ pub struct DetectConfig {
     /// run input-bound.
     pub input_bound_percent: f64,
     pub input_bound_reports: usize,
+    /// A batch waiting this many seconds for data (and ten times the usual wait) is an input stall:
+    /// a median wait this long, or stalls in a tenth of the batches, make a run input-bound.
+    pub input_stall_secs: f64,
     /// Steps this many times as long as the baseline's, for `throughput_drop_samples` reports in a
     /// row, make a slowdown.
     pub step_slowdown_factor: f64,
@@ -245,6 +248,7 @@ impl Default for DetectConfig {
             throughput_drop_samples: 5,
             input_bound_percent: 50.0,
             input_bound_reports: 8,
+            input_stall_secs: 5.0,
             step_slowdown_factor: 2.0,
             straggler_percent: 20.0,
             straggler_reports: 3,

@@ -6,6 +6,7 @@
 
 pub mod fatal_line;
 pub mod node_silence;
+pub mod readings;
 pub mod sections;
 pub mod steps;
 

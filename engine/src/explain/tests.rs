@@ -240,3 +240,58 @@ fn the_candidate_scan_marks_every_traceback_header() {
     let chunk = chunk_of(&headers.join("\n"));
     assert_eq!(catalog.candidate_lines(&chunk), vec![true; headers.len()]);
 }
+
+/// The category `explain` gives a log of these lines.
+fn category_of(lines: &[String]) -> String {
+    let catalog = Catalog::builtin().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.log");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let input = ExplainInput {
+        logs: vec![path],
+        ..ExplainInput::default()
+    };
+    let options = ExplainOptions {
+        threads: 1,
+        read_step: READ_STEP,
+        now: now(),
+    };
+    let explanation = explain_with(&catalog, &Config::default(), &input, &options).unwrap();
+    assert!(!explanation.failed);
+    explanation.attribution.category
+}
+
+#[test]
+fn a_log_without_a_failure_is_explained_by_the_numbers_its_tools_printed() {
+    let query = |current: u32, limit: u32| {
+        vec![
+            "GPU 00000000:2D:00.0".to_string(),
+            "    Temperature".to_string(),
+            format!("        GPU Current Temp                  : {current} C"),
+            "        GPU Shutdown Temp                 : 102 C".to_string(),
+            format!("        GPU Max Operating Temp            : {limit} C"),
+        ]
+    };
+    assert_eq!(category_of(&query(56, 57)), "thermal");
+    assert_eq!(category_of(&query(56, 85)), "healthy");
+    let loader = |stall_every: usize| -> Vec<String> {
+        (0..40)
+            .map(|n| {
+                let ms = if n % stall_every == 0 { 31_000 } else { 20 };
+                format!("data: {ms}ms, mem: 24882M")
+            })
+            .collect()
+    };
+    assert_eq!(category_of(&loader(8)), "data_backpressure");
+    assert_eq!(category_of(&loader(100)), "healthy");
+    let gemm = |first: f64| -> Vec<String> {
+        (0..8)
+            .map(|n| {
+                let value = if n == 0 { first } else { 19200.0 + n as f64 };
+                format!("GEMM [I] (ADAPTER#{n})  Ending with {value} GFlops")
+            })
+            .collect()
+    };
+    assert_eq!(category_of(&gemm(6698.4)), "straggler");
+    assert_eq!(category_of(&gemm(18900.0)), "healthy");
+}

@@ -6,6 +6,7 @@ use chrono::{DateTime, Datelike, Utc};
 
 use crate::telemetry::line::{StampCache, frame_cached};
 use crate::telemetry::pipeline::{TRACEBACK_MARKERS, blamed_host};
+use crate::telemetry::readings::{self, Reading};
 use crate::telemetry::record::{Record, is_save_start, recognise_hinted};
 use crate::telemetry::step_timing::{self, StepTiming};
 use crate::telemetry::straggler_report::{self, StragglerReport};
@@ -38,6 +39,9 @@ pub enum LineKind {
     SaveStart,
     /// A progress line no other recogniser claims that says how long its step took.
     Step(StepTiming),
+    /// Numbers a tool printed about the hardware or the input pipeline (temperatures, data waits,
+    /// per-device throughput).
+    Readings(Vec<Reading>),
     Other,
 }
 
@@ -105,7 +109,18 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
                 None if markers && is_save_start(message) => (LineKind::SaveStart, false),
                 None => match markers.then(|| step_timing::parse(message)).flatten() {
                     Some(step) => (LineKind::Step(step), false),
-                    None => (LineKind::Other, free(message)),
+                    None => {
+                        let found = if markers {
+                            readings::parse(message)
+                        } else {
+                            Vec::new()
+                        };
+                        if found.is_empty() {
+                            (LineKind::Other, free(message))
+                        } else {
+                            (LineKind::Readings(found), free(message))
+                        }
+                    }
                 },
             },
         };

@@ -8,6 +8,7 @@ pub mod line;
 pub mod line_facts;
 pub mod node_signals;
 pub mod pipeline;
+pub mod readings;
 pub mod record;
 pub mod step_timing;
 pub mod straggler_report;

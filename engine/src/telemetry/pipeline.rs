@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use crate::model::EvidenceLine;
 use crate::telemetry::line::FramedLine;
 use crate::telemetry::line_facts::{LineClassifier, LineFacts, LineKind};
+use crate::telemetry::readings::{self, Reading};
 use crate::telemetry::record::{Record, named_host};
 use crate::telemetry::step_timing::{self, StepTiming};
 use crate::telemetry::straggler_report::{self, StragglerReport};
@@ -33,6 +34,8 @@ pub struct LogDigest {
     pub straggler_reports: Vec<StragglerReport>,
     /// (time, timing) of each progress line that says how long its step took.
     pub step_timings: Vec<(DateTime<Utc>, StepTiming)>,
+    /// Numbers tools printed about the hardware and the input pipeline, in the log's order.
+    pub readings: Vec<Reading>,
     /// Python tracebacks completed in this read, each one block (chained exceptions included).
     pub tracebacks: Vec<TracebackBlock>,
     /// Time of the last line (its own stamp, else the previous line's, else arrival).
@@ -62,6 +65,7 @@ pub fn marker_literals() -> Vec<&'static str> {
     literals.extend(TRACEBACK_MARKERS);
     literals.push(straggler_report::MARKER);
     literals.extend(step_timing::markers());
+    literals.extend(readings::markers());
     literals
 }
 
@@ -189,6 +193,10 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             }
             LineKind::Step(step) => {
                 self.digest.step_timings.push((time, step));
+                None
+            }
+            LineKind::Readings(found) => {
+                self.digest.readings.extend(found);
                 None
             }
             LineKind::Other => None,
