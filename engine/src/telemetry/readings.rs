@@ -48,8 +48,8 @@ pub fn markers() -> impl Iterator<Item = &'static str> {
         "GFlops",
         "GFLOPS",
         "Gflop/s",
+        // Not `TFLOP/s`: Megatron's progress lines say it of every GPU at once, on every step.
         "TFLOPS",
-        "TFLOP/s",
     ]
     .into_iter()
 }
@@ -74,7 +74,7 @@ static DATA_WAIT: LazyLock<Option<Regex>> = LazyLock::new(|| {
 });
 static DEVICE_THROUGHPUT: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)\b(ADAPTER ?#|GPU ?#?|device ?#?|cuda:)(\d+)\b\D*?(\d+(?:\.\d+)?)\s*(GFlops|Gflop/s|TFLOPS|TFLOP/s)",
+        r"(?i)\b(ADAPTER ?#|GPU ?#?|device ?#?|cuda:)(\d+)\b\D*?(\d+(?:\.\d+)?)\s*(GFlops|Gflop/s|TFLOPS)",
     )
     .ok()
 });
