@@ -245,7 +245,7 @@ fn the_field_corpus_validation_part_stays_above_its_floors() {
 
 #[test]
 fn the_field_corpus_third_part_stays_above_its_floors() {
-    part_above_floors("third", 50, 44, 45);
+    part_above_floors("third", 50, 45, 46);
 }
 
 #[test]
@@ -260,7 +260,7 @@ fn the_field_corpus_sixth_part_stays_above_its_floors() {
 
 #[test]
 fn the_field_corpus_fourth_part_stays_above_its_floors() {
-    let report = part_above_floors("fourth", 102, 91, 91);
+    let report = part_above_floors("fourth", 102, 92, 92);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
     assert!(figure(&report, "culprit_recall") >= 1.0 - 1e-9);
 }

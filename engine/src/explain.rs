@@ -256,7 +256,8 @@ pub fn explain_with(
     let stalls = detect::readings::input_stalls(&waits, &config.detect);
     let hot = detect::readings::hot_gpu(&readings, &config.detect);
     let slow_device = detect::readings::slow_device(&readings, &config.detect);
-    for finding in [&hot, &slow_device, &input_bound, &stalls, &slowdown]
+    let idle = detect::readings::idle_between_steps(&readings);
+    for finding in [&hot, &slow_device, &input_bound, &stalls, &idle, &slowdown]
         .into_iter()
         .flatten()
     {
@@ -298,6 +299,7 @@ pub fn explain_with(
             (&slow_device, SlowRun::SlowDevice),
             (&input_bound, SlowRun::InputBound),
             (&stalls, SlowRun::InputBound),
+            (&idle, SlowRun::IdleGpu),
             (&slowdown, SlowRun::Slowdown),
         ]
         .into_iter()
@@ -468,6 +470,8 @@ enum SlowRun {
     Hot,
     /// One device is far slower than its peers.
     SlowDevice,
+    /// A GPU sits idle between busy stretches.
+    IdleGpu,
     /// Its steps wait on data loading.
     InputBound,
     /// Its steps became several times slower with no data wait to explain it.
@@ -483,6 +487,15 @@ fn slow_run(kind: SlowRun, summary: &str, now: DateTime<Utc>) -> Attribution {
             "The run did not fail, but a GPU ran at its temperature limit, where it slows its clocks \
              and may fail. Requeueing from the last checkpoint on other nodes restores the pace; the \
              node's cooling (fans, airflow, a blocked heatsink) wants looking at.",
+        ),
+        SlowRun::IdleGpu => (
+            "data_backpressure",
+            Component::Data,
+            false,
+            "The run did not fail, but its GPU sits idle between busy stretches: each step waits for \
+             its input (loading, decoding, preprocessing on the CPU) before the GPU can work. More \
+             DataLoader workers, prefetching, faster storage or a cached dataset help; a requeue does \
+             not.",
         ),
         SlowRun::SlowDevice => (
             "straggler",

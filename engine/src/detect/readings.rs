@@ -57,7 +57,7 @@ pub fn hot_gpu(readings: &[Reading], config: &DetectConfig) -> Option<Finding> {
                     );
                 }
             }
-            Reading::DataWait(_) | Reading::DeviceThroughput { .. } => {}
+            Reading::GpuUtil { .. } | Reading::DataWait(_) | Reading::DeviceThroughput { .. } => {}
         }
     }
     let (_, what) = hottest?;
@@ -103,6 +103,39 @@ pub fn input_stalls(waits: &[f64], config: &DetectConfig) -> Option<Finding> {
         summary,
         evidence: Vec::new(),
         node: None,
+    })
+}
+
+/// A GPU sits idle between busy stretches: of at least six utilisation samples of one GPU, a third or
+/// more idle (5 % or less) and a fifth or more busy (50 % or more), switching between the two at least
+/// twice. Its steps wait on their input (loading, preprocessing on the CPU) rather than on the GPU.
+pub fn idle_between_steps(readings: &[Reading]) -> Option<Finding> {
+    const FEWEST: usize = 6;
+    let mut by_device: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for reading in readings {
+        if let Reading::GpuUtil { device, percent } = reading {
+            by_device.entry(device.as_str()).or_default().push(*percent);
+        }
+    }
+    by_device.into_iter().find_map(|(device, samples)| {
+        let idle = samples.iter().filter(|p| **p <= 5.0).count();
+        let busy = samples.iter().filter(|p| **p >= 50.0).count();
+        // Switches between idle and busy, the samples in between left out.
+        let states: Vec<bool> = samples
+            .iter()
+            .filter(|p| **p <= 5.0 || **p >= 50.0)
+            .map(|p| *p >= 50.0)
+            .collect();
+        let switches = states.windows(2).filter(|pair| pair[0] != pair[1]).count();
+        let n = samples.len();
+        (n >= FEWEST && idle * 3 >= n && busy * 5 >= n && switches >= 2).then(|| Finding {
+            kind: AnomalyKind::ThroughputDrop,
+            summary: format!(
+                "idle GPU: the GPU with {device} was idle in {idle} of {n} samples, between busy ones"
+            ),
+            evidence: Vec::new(),
+            node: None,
+        })
     })
 }
 
@@ -221,6 +254,37 @@ mod tests {
         // Every batch waits seconds.
         assert!(input_stalls(&[6.5, 8.8, 5.0, 33.7, 38.0], &config).is_some());
         assert!(input_stalls(&[6.5, 8.8], &config).is_none());
+    }
+
+    fn utilisation(device: &str, samples: &[f64]) -> Vec<Reading> {
+        samples
+            .iter()
+            .map(|percent| Reading::GpuUtil {
+                device: device.into(),
+                percent: *percent,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_gpu_idle_between_busy_samples_waits_on_its_input_and_a_busy_or_idle_one_does_not() {
+        let waiting = [0.0, 31.0, 0.0, 95.0, 0.0, 24.0, 0.0, 94.0, 0.0, 0.0];
+        let finding = idle_between_steps(&utilisation("5484MiB / 16130MiB", &waiting)).unwrap();
+        assert!(finding.summary.contains("6 of 10"), "{}", finding.summary);
+        assert!(idle_between_steps(&utilisation("a", &[97.0; 10])).is_none());
+        assert!(idle_between_steps(&utilisation("a", &[0.0; 10])).is_none());
+        // Idle until it started, then busy: one switch is a start, not a wait.
+        let started = [0.0, 0.0, 0.0, 0.0, 98.0, 97.0, 99.0, 98.0];
+        assert!(idle_between_steps(&utilisation("a", &started)).is_none());
+        // Eight idle GPUs and one busy one, each sampled once: no GPU alternates.
+        let mut one_each = Vec::new();
+        for n in 0..9 {
+            one_each.extend(utilisation(
+                &format!("{n}MiB / 80000MiB"),
+                &[if n == 0 { 99.0 } else { 0.0 }],
+            ));
+        }
+        assert!(idle_between_steps(&one_each).is_none());
     }
 
     fn throughput(values: &[f64]) -> Vec<Reading> {

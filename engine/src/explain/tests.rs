@@ -294,4 +294,18 @@ fn a_log_without_a_failure_is_explained_by_the_numbers_its_tools_printed() {
     };
     assert_eq!(category_of(&gemm(6698.4)), "straggler");
     assert_eq!(category_of(&gemm(18900.0)), "healthy");
+    let smi = |busy: &[u32]| -> Vec<String> {
+        busy.iter()
+            .map(|percent| {
+                format!(
+                    "| N/A   44C    P0    72W / 300W |   5484MiB / 16130MiB |    {percent:>3}%      Default |"
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        category_of(&smi(&[0, 95, 0, 94, 0, 31, 0, 96, 0, 0])),
+        "data_backpressure"
+    );
+    assert_eq!(category_of(&smi(&[95, 97, 94, 99, 96, 98])), "healthy");
 }

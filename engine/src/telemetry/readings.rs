@@ -25,6 +25,9 @@ pub enum Reading {
     GpuTempLimit(f64),
     /// How far below its slowdown limit the GPU just reported is (`T.Limit Temp`; 0 or less is at it).
     GpuTempMargin(f64),
+    /// How busy a GPU was (percent), the GPU told apart by its memory (`5484MiB / 16130MiB`): a
+    /// grepped `nvidia-smi -l` prints no index, and a training process's memory holds steady.
+    GpuUtil { device: String, percent: f64 },
     /// How long a batch waited for the input pipeline (seconds).
     DataWait(f64),
     /// One device's throughput in a per-device report.
@@ -60,8 +63,10 @@ static SMI_QUERY: LazyLock<Option<Regex>> = LazyLock::new(|| {
     )
     .ok()
 });
-static SMI_TABLE: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r"^\|\s*(?:\d+%|N/A)\s+(\d+)C\s+P\d+\s").ok());
+static SMI_TABLE: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"^\|\s*(?:\d+%|N/A)\s+(\d+)C\s+P\d+\s[^|]*\|\s*(\d+MiB\s*/\s*\d+MiB)\s*\|\s*(\d+)%")
+        .ok()
+});
 static ROCM_SMI: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(r"^\s*\d+\s+(?:[0-9a-fA-Fx]+\s+)?(\d+(?:\.\d+)?)(?:c|°C)\s+\d+(?:\.\d+)?W\s").ok()
 });
@@ -110,8 +115,12 @@ pub fn parse(message: &str) -> Vec<Reading> {
         return found;
     }
     if message.contains("MiB /") {
-        if let Some(value) = captures(&SMI_TABLE).and_then(|c| number(&c[1])) {
-            found.push(Reading::GpuTemp(value));
+        if let Some(c) = captures(&SMI_TABLE) {
+            found.extend(number(&c[1]).map(Reading::GpuTemp));
+            found.extend(number(&c[3]).map(|percent| Reading::GpuUtil {
+                device: c[2].split_whitespace().collect::<Vec<_>>().join(" "),
+                percent,
+            }));
         }
         return found;
     }
@@ -196,12 +205,23 @@ mod tests {
         );
         assert_eq!(one("        GPU Current Temp                  : N/A"), None);
         assert_eq!(
-            one("| N/A   44C    P0    72W / 300W |   5484MiB / 16130MiB |      0%      Default |"),
-            Some(Reading::GpuTemp(44.0))
+            parse(
+                "| N/A   44C    P0    72W / 300W |   5484MiB / 16130MiB |      0%      Default |"
+            ),
+            vec![
+                Reading::GpuTemp(44.0),
+                Reading::GpuUtil {
+                    device: "5484MiB / 16130MiB".into(),
+                    percent: 0.0
+                }
+            ]
         );
         assert_eq!(
-            one("| 30%   83C    P2   250W / 300W |   9000MiB / 16130MiB |     97%      Default |"),
-            Some(Reading::GpuTemp(83.0))
+            parse(
+                "| 30%   83C    P2   250W / 300W |   9000MiB / 16130MiB |     97%      Default |"
+            )
+            .first(),
+            Some(&Reading::GpuTemp(83.0))
         );
         assert_eq!(
             one(
