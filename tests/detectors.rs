@@ -157,6 +157,22 @@ async fn steps_that_stay_three_times_slower_are_a_warning_without_an_action() {
 }
 
 #[tokio::test]
+async fn a_loader_that_stalls_every_eighth_batch_is_a_warning_without_an_action() {
+    let (rig, log) = one_job(JobState::Running);
+    let mut engine = rig.engine();
+    for batch in 0..40u32 {
+        let waited_ms: u32 = if batch % 8 == 7 { 31_000 } else { 20 };
+        log.write(format!(" 0: [{}] data: {waited_ms}ms, mem: 24882M\n", log.stamp()).as_bytes());
+        rig.step(&mut engine, 1 + u64::from(waited_ms / 1000)).await;
+    }
+    assert_eq!(rig.anomalies(), vec![AnomalyKind::ThroughputDrop]);
+    let status = rig.status();
+    assert!(status.workflows[0].actions.is_empty());
+    let summary = &status.workflows[0].anomalies[0].summary;
+    assert!(summary.starts_with("input stalls: "), "{summary}");
+}
+
+#[tokio::test]
 async fn a_checkpoint_overdue_by_twice_the_interval_is_a_stall() {
     let (rig, log) = one_job(JobState::Running);
     let mut engine = rig.engine();

@@ -79,20 +79,39 @@ pub fn step_slowdown(timings: &[StepTiming], config: &DetectConfig) -> Option<Fi
     })
 }
 
+/// Data waits an attempt's input-stall rule looks back over.
+const WAITS_KEPT: usize = 64;
+
 /// The step timings of one running attempt, as much as the rules need: its first reports (warm-up and
-/// baseline) and its latest ones. Fed read by read; a finding is returned once, when it first holds.
+/// baseline) and its latest ones, with its latest data waits. Fed read by read; a finding is returned
+/// once, when it first holds.
 #[derive(Debug, Default)]
 pub struct StepWatch {
     head: Vec<StepTiming>,
     tail: std::collections::VecDeque<StepTiming>,
+    /// The last [`WAITS_KEPT`] data waits, from step lines and from the loaders' own lines.
+    waits: std::collections::VecDeque<f64>,
     raised: bool,
 }
 
 impl StepWatch {
-    /// Takes in a read's timings; a finding the first time a rule holds.
-    pub fn observe(&mut self, timings: &[StepTiming], config: &DetectConfig) -> Option<Finding> {
-        if timings.is_empty() || self.raised {
+    /// Takes in a read's timings and the data waits its loaders reported on their own lines
+    /// ([`crate::telemetry::readings::Reading::DataWait`]); a finding the first time a rule holds.
+    pub fn observe(
+        &mut self,
+        timings: &[StepTiming],
+        loader_waits: &[f64],
+        config: &DetectConfig,
+    ) -> Option<Finding> {
+        if (timings.is_empty() && loader_waits.is_empty()) || self.raised {
             return None;
+        }
+        let waits = timings.iter().filter_map(|t| t.data_secs);
+        for wait in waits.chain(loader_waits.iter().copied()) {
+            self.waits.push_back(wait);
+            if self.waits.len() > WAITS_KEPT {
+                self.waits.pop_front();
+            }
         }
         let head = config.throughput_warmup_samples + config.throughput_baseline_samples.max(1);
         let keep = config
@@ -110,7 +129,10 @@ impl StepWatch {
             }
         }
         let all: Vec<StepTiming> = self.head.iter().chain(&self.tail).copied().collect();
-        let finding = input_bound(&all, config).or_else(|| step_slowdown(&all, config));
+        let waits: Vec<f64> = self.waits.iter().copied().collect();
+        let finding = input_bound(&all, config)
+            .or_else(|| super::readings::input_stalls(&waits, config))
+            .or_else(|| step_slowdown(&all, config));
         self.raised = finding.is_some();
         finding
     }
@@ -170,7 +192,7 @@ mod tests {
         let mut watch = StepWatch::default();
         let steady = steps(&[(30.0, None); 40]);
         for read in steady.chunks(7) {
-            assert!(watch.observe(read, &config).is_none());
+            assert!(watch.observe(read, &[], &config).is_none());
         }
         assert!(
             watch.tail.len()
@@ -179,14 +201,29 @@ mod tests {
                     .max(config.throughput_drop_samples)
         );
         let slow = steps(&[(95.0, None); 5]);
-        let finding = watch.observe(&slow, &config).unwrap();
+        let finding = watch.observe(&slow, &[], &config).unwrap();
         assert!(
             finding.summary.starts_with("slowdown"),
             "{}",
             finding.summary
         );
         // Raised once per attempt.
-        assert!(watch.observe(&slow, &config).is_none());
+        assert!(watch.observe(&slow, &[], &config).is_none());
+    }
+
+    #[test]
+    fn a_watch_reads_the_loaders_own_waits_beside_the_step_lines() {
+        let config = DetectConfig::default();
+        let mut watch = StepWatch::default();
+        assert!(watch.observe(&[], &[0.02; 15], &config).is_none());
+        assert!(watch.observe(&[], &[31.0], &config).is_none());
+        let finding = watch.observe(&[], &[0.02, 0.02, 33.0], &config).unwrap();
+        assert!(
+            finding.summary.starts_with("input stalls"),
+            "{}",
+            finding.summary
+        );
+        assert!(watch.waits.len() <= WAITS_KEPT);
     }
 
     #[test]

@@ -550,6 +550,13 @@ impl Engine {
                     .into_iter()
                     .map(|(_, step)| step)
                     .collect();
+                let loader_waits: Vec<f64> = std::mem::take(&mut digest.readings)
+                    .into_iter()
+                    .filter_map(|reading| match reading {
+                        crate::telemetry::readings::Reading::DataWait(secs) => Some(secs),
+                        _ => None,
+                    })
+                    .collect();
                 let mut events = Vec::new();
                 let (truncated, invalid) = (chunk.truncated_lines, chunk.invalid_utf8_lines);
                 let display = path.display().to_string();
@@ -574,7 +581,7 @@ impl Engine {
                 self.pending_events.extend(events);
                 self.flush_events();
                 self.watch_stragglers(&workflow, &attempt, &reports, now)?;
-                self.watch_steps(&workflow, &attempt, &steps, now)?;
+                self.watch_steps(&workflow, &attempt, &steps, &loader_waits, now)?;
                 spare = chunk;
             }
         }
@@ -675,6 +682,7 @@ impl Engine {
         workflow: &Workflow,
         attempt: &Attempt,
         steps: &[crate::telemetry::step_timing::StepTiming],
+        loader_waits: &[f64],
         now: DateTime<Utc>,
     ) -> Result<(), EngineError> {
         let key = (workflow.id, attempt.index);
@@ -682,11 +690,11 @@ impl Engine {
             self.step_watches.remove(&key);
             return Ok(());
         }
-        let finding = self
-            .step_watches
-            .entry(key)
-            .or_default()
-            .observe(steps, &self.config.detect);
+        let finding = self.step_watches.entry(key).or_default().observe(
+            steps,
+            loader_waits,
+            &self.config.detect,
+        );
         match finding {
             Some(finding) => self.raise_warning(workflow, attempt, finding, now),
             None => Ok(()),
