@@ -178,32 +178,31 @@ mod tests {
 
     #[test]
     fn reads_gpu_temperatures_as_each_tool_prints_them() {
-        assert_eq!(
-            one("        GPU Current Temp                  : 56 C"),
-            Some(Reading::GpuTemp(56.0))
-        );
-        assert_eq!(
-            one("        GPU Max Operating Temp            : 57 C"),
-            Some(Reading::GpuTempLimit(57.0))
-        );
-        assert_eq!(
-            one("        GPU Slowdown Temp                 : 97 C"),
-            Some(Reading::GpuTempLimit(97.0))
-        );
-        assert_eq!(
-            one("        GPU T.Limit Temp                  : 50 C"),
-            Some(Reading::GpuTempMargin(50.0))
-        );
-        // Margins of other limits, and memory, are no GPU reading.
-        assert_eq!(
-            one("        GPU Slowdown T.Limit Temp         : -2 C"),
-            None
-        );
-        assert_eq!(
-            one("        Memory Current Temp               : 44 C"),
-            None
-        );
-        assert_eq!(one("        GPU Current Temp                  : N/A"), None);
+        let query = [
+            (
+                "GPU Current Temp                  : 56 C",
+                Some(Reading::GpuTemp(56.0)),
+            ),
+            (
+                "GPU Max Operating Temp            : 57 C",
+                Some(Reading::GpuTempLimit(57.0)),
+            ),
+            (
+                "GPU Slowdown Temp                 : 97 C",
+                Some(Reading::GpuTempLimit(97.0)),
+            ),
+            (
+                "GPU T.Limit Temp                  : 50 C",
+                Some(Reading::GpuTempMargin(50.0)),
+            ),
+            // Margins of other limits, and memory, are no GPU reading.
+            ("GPU Slowdown T.Limit Temp         : -2 C", None),
+            ("Memory Current Temp               : 44 C", None),
+            ("GPU Current Temp                  : N/A", None),
+        ];
+        for (line, reading) in query {
+            assert_eq!(one(&format!("        {line}")), reading, "{line}");
+        }
         assert_eq!(
             parse(
                 "| N/A   44C    P0    72W / 300W |   5484MiB / 16130MiB |      0%      Default |"
