@@ -251,10 +251,7 @@ pub fn explain_with(
     let waits: Vec<f64> = steps
         .iter()
         .filter_map(|step| step.data_secs)
-        .chain(readings.iter().filter_map(|reading| match reading {
-            Reading::DataWait(secs) => Some(*secs),
-            _ => None,
-        }))
+        .chain(readings.iter().filter_map(Reading::data_wait))
         .collect();
     let stalls = detect::readings::input_stalls(&waits, &config.detect);
     let hot = detect::readings::hot_gpu(&readings, &config.detect);

@@ -111,6 +111,8 @@ pub fn input_stalls(waits: &[f64], config: &DetectConfig) -> Option<Finding> {
 /// twice. Its steps wait on their input (loading, preprocessing on the CPU) rather than on the GPU.
 pub fn idle_between_steps(readings: &[Reading]) -> Option<Finding> {
     const FEWEST: usize = 6;
+    let idle = |percent: f64| percent <= 5.0;
+    let busy = |percent: f64| percent >= 50.0;
     let mut by_device: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for reading in readings {
         if let Reading::GpuUtil { device, percent } = reading {
@@ -118,14 +120,14 @@ pub fn idle_between_steps(readings: &[Reading]) -> Option<Finding> {
         }
     }
     by_device.into_iter().find_map(|(device, samples)| {
-        let idle = samples.iter().filter(|p| **p <= 5.0).count();
-        let busy = samples.iter().filter(|p| **p >= 50.0).count();
-        // Switches between idle and busy, the samples in between left out.
+        // Busy (true) or idle (false) of each sample that is either, the ones in between left out.
         let states: Vec<bool> = samples
             .iter()
-            .filter(|p| **p <= 5.0 || **p >= 50.0)
-            .map(|p| *p >= 50.0)
+            .filter(|p| idle(**p) || busy(**p))
+            .map(|p| busy(*p))
             .collect();
+        let busy = states.iter().filter(|b| **b).count();
+        let idle = states.len() - busy;
         let switches = states.windows(2).filter(|pair| pair[0] != pair[1]).count();
         let n = samples.len();
         (n >= FEWEST && idle * 3 >= n && busy * 5 >= n && switches >= 2).then(|| Finding {

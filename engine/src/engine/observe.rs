@@ -551,11 +551,8 @@ impl Engine {
                     .map(|(_, step)| step)
                     .collect();
                 let loader_waits: Vec<f64> = std::mem::take(&mut digest.readings)
-                    .into_iter()
-                    .filter_map(|reading| match reading {
-                        crate::telemetry::readings::Reading::DataWait(secs) => Some(secs),
-                        _ => None,
-                    })
+                    .iter()
+                    .filter_map(crate::telemetry::readings::Reading::data_wait)
                     .collect();
                 let mut events = Vec::new();
                 let (truncated, invalid) = (chunk.truncated_lines, chunk.invalid_utf8_lines);

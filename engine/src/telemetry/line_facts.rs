@@ -109,18 +109,13 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
                 None if markers && is_save_start(message) => (LineKind::SaveStart, false),
                 None => match markers.then(|| step_timing::parse(message)).flatten() {
                     Some(step) => (LineKind::Step(step), false),
-                    None => {
-                        let found = if markers {
-                            readings::parse(message)
-                        } else {
-                            Vec::new()
-                        };
-                        if found.is_empty() {
-                            (LineKind::Other, free(message))
-                        } else {
-                            (LineKind::Readings(found), free(message))
-                        }
-                    }
+                    None => match markers
+                        .then(|| readings::parse(message))
+                        .filter(|found| !found.is_empty())
+                    {
+                        Some(found) => (LineKind::Readings(found), free(message)),
+                        None => (LineKind::Other, free(message)),
+                    },
                 },
             },
         };

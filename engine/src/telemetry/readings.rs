@@ -38,23 +38,39 @@ pub enum Reading {
     },
 }
 
+// The literals of each kind of line: [`parse`] reads a kind only in a line that holds one of its
+// literals, so what it finds never depends on a line being marked for another reason.
+const SMI_QUERY_MARKERS: &[&str] = &["Temp "];
+const GPU_BURN_MARKERS: &[&str] = &["temps:"];
+const SMI_TABLE_MARKERS: &[&str] = &["MiB /"];
+const ROCM_SMI_MARKERS: &[&str] = &["Mhz"];
+const DATA_WAIT_MARKERS: &[&str] = &["data: ", "data_time:", "data_load_time:", "Prefetch batch:"];
+// Not `TFLOP/s`: Megatron's progress lines say it of every GPU at once, on every step.
+const THROUGHPUT_MARKERS: &[&str] = &["GFlops", "GFLOPS", "Gflop/s", "TFLOPS"];
+
 /// Literals one of which every line [`parse`] reads holds.
 pub fn markers() -> impl Iterator<Item = &'static str> {
     [
-        "Temp ",
-        "temps:",
-        "MiB /",
-        "Mhz",
-        "data: ",
-        "data_time:",
-        "Prefetch batch:",
-        "GFlops",
-        "GFLOPS",
-        "Gflop/s",
-        // Not `TFLOP/s`: Megatron's progress lines say it of every GPU at once, on every step.
-        "TFLOPS",
+        SMI_QUERY_MARKERS,
+        GPU_BURN_MARKERS,
+        SMI_TABLE_MARKERS,
+        ROCM_SMI_MARKERS,
+        DATA_WAIT_MARKERS,
+        THROUGHPUT_MARKERS,
     ]
     .into_iter()
+    .flatten()
+    .copied()
+}
+
+impl Reading {
+    /// How long a batch waited for data, for a data wait.
+    pub fn data_wait(&self) -> Option<f64> {
+        match self {
+            Self::DataWait(secs) => Some(*secs),
+            _ => None,
+        }
+    }
 }
 
 static SMI_QUERY: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -91,7 +107,8 @@ pub fn parse(message: &str) -> Vec<Reading> {
         pattern.as_ref().and_then(|regex| regex.captures(message))
     };
     let number = |text: &str| text.parse::<f64>().ok().filter(|value| value.is_finite());
-    if message.contains("Temp ") {
+    let holds = |markers: &[&str]| markers.iter().any(|marker| message.contains(marker));
+    if holds(SMI_QUERY_MARKERS) {
         if let Some(c) = captures(&SMI_QUERY)
             && let Some(value) = number(&c[2])
         {
@@ -103,7 +120,10 @@ pub fn parse(message: &str) -> Vec<Reading> {
         }
         return found;
     }
-    if let Some(at) = message.find("temps:") {
+    if let Some(at) = GPU_BURN_MARKERS
+        .iter()
+        .find_map(|marker| message.find(marker))
+    {
         if let Some(regex) = GPU_BURN.as_ref() {
             found.extend(
                 regex
@@ -114,7 +134,7 @@ pub fn parse(message: &str) -> Vec<Reading> {
         }
         return found;
     }
-    if message.contains("MiB /") {
+    if holds(SMI_TABLE_MARKERS) {
         if let Some(c) = captures(&SMI_TABLE) {
             found.extend(number(&c[1]).map(Reading::GpuTemp));
             found.extend(number(&c[3]).map(|percent| Reading::GpuUtil {
@@ -124,13 +144,15 @@ pub fn parse(message: &str) -> Vec<Reading> {
         }
         return found;
     }
-    if message.contains("Mhz") {
+    if holds(ROCM_SMI_MARKERS) {
         if let Some(value) = captures(&ROCM_SMI).and_then(|c| number(&c[1])) {
             found.push(Reading::GpuTemp(value));
         }
         return found;
     }
-    if let Some(c) = captures(&DATA_WAIT) {
+    if holds(DATA_WAIT_MARKERS)
+        && let Some(c) = captures(&DATA_WAIT)
+    {
         let (value, unit) = match (c.get(2), c.get(3), c.get(5)) {
             (Some(value), Some(unit), _) => (number(value.as_str()), unit.as_str()),
             (_, _, Some(value)) => (number(value.as_str()), "s"),
@@ -145,7 +167,8 @@ pub fn parse(message: &str) -> Vec<Reading> {
         }
         return found;
     }
-    if let Some(c) = captures(&DEVICE_THROUGHPUT)
+    if holds(THROUGHPUT_MARKERS)
+        && let Some(c) = captures(&DEVICE_THROUGHPUT)
         && let Some(value) = number(&c[3])
     {
         let unit = match c[4].to_ascii_lowercase().as_str() {
@@ -252,6 +275,7 @@ mod tests {
             one("load_data_time: 19.6173, train_step_time: 0.686 "),
             Some(Reading::DataWait(19.6173))
         );
+        assert_eq!(one("data_load_time: 2.5"), Some(Reading::DataWait(2.5)));
         // A bare number after `data:` says no unit; other keys ending in `data` are other things.
         assert_eq!(
             one("step: 10  iter:  0.5503  data: 0.0031  lr: 1.35e-06"),
