@@ -608,6 +608,10 @@ impl Config {
         if detect.checkpoint_stall_factor.is_nan() || detect.checkpoint_stall_factor < 1.0 {
             return Err("detect.checkpoint_stall_factor: must be at least 1".into());
         }
+        // At 0 every log with three data waits would read as input-bound.
+        if !(detect.input_stall_secs.is_finite() && detect.input_stall_secs > 0.0) {
+            return Err("detect.input_stall_secs: must be a number of seconds above 0".into());
+        }
         if self.recovery.crash_loop_threshold == 0 {
             return Err("recovery.crash_loop_threshold: must be at least 1".into());
         }
@@ -699,6 +703,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("line 3: sim.speed"), "{err}");
+    }
+
+    #[test]
+    fn an_input_stall_bound_of_zero_or_less_names_key_and_line() {
+        for value in ["0.0", "-5.0", "nan"] {
+            let text = format!("[detect]\ninput_stall_secs = {value}\n");
+            let err = Config::parse(&text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("line 2: detect.input_stall_secs"), "{err}");
+        }
     }
 
     #[test]
