@@ -142,14 +142,20 @@ fn run_case(case: Case<'_>) -> Finished {
             && !node_stopped
             && sandbox.path().join("ckpt/iter_0000010").exists()
         {
-            // The node's slurmd and the job's rank on it freeze, as on a node that hangs.
+            // The node's slurmd and the job's rank on it freeze, as on a node that hangs (the rank
+            // told by its node and this test's submit directory: another test run's cluster may
+            // have an n2 too).
             let slurmd = std::fs::read_to_string(cluster.dir.join(format!("slurmd-{node}.pid")))
                 .unwrap()
                 .trim()
                 .parse()
                 .unwrap();
             frozen.push(slurmd);
-            frozen.extend(processes_with_env(&format!("SLURMD_NODENAME={node}")));
+            frozen.extend(processes_with_env(&[
+                &format!("SLURMD_NODENAME={node}"),
+                &format!("SLURM_SUBMIT_DIR={}", sandbox.path().display()),
+            ]));
+            assert!(frozen.len() > 1, "no process of the job found on {node}");
             for pid in &frozen {
                 let _ = Command::new("kill")
                     .args(["-STOP", &pid.to_string()])

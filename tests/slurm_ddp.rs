@@ -209,7 +209,7 @@ impl std::fmt::Display for Finished {
 
 /// Whether a process of the job (its environment holds `marker`) is stopped (state `T`).
 fn any_stopped(marker: &str) -> bool {
-    processes_with_env(marker).iter().any(|pid| {
+    processes_with_env(&[marker]).iter().any(|pid| {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
             // `PID (COMM) STATE ...`: the state follows the last `)`.
             stat.rsplit_once(')')

@@ -240,8 +240,10 @@ impl Drop for HeadlessEngine {
     }
 }
 
-/// The processes whose environment holds `entry` (`KEY=VALUE`), this one aside.
-pub fn processes_with_env(entry: &str) -> Vec<u32> {
+/// The processes whose environment holds every one of `entries` (`KEY=VALUE`), this one aside. Clusters
+/// of two test runs may be up at once (CI runs both releases side by side), so a caller names something
+/// only its own test's processes hold.
+pub fn processes_with_env(entries: &[&str]) -> Vec<u32> {
     let own = std::process::id();
     std::fs::read_dir("/proc")
         .into_iter()
@@ -251,9 +253,11 @@ pub fn processes_with_env(entry: &str) -> Vec<u32> {
         .filter(|pid| *pid != own)
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
-                environ
-                    .split(|byte| *byte == 0)
-                    .any(|variable| variable == entry.as_bytes())
+                entries.iter().all(|entry| {
+                    environ
+                        .split(|byte| *byte == 0)
+                        .any(|variable| variable == entry.as_bytes())
+                })
             })
         })
         .collect()
@@ -276,7 +280,7 @@ impl Leftovers {
 
 impl Drop for Leftovers {
     fn drop(&mut self) {
-        let pids: Vec<String> = processes_with_env(&self.entry)
+        let pids: Vec<String> = processes_with_env(&[&self.entry])
             .iter()
             .map(u32::to_string)
             .collect();
