@@ -36,6 +36,7 @@ pub fn hot_gpu(readings: &[Reading], config: &DetectConfig) -> Option<Finding> {
                     );
                 }
             }
+            Reading::GpuTempUnread => current = None,
             // A limit belongs to the report's last reading (`nvidia-smi -q` lists the GPU's current
             // temperature first, then its limits).
             Reading::GpuTempLimit(limit) => {
@@ -217,6 +218,18 @@ mod tests {
         assert!(
             hot_gpu(
                 &[Reading::GpuTempLimit(57.0), Reading::GpuTemp(56.0)],
+                &config
+            )
+            .is_none()
+        );
+        // Nor to the GPU after it, whose own temperature reads N/A.
+        assert!(
+            hot_gpu(
+                &[
+                    Reading::GpuTemp(56.0),
+                    Reading::GpuTempUnread,
+                    Reading::GpuTempLimit(57.0)
+                ],
                 &config
             )
             .is_none()

@@ -20,6 +20,9 @@ use regex::Regex;
 pub enum Reading {
     /// A GPU's temperature now (°C).
     GpuTemp(f64),
+    /// A GPU whose temperature reads `N/A`: the limits its report states next are not those of the
+    /// GPU read before it.
+    GpuTempUnread,
     /// The temperature at which the GPU just reported slows down (`Slowdown Temp`, `Max Operating
     /// Temp`).
     GpuTempLimit(f64),
@@ -75,7 +78,7 @@ impl Reading {
 
 static SMI_QUERY: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(
-        r"^\s*GPU (Current|Slowdown|Max Operating|T\.Limit) Temp\s*:\s*(-?\d+(?:\.\d+)?) C\b",
+        r"^\s*GPU (Current|Slowdown|Max Operating|T\.Limit) Temp\s*:\s*(?:(-?\d+(?:\.\d+)?) C\b|N/A\s*$)",
     )
     .ok()
 });
@@ -109,14 +112,14 @@ pub fn parse(message: &str) -> Vec<Reading> {
     let number = |text: &str| text.parse::<f64>().ok().filter(|value| value.is_finite());
     let holds = |markers: &[&str]| markers.iter().any(|marker| message.contains(marker));
     if holds(SMI_QUERY_MARKERS) {
-        if let Some(c) = captures(&SMI_QUERY)
-            && let Some(value) = number(&c[2])
-        {
-            found.push(match &c[1] {
-                "Current" => Reading::GpuTemp(value),
-                "T.Limit" => Reading::GpuTempMargin(value),
-                _ => Reading::GpuTempLimit(value),
-            });
+        if let Some(c) = captures(&SMI_QUERY) {
+            match (&c[1], c.get(2).and_then(|value| number(value.as_str()))) {
+                ("Current", Some(value)) => found.push(Reading::GpuTemp(value)),
+                ("Current", None) => found.push(Reading::GpuTempUnread),
+                ("T.Limit", Some(value)) => found.push(Reading::GpuTempMargin(value)),
+                (_, Some(value)) => found.push(Reading::GpuTempLimit(value)),
+                (_, None) => {}
+            }
         }
         return found;
     }
@@ -221,7 +224,11 @@ mod tests {
             // Margins of other limits, and memory, are no GPU reading.
             ("GPU Slowdown T.Limit Temp         : -2 C", None),
             ("Memory Current Temp               : 44 C", None),
-            ("GPU Current Temp                  : N/A", None),
+            (
+                "GPU Current Temp                  : N/A",
+                Some(Reading::GpuTempUnread),
+            ),
+            ("GPU Slowdown Temp                 : N/A", None),
         ];
         for (line, reading) in query {
             assert_eq!(one(&format!("        {line}")), reading, "{line}");
