@@ -528,10 +528,8 @@ impl Catalog {
         } in parsed
         {
             for veto in file_vetoes {
-                let pattern = Regex::new(&veto.pattern).map_err(|err| CatalogError::Invalid {
-                    file: file.clone(),
-                    message: format!("veto {}: {err}", veto.id),
-                })?;
+                let pattern = Regex::new(&veto.pattern)
+                    .map_err(|err| invalid_in(&file, format!("veto {}: {err}", veto.id)))?;
                 // A site's veto replaces the built-in one of the same id.
                 vetoes.insert(veto.id, pattern);
             }
@@ -542,11 +540,8 @@ impl Catalog {
                     .map(|locator| (file.clone(), locator)),
             );
             for sequence in file_sequences {
-                let pattern =
-                    Regex::new(&sequence.pattern).map_err(|err| CatalogError::Invalid {
-                        file: file.clone(),
-                        message: format!("sequence {}: {err}", sequence.id),
-                    })?;
+                let pattern = Regex::new(&sequence.pattern)
+                    .map_err(|err| invalid_in(&file, format!("sequence {}: {err}", sequence.id)))?;
                 sequences.push(Sequence {
                     id: sequence.id,
                     window_seconds: sequence.window_seconds,
@@ -685,27 +680,24 @@ impl Catalog {
             });
         }
         for (file, locator) in pending_locators {
-            let pattern = Regex::new(&locator.pattern).map_err(|err| CatalogError::Invalid {
-                file: file.clone(),
-                message: format!("locator {}: {err}", locator.id),
-            })?;
+            let pattern = Regex::new(&locator.pattern)
+                .map_err(|err| invalid_in(&file, format!("locator {}: {err}", locator.id)))?;
             if !pattern.capture_names().any(|name| name == Some("node")) {
-                return Err(CatalogError::Invalid {
-                    file: file.clone(),
-                    message: format!("locator {}: the pattern has no `node` capture", locator.id),
-                });
+                return Err(invalid_in(
+                    &file,
+                    format!("locator {}: the pattern has no `node` capture", locator.id),
+                ));
             }
             let unless = locator
                 .unless
                 .iter()
                 .map(|name| {
-                    vetoes
-                        .get(name)
-                        .cloned()
-                        .ok_or_else(|| CatalogError::Invalid {
-                            file: file.clone(),
-                            message: format!("locator {}: unknown veto {name:?}", locator.id),
-                        })
+                    vetoes.get(name).cloned().ok_or_else(|| {
+                        invalid_in(
+                            &file,
+                            format!("locator {}: unknown veto {name:?}", locator.id),
+                        )
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             // A site's locator replaces the built-in one of the same id.
@@ -722,12 +714,14 @@ impl Catalog {
         // Cause over symptom is data: every signature or category a signature outranks must exist.
         for (index, targets) in outranked.into_iter().enumerate() {
             for (id, file, line) in targets {
-                let unknown = |what: &str| CatalogError::Invalid {
-                    file: file.clone(),
-                    message: format!(
-                        "line {line}: {} outranks unknown {what} {id:?}",
-                        signatures[index].spec.id
-                    ),
+                let unknown = |what: &str| {
+                    invalid_in(
+                        &file,
+                        format!(
+                            "line {line}: {} outranks unknown {what} {id:?}",
+                            signatures[index].spec.id
+                        ),
+                    )
                 };
                 let found: Vec<usize> = match id.strip_prefix("category:") {
                     Some(category) => {
@@ -750,13 +744,13 @@ impl Catalog {
         for (index, (name, file, line)) in sequence_refs.into_iter().enumerate() {
             if let Some(name) = name {
                 let Some(sequence) = sequences.iter().find(|s: &&Sequence| s.id == name) else {
-                    return Err(CatalogError::Invalid {
-                        file,
-                        message: format!(
+                    return Err(invalid_in(
+                        &file,
+                        format!(
                             "line {line}: {} names unknown sequence {name:?}",
                             signatures[index].spec.id
                         ),
-                    });
+                    ));
                 };
                 signatures[index].sequence = Some(sequence.clone());
             }
