@@ -245,7 +245,7 @@ fn the_field_corpus_validation_part_stays_above_its_floors() {
 
 #[test]
 fn the_field_corpus_third_part_stays_above_its_floors() {
-    part_above_floors("third", 50, 45, 46);
+    part_above_floors("third", 50, 46, 46);
 }
 
 #[test]

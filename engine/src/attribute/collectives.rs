@@ -12,6 +12,13 @@
 //! (`HorovodAllreduce_loss_0 [ready ranks: 3]`). A lagging rank leaves every tensor with the same ranks
 //! ready; two tensors whose ready ranks have none in common mean each group of ranks submitted a tensor
 //! the other never will: the ranks run different programs.
+//!
+//! PyTorch's desync report (`TORCH_NCCL_DESYNC_DEBUG`) ends with a snapshot of each rank's latest
+//! collective in one process group (`#315 started ranks:` then `[0, 1, 2] started ALLREDUCE`). A rank
+//! runs its collectives in order, so one that has started #317 is past #315; ranks still in #315 cannot
+//! be waiting for the same #315 it finished. Two groups of ranks started at different numbers
+//! therefore count their collectives differently: the same divergence. (A rank that only finished an
+//! earlier collective, or only scheduled a later one, may simply lag or run ahead.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
@@ -35,6 +42,12 @@ static GROUP: LazyLock<Option<Regex>> =
 static RANK: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"\bRank (?P<rank>\d+)\]").ok());
 static READY: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(r"(?P<tensor>[\w./:-]+) \[ready ranks: (?P<ranks>\d+(?:, ?\d+)*)\]").ok()
+});
+
+static SNAPSHOT_HEADER: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"#(?P<seq>\d+) (?P<state>\w+) ranks:\s*$").ok());
+static SNAPSHOT_GROUP: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"\[(?P<ranks>\d+(?:, ?\d+)*)\] (?P<state>\w+) (?P<op>_?[A-Z][A-Z_]*)\s*$").ok()
 });
 
 /// A process group (when the line names it) and a sequence number in it: one collective.
@@ -67,7 +80,9 @@ impl Work {
 
 /// The derived line saying which ranks disagree about which collective, when two do.
 pub(super) fn disagreement(lines: &[EvidenceLine]) -> Option<EvidenceLine> {
-    watchdog_disagreement(lines).or_else(|| stalled_tensors_disagreement(lines))
+    watchdog_disagreement(lines)
+        .or_else(|| stalled_tensors_disagreement(lines))
+        .or_else(|| snapshot_disagreement(lines))
 }
 
 /// Two ranks' watchdogs naming one collective with another operation or size.
@@ -150,6 +165,42 @@ fn stalled_tensors_disagreement(lines: &[EvidenceLine]) -> Option<EvidenceLine> 
             if !seen.iter().any(|(_, theirs, _)| *theirs == ranks) {
                 seen.push((tensor, ranks, line));
             }
+        }
+    }
+    None
+}
+
+/// Two groups of ranks of a desync report's snapshot that started collectives of different numbers.
+fn snapshot_disagreement(lines: &[EvidenceLine]) -> Option<EvidenceLine> {
+    let (header, group) = (SNAPSHOT_HEADER.as_ref()?, SNAPSHOT_GROUP.as_ref()?);
+    // The number the snapshot's last header names, while its groups follow.
+    let mut current: Option<u64> = None;
+    let mut started: Option<(u64, String, String, &EvidenceLine)> = None;
+    for line in lines {
+        if let Some(captures) = header.captures(&line.text) {
+            current = (&captures["state"] == "started")
+                .then(|| captures["seq"].parse().ok())
+                .flatten();
+            continue;
+        }
+        let Some(captures) = group.captures(&line.text) else {
+            continue;
+        };
+        let Some(seq) = current.filter(|_| &captures["state"] == "started") else {
+            continue;
+        };
+        let (ranks, op) = (captures["ranks"].to_string(), captures["op"].to_string());
+        match &started {
+            Some((first_seq, first_ranks, first_op, first)) if *first_seq != seq => {
+                return Some(derived(
+                    line.time.max(first.time),
+                    format!(
+                        "ranks disagree on the collectives' count: ranks {first_ranks} started {first_op} #{first_seq}, ranks {ranks} started {op} #{seq}"
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None => started = Some((seq, ranks, op, line)),
         }
     }
     None
@@ -256,6 +307,58 @@ mod tests {
             found
                 .text
                 .ends_with("rank 0 runs ALLREDUCE, rank 1 runs BARRIER")
+        );
+    }
+
+    /// The snapshot of a desync report, as tests/fixtures/corpus/field/cases/537-... shows it.
+    fn snapshot(groups: &[(&str, &str)]) -> Vec<EvidenceLine> {
+        let mut lines = vec![line(
+            "[rank0]:[E515 18:36:47.343377708 ProcessGroupNCCL.cpp:1937] Rank 0",
+        )];
+        for (header, group) in groups {
+            lines.push(line(&format!("           {header}")));
+            lines.push(line(&format!("             {group}")));
+        }
+        lines
+    }
+
+    #[test]
+    fn ranks_started_at_different_numbers_in_a_desync_snapshot_disagree() {
+        let found = disagreement(&snapshot(&[
+            ("#182 finished ranks:", "[7] finished ALLREDUCE"),
+            ("#315 started ranks:", "[0, 1, 2] started ALLREDUCE"),
+            (
+                "#317 started ranks:",
+                "[3, 4, 5, 6] started _ALLGATHER_BASE",
+            ),
+        ]))
+        .unwrap();
+        assert_eq!(
+            found.text,
+            "runguard: ranks disagree on the collectives' count: ranks 0, 1, 2 started ALLREDUCE #315, ranks 3, 4, 5, 6 started _ALLGATHER_BASE #317"
+        );
+    }
+
+    #[test]
+    fn a_rank_that_lags_or_runs_ahead_in_a_desync_snapshot_is_no_disagreement() {
+        // One rank finished the collective before the one the others started.
+        assert_eq!(
+            disagreement(&snapshot(&[
+                ("#182 finished ranks:", "[7] finished ALLREDUCE"),
+                (
+                    "#183 started ranks:",
+                    "[0, 1, 2, 3, 4, 5, 6] started ALLREDUCE"
+                ),
+            ])),
+            None
+        );
+        // One rank only scheduled a later collective: it may have queued it ahead.
+        assert_eq!(
+            disagreement(&snapshot(&[
+                ("#40 started ranks:", "[0, 1] started ALLREDUCE"),
+                ("#41 scheduled ranks:", "[2] scheduled ALLREDUCE"),
+            ])),
+            None
         );
     }
 
