@@ -60,6 +60,18 @@ fi
 # the cluster directory that took it; a reservation whose cluster directory is gone is free again.
 ports_dir=${TMPDIR:-/tmp}/runguard-slurm-ports
 
+# A reservation is abandoned when it is a day old and no daemon its cluster recorded is alive: a
+# cluster killed without its stop keeps its directory, and no test keeps a controller down for a day.
+abandoned() {
+    local reservation=$1 owner=$2 pidfile
+    [ -n "$(find "$reservation" -maxdepth 0 -mmin +1440 2>/dev/null)" ] || return 1
+    for pidfile in "$owner"/*.pid; do
+        [ -f "$pidfile" ] || continue
+        kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null && return 1
+    done
+    return 0
+}
+
 # A port base whose five ports no socket uses and no other cluster reserved, below the kernel's
 # ephemeral range (where srun, slurmstepd and clients bind ports of their own at random): starting
 # from one the pid chooses, so that concurrent clusters seldom try the same.
@@ -77,7 +89,9 @@ pick_port_base() {
         [ "$taken" = 0 ] || continue
         if [ -d "$ports_dir/$candidate" ]; then
             owner=$(cat "$ports_dir/$candidate/dir" 2>/dev/null || true)
-            [ -n "$owner" ] && [ -d "$owner" ] && continue
+            if [ -n "$owner" ] && [ -d "$owner" ] && ! abandoned "$ports_dir/$candidate" "$owner"; then
+                continue
+            fi
             rm -rf "$ports_dir/$candidate"
         fi
         # mkdir is atomic: of two clusters choosing the same base, one gets it.
