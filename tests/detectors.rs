@@ -750,6 +750,7 @@ fn the_fatal_line_rule_never_fires_on_a_healthy_corpus_log() {
         "field/fourth.toml",
         "field/fifth.toml",
         "field/sixth.toml",
+        "field/seventh.toml",
     ] {
         let manifest = fixtures.join("corpus").join(manifest);
         let parsed: Manifest =

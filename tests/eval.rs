@@ -259,6 +259,11 @@ fn the_field_corpus_sixth_part_stays_above_its_floors() {
 }
 
 #[test]
+fn the_field_corpus_seventh_part_stays_above_its_floors() {
+    part_above_floors("seventh", 60, 40, 42);
+}
+
+#[test]
 fn the_field_corpus_fourth_part_stays_above_its_floors() {
     let report = part_above_floors("fourth", 102, 92, 92);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
