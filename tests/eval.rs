@@ -222,7 +222,7 @@ fn the_field_corpus_tune_part_stays_above_its_floors() {
         "culprit precision {precision}\n{}",
         failures(&report)
     );
-    assert!(figure(&report, "culprit_recall") >= 27.0 / 31.0 - 1e-9);
+    assert!(figure(&report, "culprit_recall") >= 26.0 / 30.0 - 1e-9);
 }
 
 /// `runguard eval` of a part kept apart from the tune part: its size, and the cases and categories
@@ -260,7 +260,7 @@ fn the_field_corpus_sixth_part_stays_above_its_floors() {
 
 #[test]
 fn the_field_corpus_seventh_part_stays_above_its_floors() {
-    part_above_floors("seventh", 60, 40, 42);
+    part_above_floors("seventh", 60, 57, 57);
 }
 
 #[test]

@@ -194,7 +194,15 @@ fn named_by<'l>(weighed: &Weighed<'l>, signature: &Signature, index: usize) -> O
         .map(|m| m.as_str())
         .or_else(|| kernel_log_host(text))
         .or_else(|| blamed_host(text))
-        .filter(|host| is_hostname(host) && weighed.may_blame_for(signature, host))
+        .filter(|host| names_node(host) && weighed.may_blame_for(signature, host))
+}
+
+/// A host name that may name a node: not a container's. Docker names a container's host after the
+/// container's id (12 or 64 hex digits), which says nothing of the machine it runs on.
+fn names_node(host: &str) -> bool {
+    let container_id = matches!(host.len(), 12 | 64)
+        && host.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    is_hostname(host) && !container_id
 }
 
 /// The one node that lines saying where the log was taken name (a shell prompt, a one-node
@@ -202,7 +210,11 @@ fn named_by<'l>(weighed: &Weighed<'l>, signature: &Signature, index: usize) -> O
 fn located_node(weighed: &Weighed<'_>) -> Option<(String, Option<u32>)> {
     let mut found: Option<(&str, Option<u32>)> = None;
     for line in weighed.evidence.lines {
-        if let Some((node, rank)) = weighed.catalog.located(&line.text) {
+        if let Some((node, rank)) = weighed
+            .catalog
+            .located(&line.text)
+            .filter(|(node, _)| names_node(node))
+        {
             match found {
                 Some((known, _)) if known != node => return None,
                 Some((_, Some(_))) => {}
@@ -225,7 +237,9 @@ fn most_named_hosts(weighed: &Weighed<'_>, signature: &Signature) -> Leaders {
             .enumerate()
             .filter_map(|(index, line)| {
                 blamed_host(&line.text).filter(|host| {
-                    weighed.may_blame(index, host) && (!either_end || weighed.in_allocation(host))
+                    names_node(host)
+                        && weighed.may_blame(index, host)
+                        && (!either_end || weighed.in_allocation(host))
                 })
             }),
     )
@@ -233,7 +247,12 @@ fn most_named_hosts(weighed: &Weighed<'_>, signature: &Signature) -> Leaders {
 
 /// The host named most often by the lines of an attempt nothing explains, when one host leads.
 pub(super) fn most_named_in(lines: &[EvidenceLine]) -> Option<String> {
-    leading_host(lines.iter().filter_map(|line| blamed_host(&line.text)))
+    leading_host(
+        lines
+            .iter()
+            .filter_map(|line| blamed_host(&line.text))
+            .filter(|host| names_node(host)),
+    )
 }
 
 fn leading_host<'h>(hosts: impl Iterator<Item = &'h str>) -> Option<String> {
@@ -277,4 +296,21 @@ fn leaders<'h>(hosts: impl Iterator<Item = &'h str>) -> Leaders {
 pub(super) fn kernel_log_host(text: &str) -> Option<&str> {
     let before = &text[..text.find(" kernel:")?];
     before.rsplit(' ').next().filter(|host| !host.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_node;
+
+    #[test]
+    fn a_container_id_names_no_node() {
+        assert!(!names_node("e82c50601d13"));
+        assert!(!names_node(&"0123456789abcdef".repeat(4)));
+        assert!(names_node("node-07"));
+        assert!(names_node("gpu20-15"));
+        // Hex letters alone, but not a container id's length.
+        assert!(names_node("cafe01"));
+        // Upper case is not how Docker writes an id.
+        assert!(names_node("E82C50601D13"));
+    }
 }
