@@ -751,6 +751,7 @@ fn the_fatal_line_rule_never_fires_on_a_healthy_corpus_log() {
         "field/fifth.toml",
         "field/sixth.toml",
         "field/seventh.toml",
+        "field/eighth.toml",
     ] {
         let manifest = fixtures.join("corpus").join(manifest);
         let parsed: Manifest =

@@ -264,6 +264,11 @@ fn the_field_corpus_seventh_part_stays_above_its_floors() {
 }
 
 #[test]
+fn the_field_corpus_eighth_part_stays_above_its_floors() {
+    part_above_floors("eighth", 43, 27, 27);
+}
+
+#[test]
 fn the_field_corpus_fourth_part_stays_above_its_floors() {
     let report = part_above_floors("fourth", 102, 92, 92);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
