@@ -62,7 +62,7 @@ pub fn frame_cached<'l>(
     default_year: i32,
     cache: &mut StampCache,
 ) -> FramedLine<'l> {
-    let (srun_rank, rest) = split_srun_label(trim_newline(line));
+    let (srun_rank, rest) = split_srun_label(strip_quote(trim_newline(line)));
     let (torch_rank, rest) = split_torch_label(rest);
     let body = trim_start(rest);
     if let Some(time) = cache.time
@@ -125,8 +125,22 @@ fn trim_newline(line: &str) -> &str {
     line.get(..end).unwrap_or(line)
 }
 
+/// `line` without the Markdown quote marks (`> `, nested `> > `) a log quoted in an issue or a mail
+/// carries on every line: the log's own line follows them, its traceback indentation kept.
+fn strip_quote(line: &str) -> &str {
+    let mut rest = line;
+    while rest.as_bytes().first() == Some(&b'>') {
+        match rest.as_bytes().get(1) {
+            Some(b' ') => rest = rest.get(2..).unwrap_or_default(),
+            None => return "",
+            _ => break,
+        }
+    }
+    rest
+}
+
 fn frame_impl(line: &str, year: impl Fn() -> i32 + Copy) -> FramedLine<'_> {
-    let line = trim_newline(line);
+    let line = strip_quote(trim_newline(line));
     let (srun_rank, rest) = split_srun_label(line);
     let (torch_rank, rest) = split_torch_label(rest);
     let (mpi_rank, rest) = split_mpi_tag(rest);

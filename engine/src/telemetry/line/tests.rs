@@ -517,3 +517,24 @@ fn an_exception_group_s_gutter_is_cut_and_a_table_s_is_kept() {
         "  +-+---------------- 1 ----------------"
     );
 }
+
+#[test]
+fn a_quoted_log_line_is_read_without_its_quote_marks() {
+    let framed = frame_with_year(">   File \"train.py\", line 12, in <module>", 2026);
+    assert_eq!(framed.message, "  File \"train.py\", line 12, in <module>");
+    let framed = frame_with_year("> > [2024-05-26 14:55:04] Epoch 3 done", 2026);
+    assert_eq!(framed.message, "Epoch 3 done");
+    assert!(framed.timestamp.is_some());
+    let framed = frame_with_year(">  12: RuntimeError: boom", 2026);
+    assert_eq!(
+        (framed.rank, framed.message),
+        (Some(12), "RuntimeError: boom")
+    );
+    assert_eq!(frame_with_year(">", 2026).message, "");
+    // Not a quote: a shell's redirection or a comparison keeps its text.
+    assert_eq!(
+        frame_with_year(">>> import torch", 2026).message,
+        ">>> import torch"
+    );
+    assert_eq!(frame_with_year(">/dev/null", 2026).message, ">/dev/null");
+}
