@@ -752,6 +752,7 @@ fn the_fatal_line_rule_never_fires_on_a_healthy_corpus_log() {
         "field/sixth.toml",
         "field/seventh.toml",
         "field/eighth.toml",
+        "field/ninth.toml",
     ] {
         let manifest = fixtures.join("corpus").join(manifest);
         let parsed: Manifest =
