@@ -99,8 +99,9 @@ pub(super) fn resolve(weighed: &Weighed<'_>, signature: &Signature, own: &[usize
         }
     }
     if signature.culprit == CulpritScope::Node {
-        // The failure's own lines come only from hosts that may be its victims: other lines of the
-        // same hosts would blame them just the same.
+        // The failure's own lines come only from hosts that may be its victims, or from containers
+        // that name no node: other lines of the same hosts would blame them just the same, and
+        // another host's lines would blame the wrong machine.
         let from_victims = hosts.is_empty()
             && own.iter().any(|&index| {
                 let text = lines[index].text.as_str();
