@@ -49,6 +49,10 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../data/signatures/application.toml"),
     ),
     (
+        "broad.toml",
+        include_str!("../../../data/signatures/broad.toml"),
+    ),
+    (
         "locators.toml",
         include_str!("../../../data/signatures/locators.toml"),
     ),
