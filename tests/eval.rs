@@ -238,7 +238,7 @@ fn part_above_floors(part: &str, cases: usize, passed: u64, categories: u64) -> 
 
 #[test]
 fn the_field_corpus_validation_part_stays_above_its_floors() {
-    let report = part_above_floors("validation", 63, 47, 50);
+    let report = part_above_floors("validation", 63, 47, 51);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
     assert!(figure(&report, "culprit_recall") >= 2.0 / 6.0 - 1e-9);
 }
@@ -249,11 +249,11 @@ fn the_field_corpus_validation_part_stays_above_its_floors() {
 fn the_other_field_corpus_parts_stay_above_their_floors() {
     for (part, cases, passed, categories) in [
         ("third", 50, 46, 46),
-        ("fifth", 39, 27, 27),
+        ("fifth", 39, 28, 28),
         ("sixth", 38, 29, 31),
         ("seventh", 60, 57, 57),
         ("eighth", 43, 35, 35),
-        ("ninth", 28, 19, 21),
+        ("ninth", 28, 20, 22),
     ] {
         part_above_floors(part, cases, passed, categories);
     }
@@ -261,7 +261,7 @@ fn the_other_field_corpus_parts_stay_above_their_floors() {
 
 #[test]
 fn the_field_corpus_fourth_part_stays_above_its_floors() {
-    let report = part_above_floors("fourth", 102, 92, 92);
+    let report = part_above_floors("fourth", 102, 93, 93);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
     assert!(figure(&report, "culprit_recall") >= 1.0 - 1e-9);
 }
