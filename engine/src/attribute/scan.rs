@@ -34,6 +34,8 @@ const MAX_SHAPES: usize = 8192;
 /// Distinct shapes in one read past which new shapes are read coarser too (see the module's doc):
 /// fewer, and the log's lines repeat their shapes; the coarse search is then built once.
 const COARSE_AFTER: usize = 64;
+/// The lazy DFA cache of the scan's pattern (the regex crate's default is 2 MiB).
+const DFA_CACHE_BYTES: usize = 32 << 20;
 /// Longest line whose shape is remembered: long lines rarely repeat (tqdm redraws, dumps), and a
 /// bound keeps the memory of one read's shapes small.
 const MAX_SHAPE_BYTES: usize = 512;
@@ -208,8 +210,11 @@ impl Searches {
                 .map_err(|err| ScanError::Parse(Box::new(err)))?;
             let widened = widen(&hir, reading).to_string();
             Some(
+                // A lazy DFA cache large enough for the whole catalog's patterns: below it the
+                // regex falls back to an NFA simulation many times slower.
                 regex::RegexBuilder::new(&widened)
                     .size_limit(64 << 20)
+                    .dfa_size_limit(DFA_CACHE_BYTES)
                     .build()
                     .map_err(ScanError::Pattern)?,
             )
