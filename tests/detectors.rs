@@ -753,6 +753,7 @@ fn the_fatal_line_rule_never_fires_on_a_healthy_corpus_log() {
         "field/seventh.toml",
         "field/eighth.toml",
         "field/ninth.toml",
+        "field/tenth.toml",
     ] {
         let manifest = fixtures.join("corpus").join(manifest);
         let parsed: Manifest =
