@@ -436,8 +436,12 @@ pub struct Catalog {
     literals: AhoCorasick,
     /// ...and, for each literal, the patterns that need it.
     literal_patterns: Vec<Vec<usize>>,
-    /// Patterns without usable literals: always tried.
+    /// Patterns without usable literals: tried on a line the next regex matches.
     unguarded: Vec<usize>,
+    /// The patterns without literals as one regex without word boundaries: it matches every line one
+    /// of them matches, so a line it does not match (most lines a recogniser's marker brings here)
+    /// costs one search instead of one per pattern.
+    unguarded_any: Option<Regex>,
     /// Every required literal and the recognisers' markers, plus the patterns that have no usable
     /// literal as one regex: it finds the candidate lines of a read, which the prefilter then confirms
     /// on their message.
@@ -767,6 +771,7 @@ impl Catalog {
         let mut literal_list: Vec<String> = Vec::new();
         let mut literal_patterns: Vec<Vec<usize>> = Vec::new();
         let mut unguarded = Vec::new();
+        let mut unguarded_scan: Vec<String> = Vec::new();
         let mut guard = |literal: &str, pattern: usize| match literal_list
             .iter()
             .position(|known| known == literal)
@@ -805,12 +810,14 @@ impl Catalog {
                     // would force the slow engine onto the whole read.
                     None => {
                         unguarded.push(index);
-                        scan.push(format!(
+                        let widened = format!(
                             "(?:{})",
                             unnamed(pattern.strip_prefix('^').unwrap_or(pattern))
                                 .replace("\\b", "")
                                 .replace("\\B", "")
-                        ));
+                        );
+                        unguarded_scan.push(widened.clone());
+                        scan.push(widened);
                     }
                 }
             }
@@ -833,6 +840,16 @@ impl Catalog {
         // One pattern, whose `$` still means the end of its line.
         let candidates = scan.join("|");
         let literals = AhoCorasick::new(&literal_list).map_err(|err| invalid(err.to_string()))?;
+        let unguarded_any = if unguarded_scan.is_empty() {
+            None
+        } else {
+            let any = regex::RegexBuilder::new(&unguarded_scan.join("|"))
+                .size_limit(64 << 20)
+                .dfa_size_limit(32 << 20)
+                .build()
+                .map_err(|err| invalid(err.to_string()))?;
+            Some(any)
+        };
         let mut scan_list = literal_list.clone();
         scan_list.extend(locator_literals);
         scan_list.extend(
@@ -861,6 +878,7 @@ impl Catalog {
             literals,
             literal_patterns,
             unguarded,
+            unguarded_any,
             scan,
         })
     }
@@ -898,9 +916,13 @@ impl Catalog {
                     .copied()
             })
             .collect();
+        let unguarded: &[usize] = match &self.unguarded_any {
+            Some(any) if any.is_match(line) => &self.unguarded,
+            _ => &[],
+        };
         guarded
             .into_iter()
-            .chain(self.unguarded.iter().copied())
+            .chain(unguarded.iter().copied())
             .filter(move |&pattern| !std::mem::replace(&mut tried[pattern], true))
             .filter(move |&pattern| self.patterns[pattern].is_match(line))
     }
