@@ -398,12 +398,13 @@ fn serve_script(
             };
             let request = read_request(&mut stream);
             before(index);
+            // Recorded before the answer: a client that has its answer finds its request listed.
+            let _ = sender.send(request);
             let _ = write!(
                 stream,
                 "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
-            let _ = sender.send(request);
         }
     });
     (dir, path, receiver)
