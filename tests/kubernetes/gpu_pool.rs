@@ -485,6 +485,8 @@ async fn a_node_lost_under_a_trainjob_on_a_tainted_pool_re_creates_it_to_wait_fo
             view.attempts.len() == 2
                 && view.attempts[1].state == JobState::Running
                 && view.workflow.status == WorkflowStatus::Enabled
+                // Running once one pod is bound: wait for the engine to see every pod's node.
+                && view.attempts[1].nodes.len() == 3
         })
         .await;
     let view = workflow(&status, "qwen-sft");
