@@ -843,10 +843,7 @@ impl Catalog {
         let unguarded_any = if unguarded_scan.is_empty() {
             None
         } else {
-            let any = regex::RegexBuilder::new(&unguarded_scan.join("|"))
-                .size_limit(64 << 20)
-                .dfa_size_limit(32 << 20)
-                .build()
+            let any = super::scan::catalog_wide(&unguarded_scan.join("|"))
                 .map_err(|err| invalid(err.to_string()))?;
             Some(any)
         };

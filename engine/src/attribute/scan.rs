@@ -209,15 +209,7 @@ impl Searches {
                 .parse(pattern)
                 .map_err(|err| ScanError::Parse(Box::new(err)))?;
             let widened = widen(&hir, reading).to_string();
-            Some(
-                // A lazy DFA cache large enough for the whole catalog's patterns: below it the
-                // regex falls back to an NFA simulation many times slower.
-                regex::RegexBuilder::new(&widened)
-                    .size_limit(64 << 20)
-                    .dfa_size_limit(DFA_CACHE_BYTES)
-                    .build()
-                    .map_err(ScanError::Pattern)?,
-            )
+            Some(catalog_wide(&widened).map_err(ScanError::Pattern)?)
         };
         Ok(Self {
             literals: shaped,
@@ -228,6 +220,15 @@ impl Searches {
     fn matches(&self, shape: &[u8]) -> bool {
         matches(&self.literals, self.pattern.as_ref(), shape)
     }
+}
+
+/// A regex of many of the catalog's patterns joined: room for their automaton, and a lazy DFA cache
+/// large enough for them (below it the regex falls back to an NFA simulation many times slower).
+pub(super) fn catalog_wide(pattern: &str) -> Result<Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(64 << 20)
+        .dfa_size_limit(DFA_CACHE_BYTES)
+        .build()
 }
 
 /// Whether `shape` holds one of `literals` or matches `pattern`.
