@@ -8,7 +8,9 @@
 //!
 //! `RUNGUARD_BENCH_IDS=1` ends every line with its own hex id, so no two lines share a shape (the
 //! worst case of the candidate scan); `RUNGUARD_BENCH_PARTS=ingest` measures the ingest alone;
-//! `RUNGUARD_BENCH_STAGES=1` first times each stage of the ingest on the first read, best of ten.
+//! `RUNGUARD_BENCH_STAGES=1` first times each stage of the ingest on the first 64 MiB as one read, best
+//! of ten. The ingest reads in the engine's steps (`READ_STEP_BYTES`); `RUNGUARD_BENCH_READ_KB` sets
+//! another step to compare with (65536: the whole 64 MiB budget of a tick in one read).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -18,12 +20,15 @@ use std::time::Instant;
 
 use chrono::{TimeDelta, Utc};
 use runguard_engine::attribute::Catalog;
+use runguard_engine::attribute::rejoin::rejoin_wrapped;
 use runguard_engine::config::{Config, DetectConfig};
 use runguard_engine::detect::{StragglerTracker, throughput_drop};
 use runguard_engine::explain::{ExplainInput, explain};
 use runguard_engine::model::ThroughputSample;
 use runguard_engine::telemetry::pipeline::Digester;
-use runguard_engine::telemetry::tail::{Chunk, TailLimits, read_new_lines_reusing};
+use runguard_engine::telemetry::tail::{
+    Chunk, READ_STEP_BYTES, TailLimits, read_new_lines_reusing,
+};
 
 /// Time spent in the whole-read signature scan, reported apart.
 static SCAN_SECONDS: std::sync::Mutex<f64> = std::sync::Mutex::new(0.0);
@@ -192,8 +197,16 @@ fn ingest(
     let mut straggler = StragglerTracker::default();
     let (mut last_time, mut last_iteration) = (None, None);
     let mut spare = Chunk::default();
+    // The engine's step (a tick's budget is read in steps of it), or another to compare with.
+    let step = TailLimits {
+        max_read_bytes: std::env::var("RUNGUARD_BENCH_READ_KB")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(READ_STEP_BYTES, |kb| kb * 1024),
+        ..LIMITS
+    };
     loop {
-        let chunk = read_new_lines_reusing(path, offset, identity.as_deref(), LIMITS, spare)
+        let chunk = read_new_lines_reusing(path, offset, identity.as_deref(), step, spare)
             .expect("readable log");
         if chunk.spans.is_empty() {
             break;
@@ -206,10 +219,11 @@ fn ingest(
             last_time,
             last_iteration,
         );
+        let read = rejoin_wrapped(&chunk);
         let scan = Instant::now();
-        let candidates = catalog.candidate_lines(&chunk);
+        let candidates = catalog.candidate_lines(&read);
         *SCAN_SECONDS.lock().unwrap_or_else(|e| e.into_inner()) += scan.elapsed().as_secs_f64();
-        digester.push_chunk(&chunk, &candidates);
+        digester.push_chunk(&read, &candidates);
         let digest = digester.finish();
         last_time = digest.last_time;
         last_iteration = digest.last_iteration;

@@ -555,6 +555,66 @@ async fn a_chained_traceback_written_across_two_reads_is_one_block_with_its_root
 }
 
 #[tokio::test]
+async fn a_log_larger_than_a_read_step_is_read_in_one_tick_with_a_traceback_across_the_steps_whole()
+{
+    let (rig, log) = one_job(JobState::Running);
+    let mut engine = rig.engine();
+    let step = runguard_engine::telemetry::tail::READ_STEP_BYTES as usize;
+    // Progress lines up to just before the first step's end, the traceback across it, more after.
+    let mut text = String::new();
+    let mut iteration = 0;
+    while text.len() < step - 120 {
+        iteration += 1;
+        text.push_str(&format!(
+            "15: [2026-03-01 12:00:00] iteration {iteration:>8}/ 1000000 | lm loss: 2.100000E+00 |\n"
+        ));
+    }
+    text.push_str(" 4: Traceback (most recent call last):\n");
+    for frame in 0..8 {
+        text.push_str(&format!(
+            " 4:   File \"/workspace/model.py\", line {frame}, in layer_{frame}\n 4:     out = block(x)\n"
+        ));
+    }
+    text.push_str(" 4: RuntimeError: shard index out of range\n");
+    assert!(
+        text.len() > step,
+        "the traceback crosses the first step's end"
+    );
+    while text.len() < 2 * step + step / 2 {
+        iteration += 1;
+        text.push_str(&format!(
+            "15: [2026-03-01 12:00:00] iteration {iteration:>8}/ 1000000 | lm loss: 2.100000E+00 |\n"
+        ));
+    }
+    log.write(text.as_bytes());
+    // Finished before runguard reads it: the last read of the tick closes the tracebacks, not the first.
+    rig.backend.fail("77");
+    rig.step(&mut engine, 10).await;
+    let status = rig.status();
+    let view = &status.workflows[0];
+    assert_eq!(
+        view.attempts[0].last_iteration,
+        Some(iteration),
+        "2.5 steps of log in one tick (the budget is 64 MiB)"
+    );
+    let block = &view
+        .anomalies
+        .first()
+        .unwrap_or_else(|| panic!("an anomaly: {view:#?}"))
+        .evidence;
+    assert!(
+        block.iter().any(|l| l.contains("in layer_0")),
+        "the frames before the step's end: {block:#?}"
+    );
+    assert!(
+        block
+            .iter()
+            .any(|l| l.contains("RuntimeError: shard index out of range")),
+        "{block:#?}"
+    );
+}
+
+#[tokio::test]
 async fn a_state_the_scheduler_reports_in_words_runguard_cannot_read_is_a_warning_and_never_acted_on()
  {
     let (rig, log) = one_job(JobState::Running);

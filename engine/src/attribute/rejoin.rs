@@ -68,6 +68,7 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
         missing: chunk.missing,
         identity: chunk.identity.clone(),
         rotated: chunk.rotated,
+        more: chunk.more,
         tail: chunk.tail.clone(),
     })
 }
@@ -83,14 +84,18 @@ fn wrap_width(lines: &[&str]) -> Option<usize> {
 
 /// Whether `next` is the rest of `line`, cut.
 fn continues(line: &str, next: &str, width: Option<usize>) -> bool {
-    if next.trim().is_empty()
+    let length = line.len();
+    // Either shape needs one of these; on most lines of a log the lengths alone rule both out.
+    let may_continue = width == Some(length)
+        || (length >= MIN_CUT_LINE && next.as_bytes().first().is_some_and(u8::is_ascii_lowercase));
+    if !may_continue
+        || next.trim().is_empty()
         || starts_record(next)
         || head_word_is_a_label(next)
         || same_shape(first_word(next), first_word(line))
     {
         return false;
     }
-    let length = line.len();
     if width == Some(length) && !line.trim().is_empty() {
         return true;
     }

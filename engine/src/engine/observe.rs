@@ -17,7 +17,8 @@ use crate::telemetry::discover::LogPattern;
 use crate::telemetry::pipeline::{Digester, LogDigest};
 use crate::telemetry::straggler_report::StragglerReport;
 use crate::telemetry::tail::{
-    Chunk, Continuation, TailLimits, continuation, join_tails, read_new_lines_reusing,
+    Chunk, Continuation, READ_STEP_BYTES, TailLimits, continuation, join_tails,
+    read_new_lines_reusing,
 };
 use crate::telemetry::watch::absolute;
 
@@ -458,128 +459,15 @@ impl Engine {
                 if changed.is_some_and(|changed| !changed.contains(&absolute(&path))) {
                     continue;
                 }
-                let LogPosition {
-                    offset,
-                    identity,
-                    end,
-                } = positions
+                let position = positions
                     .get(&(workflow.id, attempt.index))
                     .cloned()
                     .unwrap_or_default();
-                let mut limits = limits;
-                if let Some(end) = end {
-                    // A newer attempt of the job writes the rest of this file.
-                    if offset >= end {
-                        self.settle_tracebacks(&workflow, &attempt)?;
-                        continue;
-                    }
-                    limits.max_read_bytes = limits.max_read_bytes.min(end - offset);
-                }
-                let chunk = match read_new_lines_reusing(
-                    &path,
-                    offset,
-                    identity.as_deref(),
-                    limits,
-                    std::mem::take(&mut spare),
-                ) {
-                    Ok(chunk) => chunk,
-                    Err(err) => {
-                        self.warn("log_unreadable", format!("{}: {err}", path.display()), now)?;
-                        continue;
-                    }
-                };
-                if (chunk.restarted || chunk.rotated)
-                    && !self.log_restart_confirmed(&workflow, &attempt, end)
-                {
-                    // Truncated or replaced: by a new run of the job (requeued under its id), whose
-                    // lines are not this attempt's, or by a log rotation. The next listing tells.
-                    spare = chunk;
-                    continue;
-                }
-                if chunk.restarted {
-                    self.warn(
-                        "log_truncated",
-                        format!("{} shrank; reading it again from the start", path.display()),
-                        now,
-                    )?;
-                }
-                if chunk.rotated {
-                    self.warn(
-                        "log_rotated",
-                        format!(
-                            "{} was replaced; reading the new file from its start",
-                            path.display()
-                        ),
-                        now,
-                    )?;
-                }
-                self.note_log_presence(&workflow, &attempt, &path, chunk.missing, now)?;
-                if chunk.spans.is_empty()
-                    && chunk.next_offset == offset
-                    && chunk.identity == identity
-                {
-                    // The log went quiet: a traceback whose exception line came is complete.
-                    self.settle_tracebacks(&workflow, &attempt)?;
-                    self.hear_partial_line(&attempt, &path, offset, now)?;
-                    continue;
-                }
-                let mut digest = self.digest(&attempt, &chunk, now);
-                match digest.saving {
-                    Some(true) => {
-                        self.saving.insert((workflow.id, attempt.index));
-                    }
-                    Some(false) => {
-                        self.saving.remove(&(workflow.id, attempt.index));
-                    }
-                    None => {}
-                }
-                self.hear_ranks(&workflow, &attempt, &digest.ranks_heard, now);
-                let notable = !digest.tracebacks.is_empty()
-                    || !digest.evidence.is_empty()
-                    || !digest.checkpoints.is_empty();
-                if notable {
+                if self.read_attempt_log(
+                    &workflow, attempt, &path, position, limits, now, &mut spare,
+                )? {
                     touched.insert(workflow.id);
                 }
-                if !attempt.state.is_terminal()
-                    && (!digest.tracebacks.is_empty() || !digest.evidence.is_empty())
-                {
-                    self.pace.expedite(now);
-                }
-                let reports = std::mem::take(&mut digest.straggler_reports);
-                let steps: Vec<_> = std::mem::take(&mut digest.step_timings)
-                    .into_iter()
-                    .map(|(_, step)| step)
-                    .collect();
-                let loader_waits: Vec<f64> = std::mem::take(&mut digest.readings)
-                    .iter()
-                    .filter_map(crate::telemetry::readings::Reading::data_wait)
-                    .collect();
-                let mut events = Vec::new();
-                let (truncated, invalid) = (chunk.truncated_lines, chunk.invalid_utf8_lines);
-                let display = path.display().to_string();
-                self.store.write(|db| {
-                    store_digest(db, &workflow, &attempt, digest, now, &mut events)?;
-                    db.set_log_offset(
-                        workflow.id,
-                        attempt.index,
-                        chunk.next_offset,
-                        chunk.identity.as_deref(),
-                    )?;
-                    let tail = if chunk.restarted || chunk.rotated {
-                        chunk.tail.clone()
-                    } else {
-                        join_tails(&db.log_tail(workflow.id, attempt.index)?, &chunk.tail)
-                    };
-                    db.set_log_tail(workflow.id, attempt.index, &tail)?;
-                    db.add_warnings("line_truncated", truncated, &display, now)?;
-                    db.add_warnings("invalid_utf8", invalid, &display, now)?;
-                    Ok(())
-                })?;
-                self.pending_events.extend(events);
-                self.flush_events();
-                self.watch_stragglers(&workflow, &attempt, &reports, now)?;
-                self.watch_steps(&workflow, &attempt, &steps, &loader_waits, now)?;
-                spare = chunk;
             }
         }
         if changed.is_none() {
@@ -587,6 +475,192 @@ impl Engine {
                 .follow(followed.iter().map(|path| path.as_path()));
         }
         Ok(touched)
+    }
+
+    /// Reads what `attempt`'s log holds past `position`, up to the tick's budget (`limits`), in steps of
+    /// at most [`READ_STEP_BYTES`] each read, digested and stored before the next: a step's bytes are
+    /// still in the core's cache while every pass goes over them. Returns whether a read held something
+    /// to decide on at once (see [`Engine::read_logs`]).
+    #[allow(clippy::too_many_arguments)]
+    fn read_attempt_log(
+        &mut self,
+        workflow: &Workflow,
+        mut attempt: Attempt,
+        path: &std::path::Path,
+        position: LogPosition,
+        limits: TailLimits,
+        now: DateTime<Utc>,
+        spare: &mut Chunk,
+    ) -> Result<bool, EngineError> {
+        let LogPosition {
+            mut offset,
+            mut identity,
+            end,
+        } = position;
+        let mut budget = limits.max_read_bytes;
+        if let Some(end) = end {
+            // A newer attempt of the job writes the rest of this file.
+            if offset >= end {
+                self.settle_tracebacks(workflow, &attempt)?;
+                return Ok(false);
+            }
+            budget = budget.min(end - offset);
+        }
+        let mut touched = false;
+        let mut first = true;
+        loop {
+            let step = TailLimits {
+                // A line the cap keeps whole fits in one step.
+                max_read_bytes: budget.min(READ_STEP_BYTES.max(limits.max_line_bytes as u64 + 1)),
+                ..limits
+            };
+            let chunk = match read_new_lines_reusing(
+                path,
+                offset,
+                identity.as_deref(),
+                step,
+                std::mem::take(spare),
+            ) {
+                Ok(chunk) => chunk,
+                Err(err) => {
+                    self.warn("log_unreadable", format!("{}: {err}", path.display()), now)?;
+                    return Ok(touched);
+                }
+            };
+            if (chunk.restarted || chunk.rotated)
+                && !self.log_restart_confirmed(workflow, &attempt, end)
+            {
+                // Truncated or replaced: by a new run of the job (requeued under its id), whose
+                // lines are not this attempt's, or by a log rotation. The next listing tells.
+                *spare = chunk;
+                return Ok(touched);
+            }
+            if chunk.restarted {
+                self.warn(
+                    "log_truncated",
+                    format!("{} shrank; reading it again from the start", path.display()),
+                    now,
+                )?;
+            }
+            if chunk.rotated {
+                self.warn(
+                    "log_rotated",
+                    format!(
+                        "{} was replaced; reading the new file from its start",
+                        path.display()
+                    ),
+                    now,
+                )?;
+            }
+            if first {
+                self.note_log_presence(workflow, &attempt, path, chunk.missing, now)?;
+            }
+            if chunk.spans.is_empty() && chunk.next_offset == offset && chunk.identity == identity {
+                if first {
+                    // The log went quiet: a traceback whose exception line came is complete.
+                    self.settle_tracebacks(workflow, &attempt)?;
+                    self.hear_partial_line(&attempt, path, offset, now)?;
+                }
+                *spare = chunk;
+                return Ok(touched);
+            }
+            let read_from = if chunk.restarted || chunk.rotated {
+                0
+            } else {
+                offset
+            };
+            let consumed = chunk.next_offset.saturating_sub(read_from);
+            // The last step of a finished attempt closes what its tracebacks hold.
+            let last = !chunk.more || consumed == 0 || consumed >= budget;
+            touched |= self.take_in_read(workflow, &attempt, path, &chunk, last, now)?;
+            if last {
+                *spare = chunk;
+                return Ok(touched);
+            }
+            budget -= consumed;
+            offset = chunk.next_offset;
+            identity.clone_from(&chunk.identity);
+            *spare = chunk;
+            first = false;
+            // What the step stored (the last stamp's time, the iteration) is what the next continues.
+            let stored = self.store.db().reading(|db| {
+                Ok(db
+                    .attempts(workflow.id)?
+                    .into_iter()
+                    .find(|a| a.index == attempt.index))
+            })?;
+            match stored {
+                Some(stored) => attempt = stored,
+                None => return Ok(touched),
+            }
+        }
+    }
+
+    /// Digests one read of `attempt`'s log and stores what it taught; `last` says whether the
+    /// tick reads no more of it. Returns whether the read held something to decide on at once.
+    fn take_in_read(
+        &mut self,
+        workflow: &Workflow,
+        attempt: &Attempt,
+        path: &std::path::Path,
+        chunk: &Chunk,
+        last: bool,
+        now: DateTime<Utc>,
+    ) -> Result<bool, EngineError> {
+        let mut digest = self.digest(attempt, chunk, last, now);
+        match digest.saving {
+            Some(true) => {
+                self.saving.insert((workflow.id, attempt.index));
+            }
+            Some(false) => {
+                self.saving.remove(&(workflow.id, attempt.index));
+            }
+            None => {}
+        }
+        self.hear_ranks(workflow, attempt, &digest.ranks_heard, now);
+        let notable = !digest.tracebacks.is_empty()
+            || !digest.evidence.is_empty()
+            || !digest.checkpoints.is_empty();
+        if !attempt.state.is_terminal()
+            && (!digest.tracebacks.is_empty() || !digest.evidence.is_empty())
+        {
+            self.pace.expedite(now);
+        }
+        let reports = std::mem::take(&mut digest.straggler_reports);
+        let steps: Vec<_> = std::mem::take(&mut digest.step_timings)
+            .into_iter()
+            .map(|(_, step)| step)
+            .collect();
+        let loader_waits: Vec<f64> = std::mem::take(&mut digest.readings)
+            .iter()
+            .filter_map(crate::telemetry::readings::Reading::data_wait)
+            .collect();
+        let mut events = Vec::new();
+        let (truncated, invalid) = (chunk.truncated_lines, chunk.invalid_utf8_lines);
+        let display = path.display().to_string();
+        self.store.write(|db| {
+            store_digest(db, workflow, attempt, digest, now, &mut events)?;
+            db.set_log_offset(
+                workflow.id,
+                attempt.index,
+                chunk.next_offset,
+                chunk.identity.as_deref(),
+            )?;
+            let tail = if chunk.restarted || chunk.rotated {
+                chunk.tail.clone()
+            } else {
+                join_tails(&db.log_tail(workflow.id, attempt.index)?, &chunk.tail)
+            };
+            db.set_log_tail(workflow.id, attempt.index, &tail)?;
+            db.add_warnings("line_truncated", truncated, &display, now)?;
+            db.add_warnings("invalid_utf8", invalid, &display, now)?;
+            Ok(())
+        })?;
+        self.pending_events.extend(events);
+        self.flush_events();
+        self.watch_stragglers(workflow, attempt, &reports, now)?;
+        self.watch_steps(workflow, attempt, &steps, &loader_waits, now)?;
+        Ok(notable)
     }
 
     /// Whether a log found truncated or replaced under `attempt` may be read again from its start: not
@@ -698,7 +772,14 @@ impl Engine {
         }
     }
 
-    fn digest(&mut self, attempt: &Attempt, chunk: &Chunk, now: DateTime<Utc>) -> LogDigest {
+    /// `last`: the tick reads no more of the log (a finished attempt's tracebacks are then closed).
+    fn digest(
+        &mut self,
+        attempt: &Attempt,
+        chunk: &Chunk,
+        last: bool,
+        now: DateTime<Utc>,
+    ) -> LogDigest {
         let key = (attempt.workflow_id, attempt.index);
         let assembler = self.tracebacks.remove(&key).unwrap_or_default();
         let catalog = &self.catalog;
@@ -711,7 +792,7 @@ impl Engine {
         .resume_tracebacks(assembler);
         let chunk = crate::attribute::rejoin::rejoin_wrapped(chunk);
         digester.push_chunk(&chunk, &catalog.candidate_lines(&chunk));
-        if attempt.state.is_terminal() {
+        if attempt.state.is_terminal() && last {
             // The attempt writes no more: every traceback it began is as complete as it will be.
             digester.finish()
         } else {
