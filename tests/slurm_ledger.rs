@@ -164,12 +164,26 @@ fn a_gpu_lost_on_n2_keeps_every_job_off_n2_until_its_health_check_passes() {
         || node_state(&sandbox, "n2").as_deref() == Some("quarantined"),
         context,
     );
+    // The run goes on off n2: requeued under its id, or, when Slurm keeps the ended job on n2 until it
+    // declares the node down, as the job runguard resubmitted (the workflow's newest attempt either way).
     wait(
         Duration::from_secs(60),
         "job A running again off n2",
         || {
-            let nodes = squeue_field(&cluster, &job_a, "%T %N");
-            nodes.starts_with("RUNNING") && !nodes.contains("n2") && !nodes.contains("n[1-2]")
+            status(&sandbox, &cluster).is_some_and(|status| {
+                status["workflows"].as_array().is_some_and(|workflows| {
+                    workflows.iter().any(|w| {
+                        let attempts = w["attempts"].as_array().cloned().unwrap_or_default();
+                        let newest = attempts.last().cloned().unwrap_or_default();
+                        let nodes = strings(&newest["nodes"]);
+                        w["attempts"][0]["job_id"] == job_a.as_str()
+                            && attempts.len() >= 2
+                            && matches!(newest["state"].as_str(), Some("running" | "completed"))
+                            && !nodes.is_empty()
+                            && !nodes.contains(&"n2".to_string())
+                    })
+                })
+            })
         },
         context,
     );

@@ -25,8 +25,8 @@ use crate::telemetry::whole_file::digest_file;
 mod slow_run;
 use slow_run::{SlowRun, healthy, slow_run};
 
-/// Largest read per step; files of any size are read in bounded steps.
-const READ_STEP: u64 = 16 << 20;
+/// Largest read per step; files of any size are read in bounded steps, small enough for a core's cache.
+const READ_STEP: u64 = crate::telemetry::tail::READ_STEP_BYTES;
 
 /// An explanation that could not be made.
 #[derive(Debug, thiserror::Error)]

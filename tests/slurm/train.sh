@@ -35,14 +35,20 @@ if [ -n "$newest" ]; then
     fi
 fi
 
+# The mark names the run that failed (job id and restart count): a rank of that same run that starts
+# late, after another rank already failed and left the mark, fails too; a requeued or resubmitted run
+# does not.
+run_id="${SLURM_JOB_ID:-0}.${SLURM_RESTART_COUNT:-0}"
+mark="$ckpt_dir/.failed_once"
 failing=0
-if [ "$fail" != none ] && { [ "$fail_on" = always ] || [ ! -e "$ckpt_dir/.failed_once" ]; }; then
+if [ "$fail" != none ] && { [ "$fail_on" = always ] || [ ! -e "$mark" ] || [ "$(cat "$mark" 2>/dev/null)" = "$run_id" ]; }; then
     failing=1
 fi
 
 for ((i = start + 1; i <= iters; i++)); do
     if [ "$failing" = 1 ] && [ "$i" = "$fail_at" ]; then
-        touch "$ckpt_dir/.failed_once"
+        # Written whole, then renamed: a rank starting now reads the mark complete or not at all.
+        printf '%s\n' "$run_id" > "$mark.$rank" && mv -f "$mark.$rank" "$mark"
         case "$fail" in
             nccl)
                 culprit=${FAIL_NODE:-}

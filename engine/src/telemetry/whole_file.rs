@@ -12,6 +12,9 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 
 use crate::telemetry::tail::{Chunk, TailLimits, read_new_lines_reusing};
 
+/// Steps read ahead of the workers, and prepared ahead of the digest.
+const QUEUED_STEPS: usize = 4;
+
 /// Reads `path` from its start in steps of at most `limits.max_read_bytes`, hands each step to
 /// `prepare` (on `threads` worker threads when more than one) and what it gives to `digest`, in file
 /// order, on this thread. A last line without its newline is a step of its own. `digest` may give a
@@ -29,10 +32,10 @@ pub fn digest_file<P: Send>(
         });
     }
     std::thread::scope(|scope| {
-        // One step waiting per queue: a step is tens of megabytes.
-        let (work_tx, work_rx) = mpsc::sync_channel::<(usize, Chunk)>(1);
+        // A few steps waiting per queue, each a read of at most a few megabytes.
+        let (work_tx, work_rx) = mpsc::sync_channel::<(usize, Chunk)>(QUEUED_STEPS);
         let work_rx = Arc::new(Mutex::new(work_rx));
-        let (done_tx, done_rx) = mpsc::sync_channel::<(usize, P)>(1);
+        let (done_tx, done_rx) = mpsc::sync_channel::<(usize, P)>(QUEUED_STEPS);
         let (spare_tx, spare_rx) = mpsc::channel::<Chunk>();
         for _ in 0..threads {
             let (work_rx, done_tx) = (Arc::clone(&work_rx), done_tx.clone());
