@@ -21,6 +21,7 @@ use std::time::Instant;
 use chrono::{TimeDelta, Utc};
 use runguard_engine::attribute::Catalog;
 use runguard_engine::attribute::rejoin::rejoin_wrapped;
+use runguard_engine::attribute::scan::ShapeMemory;
 use runguard_engine::config::{Config, DetectConfig};
 use runguard_engine::detect::{StragglerTracker, throughput_drop};
 use runguard_engine::explain::{ExplainInput, explain};
@@ -197,6 +198,9 @@ fn ingest(
     let mut straggler = StragglerTracker::default();
     let (mut last_time, mut last_iteration) = (None, None);
     let mut spare = Chunk::default();
+    // As the engine keeps them over the steps of one tick, whose budget is a whole 64 MiB read.
+    let mut shapes = ShapeMemory::default();
+    let mut tick_read = 0;
     // The engine's step (a tick's budget is read in steps of it), or another to compare with.
     let step = TailLimits {
         max_read_bytes: std::env::var("RUNGUARD_BENCH_READ_KB")
@@ -211,6 +215,11 @@ fn ingest(
         if chunk.spans.is_empty() {
             break;
         }
+        tick_read += chunk.next_offset - offset;
+        if tick_read > LIMITS.max_read_bytes {
+            shapes = ShapeMemory::default();
+            tick_read = chunk.next_offset - offset;
+        }
         offset = chunk.next_offset;
         identity = chunk.identity.clone();
         let mut digester = Digester::new(
@@ -221,7 +230,7 @@ fn ingest(
         );
         let read = rejoin_wrapped(&chunk);
         let scan = Instant::now();
-        let candidates = catalog.candidate_lines(&read);
+        let candidates = catalog.candidate_lines_remembering(&read, &mut shapes);
         *SCAN_SECONDS.lock().unwrap_or_else(|e| e.into_inner()) += scan.elapsed().as_secs_f64();
         digester.push_chunk(&read, &candidates);
         let digest = digester.finish();

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::attribute::scan::ShapeMemory;
 use crate::attribute::{self, Catalog, Evidence};
 use crate::config::Config;
 use crate::detect;
@@ -140,13 +141,14 @@ pub fn explain_with(
         let mut digester = Digester::new(notable, now, None, None);
         // Everything a line says on its own is found while preparing, on any thread; the digest
         // applies it in order.
-        let prepare = |chunk: Chunk| {
+        // Each preparing thread remembers the line shapes of the steps it scanned.
+        let prepare = |chunk: Chunk, shapes: &mut ShapeMemory| {
             let rejoined = match attribute::rejoin::rejoin_wrapped(&chunk) {
                 Cow::Owned(rejoined) => Some(rejoined),
                 Cow::Borrowed(_) => None,
             };
             let chunk = rejoined.unwrap_or(chunk);
-            let marks = catalog.candidate_lines(&chunk);
+            let marks = catalog.candidate_lines_remembering(&chunk, shapes);
             let facts = LineClassifier::new(notable, now).classify_chunk(&chunk, &marks);
             (chunk, facts)
         };
@@ -435,7 +437,7 @@ fn read_whole(
             path: path.to_path_buf(),
         });
     }
-    let keep = |chunk: Chunk| chunk;
+    let keep = |chunk: Chunk, _: &mut ()| chunk;
     digest_file(path, limits, 1, &keep, |chunk| {
         each(&chunk);
         Some(chunk)

@@ -6,7 +6,7 @@ use aho_corasick::AhoCorasick;
 use regex::Regex;
 use serde::Deserialize;
 
-use super::scan::LineScan;
+use super::scan::{LineScan, ShapeMemory};
 use crate::model::{Component, Remedy};
 use crate::telemetry::tail::Chunk;
 
@@ -894,6 +894,16 @@ impl Catalog {
     /// unmarked one holds none of them.
     pub fn candidate_lines(&self, chunk: &Chunk) -> Vec<bool> {
         self.scan.candidate_lines(chunk)
+    }
+
+    /// [`Self::candidate_lines`] remembering the shapes of the lines across reads of one log (see
+    /// [`crate::attribute::scan::ShapeMemory`]), for reads that follow each other closely.
+    pub fn candidate_lines_remembering(
+        &self,
+        chunk: &Chunk,
+        shapes: &mut ShapeMemory,
+    ) -> Vec<bool> {
+        self.scan.candidate_lines_remembering(chunk, shapes)
     }
 
     /// Whether any signature matches `line`, or a locator finds a node in it.

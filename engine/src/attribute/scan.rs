@@ -29,9 +29,10 @@ use regex_syntax::hir::{Class, ClassBytesRange, ClassUnicodeRange, Hir, HirKind}
 
 use crate::telemetry::tail::Chunk;
 
-/// Shapes remembered per read; past this, unknown shapes are searched without being remembered.
+/// Shapes remembered by one [`ShapeMemory`]; past this, unknown shapes are searched without being
+/// remembered (which bounds its memory).
 const MAX_SHAPES: usize = 8192;
-/// Distinct shapes in one read past which new shapes are read coarser too (see the module's doc):
+/// Distinct shapes remembered past which new shapes are read coarser too (see the module's doc):
 /// fewer, and the log's lines repeat their shapes; the coarse search is then built once.
 const COARSE_AFTER: usize = 64;
 /// The lazy DFA cache of the scan's pattern (the regex crate's default is 2 MiB).
@@ -128,21 +129,30 @@ impl LineScan {
 
     /// For each line of the read, whether it may hold a literal or match the literal-less patterns.
     pub fn candidate_lines(&self, chunk: &Chunk) -> Vec<bool> {
+        self.candidate_lines_remembering(chunk, &mut ShapeMemory::default())
+    }
+
+    /// [`Self::candidate_lines`] that starts from the verdicts on shapes `memory` holds and adds the new
+    /// ones: the reads of one log that follow each other repeat its shapes.
+    pub fn candidate_lines_remembering(
+        &self,
+        chunk: &Chunk,
+        shapes: &mut ShapeMemory,
+    ) -> Vec<bool> {
         let text = chunk.text.as_bytes();
-        let mut shapes = Shapes::default();
         chunk
             .spans
             .iter()
             .map(|&(start, end)| {
                 let line = text.get(start..end).unwrap_or_default();
-                self.may_match(line, &mut shapes)
+                self.may_match(line, shapes)
             })
             .collect()
     }
 
     /// Whether the line's shape holds a shaped literal or matches the widened pattern: false proves
     /// that the line holds no literal and matches no pattern.
-    fn may_match(&self, line: &[u8], shapes: &mut Shapes) -> bool {
+    fn may_match(&self, line: &[u8], shapes: &mut ShapeMemory) -> bool {
         shapes.scratch.clear();
         push_shape(line, &mut shapes.scratch, Reading::Digits);
         if line.len() > MAX_SHAPE_BYTES {
@@ -293,9 +303,11 @@ fn widen(hir: &Hir, reading: Reading) -> Hir {
     }
 }
 
-/// The shapes of one read's lines seen so far, with their verdicts.
+/// Line shapes seen so far, with their verdicts. A verdict depends on the shape and the scan alone, so
+/// one memory may serve several reads of a log with the same scan; it holds at most [`MAX_SHAPES`]
+/// shapes of at most [`MAX_SHAPE_BYTES`] each.
 #[derive(Default)]
-struct Shapes {
+pub struct ShapeMemory {
     known: HashMap<Box<[u8]>, bool, BuildHasherDefault<ShapeHasher>>,
     /// The current line's shape, built here to look it up without allocating.
     scratch: Vec<u8>,
@@ -476,6 +488,58 @@ mod tests {
         // The coarse shapes repeat: the lines that hold nothing are mostly passed over.
         assert!(marked < 600, "{marked} of 3000 marked");
         assert!(scan.coarse.get().is_some_and(Option::is_some));
+    }
+
+    #[test]
+    fn a_memory_kept_across_reads_misses_no_line_and_marks_no_more_than_a_fresh_scan() {
+        let literals = ["Xid 79", "dead peer"];
+        let pattern = r"code 1\d{2}$";
+        let scan = LineScan::new(&literals.map(str::to_string), pattern).unwrap();
+        let original = Regex::new(&format!("(?m){pattern}")).unwrap();
+        let mut memory = ShapeMemory::default();
+        let mut id = 0x2545_f491_4f6c_dd1du64;
+        for read_index in 0..6u64 {
+            let read = read_index;
+            // Reads of repeating shapes, then reads with a hex id on every line (the coarse shapes).
+            let mut text = String::new();
+            for n in 0..400u64 {
+                id = id.rotate_left(13).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n;
+                let tail = match (n + read) % 97 {
+                    3 => " Xid 79 on gpu 2",
+                    5 => " saw dead peer",
+                    7 => " exit code 142",
+                    _ => " step done",
+                };
+                if read < 3 {
+                    text.push_str(&format!("[rank {}] step {n}{tail}\n", n % 8));
+                } else {
+                    text.push_str(&format!("[rank {}] trace={id:016x}{tail}\n", n % 8));
+                }
+            }
+            let read = chunk(&text);
+            let marks = scan.candidate_lines_remembering(&read, &mut memory);
+            for (line, mark) in read.lines().zip(&marks) {
+                let holds = literals.iter().any(|literal| line.contains(literal))
+                    || original.is_match(line);
+                assert!(!holds || *mark, "read {read_index}: {line}");
+            }
+            // What holds nothing is passed over, as in a fresh scan of the read.
+            let marked = marks.iter().filter(|mark| **mark).count();
+            let fresh = scan
+                .candidate_lines(&read)
+                .iter()
+                .filter(|mark| **mark)
+                .count();
+            assert!(
+                marked <= fresh.max(20),
+                "read {read_index}: {marked} marked, {fresh} fresh"
+            );
+        }
+        assert!(
+            memory.known.len() > COARSE_AFTER,
+            "the coarse shapes were used"
+        );
+        assert!(!memory.coarse_known.is_empty());
     }
 
     #[test]

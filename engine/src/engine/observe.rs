@@ -7,6 +7,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::pace::Load;
 use super::{Engine, EngineError, EngineEvent, set_status, with_timeout};
+use crate::attribute::scan::ShapeMemory;
 use crate::backend::{BackendError, JobSnapshot};
 use crate::model::{
     Attempt, BackendKind, Checkpoint, JobState, ThroughputSample, Workflow, WorkflowId,
@@ -508,6 +509,8 @@ impl Engine {
         }
         let mut touched = false;
         let mut first = true;
+        // The steps of one tick's read repeat the log's line shapes.
+        let mut shapes = ShapeMemory::default();
         loop {
             let step = TailLimits {
                 // A line the cap keeps whole fits in one step.
@@ -572,7 +575,8 @@ impl Engine {
             let consumed = chunk.next_offset.saturating_sub(read_from);
             // The last step of a finished attempt closes what its tracebacks hold.
             let last = !chunk.more || consumed == 0 || consumed >= budget;
-            touched |= self.take_in_read(workflow, &attempt, path, &chunk, last, now)?;
+            touched |=
+                self.take_in_read(workflow, &attempt, path, &chunk, last, &mut shapes, now)?;
             if last {
                 *spare = chunk;
                 return Ok(touched);
@@ -598,6 +602,7 @@ impl Engine {
 
     /// Digests one read of `attempt`'s log and stores what it taught; `last` says whether the
     /// tick reads no more of it. Returns whether the read held something to decide on at once.
+    #[allow(clippy::too_many_arguments)]
     fn take_in_read(
         &mut self,
         workflow: &Workflow,
@@ -605,9 +610,10 @@ impl Engine {
         path: &std::path::Path,
         chunk: &Chunk,
         last: bool,
+        shapes: &mut ShapeMemory,
         now: DateTime<Utc>,
     ) -> Result<bool, EngineError> {
-        let mut digest = self.digest(attempt, chunk, last, now);
+        let mut digest = self.digest(attempt, chunk, last, shapes, now);
         match digest.saving {
             Some(true) => {
                 self.saving.insert((workflow.id, attempt.index));
@@ -778,6 +784,7 @@ impl Engine {
         attempt: &Attempt,
         chunk: &Chunk,
         last: bool,
+        shapes: &mut ShapeMemory,
         now: DateTime<Utc>,
     ) -> LogDigest {
         let key = (attempt.workflow_id, attempt.index);
@@ -791,7 +798,7 @@ impl Engine {
         )
         .resume_tracebacks(assembler);
         let chunk = crate::attribute::rejoin::rejoin_wrapped(chunk);
-        digester.push_chunk(&chunk, &catalog.candidate_lines(&chunk));
+        digester.push_chunk(&chunk, &catalog.candidate_lines_remembering(&chunk, shapes));
         if attempt.state.is_terminal() && last {
             // The attempt writes no more: every traceback it began is as complete as it will be.
             digester.finish()

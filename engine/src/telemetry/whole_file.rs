@@ -18,17 +18,19 @@ const QUEUED_STEPS: usize = 4;
 /// Reads `path` from its start in steps of at most `limits.max_read_bytes`, hands each step to
 /// `prepare` (on `threads` worker threads when more than one) and what it gives to `digest`, in file
 /// order, on this thread. A last line without its newline is a step of its own. `digest` may give a
-/// step's chunk back for a later read to reuse its memory.
-pub fn digest_file<P: Send>(
+/// step's chunk back for a later read to reuse its memory. Each thread that prepares keeps a state
+/// `S` of its own over the steps it is given (what one step teaches that serves the next).
+pub fn digest_file<P: Send, S: Default>(
     path: &Path,
     limits: TailLimits,
     threads: usize,
-    prepare: &(dyn Fn(Chunk) -> P + Sync),
+    prepare: &(dyn Fn(Chunk, &mut S) -> P + Sync),
     mut digest: impl FnMut(P) -> Option<Chunk>,
 ) -> std::io::Result<()> {
     if threads <= 1 {
+        let mut state = S::default();
         return read_steps(path, limits, |chunk| {
-            ControlFlow::Continue(digest(prepare(chunk)).unwrap_or_default())
+            ControlFlow::Continue(digest(prepare(chunk, &mut state)).unwrap_or_default())
         });
     }
     std::thread::scope(|scope| {
@@ -40,13 +42,14 @@ pub fn digest_file<P: Send>(
         for _ in 0..threads {
             let (work_rx, done_tx) = (Arc::clone(&work_rx), done_tx.clone());
             scope.spawn(move || {
+                let mut state = S::default();
                 loop {
                     let next = work_rx
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .recv();
                     let Ok((index, chunk)) = next else { break };
-                    if done_tx.send((index, prepare(chunk))).is_err() {
+                    if done_tx.send((index, prepare(chunk, &mut state))).is_err() {
                         break;
                     }
                 }
@@ -137,7 +140,7 @@ mod tests {
             max_line_bytes: 64,
             max_read_bytes: 100,
         };
-        let prepare = |chunk: Chunk| {
+        let prepare = |chunk: Chunk, _: &mut ()| {
             let marks = chunk.lines().map(|line| line.contains("x")).collect();
             (chunk, marks)
         };
