@@ -124,7 +124,10 @@ pub fn explain_with(
     let now = options.now;
     let limits = TailLimits {
         max_line_bytes: config.telemetry.max_line_bytes,
-        max_read_bytes: options.read_step.max(1),
+        // A line the cap keeps whole fits in one step.
+        max_read_bytes: options
+            .read_step
+            .max(config.telemetry.max_line_bytes as u64 + 1),
     };
     let mut evidence: Vec<EvidenceLine> = Vec::new();
     let mut samples: Vec<ThroughputSample> = Vec::new();

@@ -203,7 +203,10 @@ fn explained(catalog: &Catalog, path: &Path, threads: usize, read_step: u64) -> 
         read_step,
         now: now(),
     };
-    let explanation = explain_with(catalog, &Config::default(), &input, &options).unwrap();
+    // A step holds at least one line of the cap: a small cap lets the steps be small.
+    let mut config = Config::default();
+    config.telemetry.max_line_bytes = (read_step as usize / 2).max(1);
+    let explanation = explain_with(catalog, &config, &input, &options).unwrap();
     serde_json::to_string_pretty(&explanation).unwrap()
 }
 
@@ -227,6 +230,40 @@ fn explaining_on_many_threads_gives_what_one_thread_gives() {
             );
         }
     }
+}
+
+#[test]
+fn a_read_step_shorter_than_a_line_the_cap_allows_leaves_the_line_whole() {
+    let catalog = Catalog::builtin().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.log");
+    // One error line of 1,700 bytes whose telling words come after its first 1,024 (within what
+    // evidence keeps of a line).
+    let line = format!(
+        "[rank3] {} RuntimeError: CUDA error: an illegal memory access was encountered.\n",
+        "x".repeat(1600)
+    );
+    std::fs::write(&path, format!("Step 1\n{line}Step 2\n")).unwrap();
+    let input = ExplainInput {
+        logs: vec![path],
+        kernel_logs: Vec::new(),
+        nodes: Vec::new(),
+        ranks_per_node: 8,
+    };
+    let explain_in = |read_step| {
+        let options = ExplainOptions {
+            threads: 1,
+            read_step,
+            now: now(),
+        };
+        serde_json::to_string_pretty(
+            &explain_with(&catalog, &Config::default(), &input, &options).unwrap(),
+        )
+        .unwrap()
+    };
+    let whole = explain_in(1 << 20);
+    assert!(whole.contains("illegal memory access"), "{whole}");
+    assert_eq!(explain_in(1024), whole);
 }
 
 #[test]
