@@ -10,6 +10,7 @@ mod decide;
 mod events;
 mod journal;
 mod ledger;
+mod logs;
 mod nodes;
 mod observe;
 mod outage;
