@@ -21,6 +21,32 @@ pub fn ellipsize(text: &str, max: usize) -> String {
     }
 }
 
+/// `text` cut to at most `max` characters by leaving out its middle, marked ` … `: the head of a long
+/// log line says who speaks (its labels, an exception's type) and its end, often, what went wrong
+/// (after a tensor's or a config's dump).
+pub fn keep_ends(text: &str, max: usize) -> String {
+    const MARK: &str = " … ";
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_string();
+    }
+    let kept = max.saturating_sub(MARK.chars().count());
+    if kept < 2 {
+        return text.chars().take(max).collect();
+    }
+    let head = kept / 2;
+    let tail = kept - head;
+    let head_end = text
+        .char_indices()
+        .nth(head)
+        .map_or(text.len(), |(at, _)| at);
+    let tail_start = text
+        .char_indices()
+        .nth(count - tail)
+        .map_or(text.len(), |(at, _)| at);
+    format!("{}{MARK}{}", &text[..head_end], &text[tail_start..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -31,6 +57,18 @@ mod tests {
         assert_eq!(clip("grüße", 4), "grü");
         assert_eq!(clip("short", 64), "short");
         assert_eq!(clip("", 0), "");
+    }
+
+    #[test]
+    fn keep_ends_leaves_out_the_middle_in_whole_characters() {
+        assert_eq!(keep_ends("short", 10), "short");
+        let long = format!("Error: {} grüße at the end", "ä".repeat(100));
+        let kept = keep_ends(&long, 40);
+        assert_eq!(kept.chars().count(), 40, "{kept}");
+        assert!(kept.starts_with("Error: ä"), "{kept}");
+        assert!(kept.ends_with("grüße at the end"), "{kept}");
+        assert!(kept.contains(" … "), "{kept}");
+        assert_eq!(keep_ends("abcdef", 2).chars().count(), 2);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::telemetry::node_signals::{
 };
 use crate::telemetry::tail::{TailLimits, read_new_lines};
 
-/// Longest kernel-log evidence line kept.
+/// Longest kernel-log evidence line kept (a longer one keeps its two ends).
 const MAX_EVIDENCE_CHARS: usize = 2000;
 /// Longest output read from a GPU status command.
 const MAX_COMMAND_OUTPUT: usize = 4 << 20;
@@ -257,7 +257,7 @@ impl Engine {
                             &EvidenceLine {
                                 time,
                                 rank: None,
-                                text: text.chars().take(MAX_EVIDENCE_CHARS).collect(),
+                                text: crate::text::keep_ends(&text, MAX_EVIDENCE_CHARS),
                             },
                         )?;
                     }

@@ -267,6 +267,45 @@ fn a_read_step_shorter_than_a_line_the_cap_allows_leaves_the_line_whole() {
 }
 
 #[test]
+fn an_error_at_the_end_of_a_line_longer_than_evidence_keeps_is_still_read() {
+    let catalog = Catalog::builtin().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.log");
+    // A tensor's repr of 6,000 bytes, then the error that names the failure.
+    let line = format!(
+        "[rank3] batch: tensor([{}]) RuntimeError: CUDA error: an illegal memory access was encountered.\n",
+        "0.125, ".repeat(850)
+    );
+    std::fs::write(&path, format!("Step 1\n{line}Step 2\n")).unwrap();
+    let input = ExplainInput {
+        logs: vec![path],
+        kernel_logs: Vec::new(),
+        nodes: Vec::new(),
+        ranks_per_node: 8,
+    };
+    let explanation = explain_with(
+        &catalog,
+        &Config::default(),
+        &input,
+        &ExplainOptions {
+            threads: 1,
+            read_step: 1 << 20,
+            now: now(),
+        },
+    )
+    .unwrap();
+    let attribution = &explanation.attribution;
+    assert_ne!(attribution.category.as_str(), "healthy", "{attribution:#?}");
+    let kept = &attribution.evidence[0];
+    assert!(kept.starts_with("[rank3] batch: tensor(["), "{kept}");
+    assert!(
+        kept.contains("an illegal memory access was encountered."),
+        "{kept}"
+    );
+    assert!(kept.chars().count() <= 2000, "{}", kept.chars().count());
+}
+
+#[test]
 fn the_candidate_scan_marks_every_traceback_header() {
     let catalog = Catalog::builtin().unwrap();
     let headers = [

@@ -16,8 +16,9 @@ use crate::telemetry::step_timing::{self, StepTiming};
 use crate::telemetry::straggler_report::{self, StragglerReport};
 use crate::telemetry::tail::Chunk;
 use crate::telemetry::traceback::{TORCHSCRIPT_START, TracebackAssembler, TracebackBlock};
+use crate::text::keep_ends;
 
-/// Longest evidence line kept.
+/// Longest evidence line kept (a longer one keeps its two ends).
 const MAX_EVIDENCE_CHARS: usize = 2000;
 /// Traceback lines kept per traceback (its head is the interesting part, with the exception line).
 const MAX_TRACEBACK_LINES: usize = 40;
@@ -259,11 +260,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             self.digest.evidence.push(EvidenceLine {
                 time,
                 rank: facts.rank,
-                text: message
-                    .trim_end()
-                    .chars()
-                    .take(MAX_EVIDENCE_CHARS)
-                    .collect(),
+                text: keep_ends(message.trim_end(), MAX_EVIDENCE_CHARS),
             });
         }
     }
