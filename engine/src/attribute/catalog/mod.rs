@@ -6,60 +6,70 @@ use aho_corasick::AhoCorasick;
 use regex::Regex;
 use serde::Deserialize;
 
+mod literals;
+mod locator;
+mod spec;
+
+pub use locator::Locator;
+pub use spec::{LocatorExample, LocatorSpec, SequenceSpec, SignatureSpec, VetoSpec};
+
+use literals::{required_literals, uncovered_by_prefilter, unnamed};
+use spec::{Parsed, TaxonomyFile, line_of, parse_file};
+
 use super::scan::{LineScan, ShapeMemory};
-use crate::model::{Component, Remedy};
+use crate::model::Component;
 use crate::telemetry::tail::Chunk;
 
 /// The catalog shipped with runguard.
 const BUILTIN: &[(&str, &str)] = &[
     (
         "core.toml",
-        include_str!("../../../data/signatures/core.toml"),
+        include_str!("../../../../data/signatures/core.toml"),
     ),
     (
         "hardware.toml",
-        include_str!("../../../data/signatures/hardware.toml"),
+        include_str!("../../../../data/signatures/hardware.toml"),
     ),
     (
         "network.toml",
-        include_str!("../../../data/signatures/network.toml"),
+        include_str!("../../../../data/signatures/network.toml"),
     ),
     (
         "memory.toml",
-        include_str!("../../../data/signatures/memory.toml"),
+        include_str!("../../../../data/signatures/memory.toml"),
     ),
     (
         "storage.toml",
-        include_str!("../../../data/signatures/storage.toml"),
+        include_str!("../../../../data/signatures/storage.toml"),
     ),
     (
         "data.toml",
-        include_str!("../../../data/signatures/data.toml"),
+        include_str!("../../../../data/signatures/data.toml"),
     ),
     (
         "scheduling.toml",
-        include_str!("../../../data/signatures/scheduling.toml"),
+        include_str!("../../../../data/signatures/scheduling.toml"),
     ),
     (
         "ray.toml",
-        include_str!("../../../data/signatures/ray.toml"),
+        include_str!("../../../../data/signatures/ray.toml"),
     ),
     (
         "application.toml",
-        include_str!("../../../data/signatures/application.toml"),
+        include_str!("../../../../data/signatures/application.toml"),
     ),
     (
         "broad.toml",
-        include_str!("../../../data/signatures/broad.toml"),
+        include_str!("../../../../data/signatures/broad.toml"),
     ),
     (
         "locators.toml",
-        include_str!("../../../data/signatures/locators.toml"),
+        include_str!("../../../../data/signatures/locators.toml"),
     ),
 ];
 
 /// The canonical categories every signature maps to.
-const TAXONOMY: &str = include_str!("../../../data/taxonomy.toml");
+const TAXONOMY: &str = include_str!("../../../../data/taxonomy.toml");
 
 /// Where a signature's evidence comes from.
 pub const SOURCES: &[&str] = &[
@@ -119,12 +129,6 @@ pub enum ContextScope {
     Attempt,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TaxonomyFile {
-    category: Vec<Category>,
-}
-
 /// The canonical categories.
 pub fn taxonomy() -> Vec<Category> {
     toml::from_str::<TaxonomyFile>(TAXONOMY)
@@ -144,43 +148,6 @@ pub enum CatalogError {
     },
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CatalogFile {
-    #[serde(default)]
-    signature: Vec<SignatureSpec>,
-    #[serde(default)]
-    locator: Vec<LocatorSpec>,
-    #[serde(default)]
-    sequence: Vec<SequenceSpec>,
-    #[serde(default)]
-    veto: Vec<VetoSpec>,
-}
-
-/// A named condition that cancels a locator's line, written once and named by the locators it
-/// applies to.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VetoSpec {
-    pub id: String,
-    /// A regular expression over the locator's line.
-    pub pattern: String,
-    pub explanation: String,
-}
-
-/// Errors that come in cascades, where the first is the cause of the rest, as written in the catalog.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SequenceSpec {
-    pub id: String,
-    /// A regular expression the lines of the cascade match (`NVRM: Xid`): a member signature's other
-    /// lines (an ECC count from `nvidia-smi`) are no part of the sequence.
-    pub pattern: String,
-    /// How long after the first error a later one still belongs to its cascade.
-    pub window_seconds: u32,
-    pub explanation: String,
-}
-
 /// A sequence ready to use.
 #[derive(Debug, Clone)]
 pub struct Sequence {
@@ -194,163 +161,6 @@ impl Sequence {
     pub fn is_member_line(&self, line: &str) -> bool {
         self.pattern.is_match(line)
     }
-}
-
-/// A line that names the node a log was taken on without being an error itself (a shell prompt, the
-/// scheduler's allocation of a one-node job): it locates the culprit when the failure's lines do not.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LocatorSpec {
-    pub id: String,
-    /// A regular expression over one line with a named capture `node` (and optionally `rank`).
-    pub pattern: String,
-    /// Real lines with the node each must locate.
-    pub examples: Vec<LocatorExample>,
-    pub explanation: String,
-    /// The line is itself part of a failure (a task killed), naming where it began; other locators'
-    /// lines are no failure by themselves.
-    #[serde(default)]
-    pub origin: bool,
-    /// Ids of the vetoes (`[[veto]]`) that cancel the line: a prompt whose command asks the scheduler
-    /// about the cluster or runs on other hosts is followed by output that is not its host's.
-    #[serde(default)]
-    pub unless: Vec<String>,
-    /// Real lines of the locator's kind that it must not locate (tests/signatures.rs checks them).
-    #[serde(default)]
-    pub not_located: Vec<String>,
-}
-
-/// A line a locator must locate, with its node.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LocatorExample {
-    pub line: String,
-    pub node: String,
-    /// The rank the line names too, when the locator captures one.
-    #[serde(default)]
-    pub rank: Option<u32>,
-}
-
-/// A compiled locator.
-#[derive(Debug, Clone)]
-pub struct Locator {
-    pub id: String,
-    pub examples: Vec<LocatorExample>,
-    /// See [`LocatorSpec::origin`].
-    pub origin: bool,
-    /// See [`LocatorSpec::not_located`].
-    pub not_located: Vec<String>,
-    pattern: Regex,
-    /// See [`LocatorSpec::unless`].
-    unless: Vec<Regex>,
-}
-
-impl Locator {
-    /// The node `line` names, if it is this locator's kind of line.
-    pub fn node<'l>(&self, line: &'l str) -> Option<&'l str> {
-        self.locate(line).map(|(node, _)| node)
-    }
-
-    /// Whether `line` is this locator's kind of line, whether or not it locates a node.
-    pub fn is_its_kind(&self, line: &str) -> bool {
-        self.pattern.is_match(line)
-    }
-
-    /// The node `line` names, and the rank when the locator captures one.
-    pub fn locate<'l>(&self, line: &'l str) -> Option<(&'l str, Option<u32>)> {
-        let captures = self.pattern.captures(line)?;
-        let node = captures.name("node")?.as_str();
-        if is_replica_set_pod(node) || self.unless.iter().any(|veto| veto.is_match(line)) {
-            return None;
-        }
-        let rank = captures
-            .name("rank")
-            .and_then(|rank| rank.as_str().parse().ok());
-        Some((node, rank))
-    }
-}
-
-/// Kubernetes names a Deployment's pods `<name>-<template hash>-<suffix>` from an alphabet without vowels
-/// (and 0, 1, 3): a container's prompt shows that pod name, which is no node.
-fn is_replica_set_pod(host: &str) -> bool {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let generated = |part: &str| part.bytes().all(|b| ALPHABET.contains(&b));
-    let mut parts = host.rsplit('-');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(suffix), Some(hash), Some(name)) => {
-            suffix.len() == 5
-                && (8..=10).contains(&hash.len())
-                && generated(suffix)
-                && generated(hash)
-                && !name.is_empty()
-        }
-        _ => false,
-    }
-}
-
-/// One signature as written in the data file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SignatureSpec {
-    pub id: String,
-    pub title: String,
-    /// A category id of the taxonomy (`data/taxonomy.toml`).
-    pub category: String,
-    /// Other names of the category that an evaluation accepts.
-    #[serde(default)]
-    pub aliases: Vec<String>,
-    /// Defaults to the category's component.
-    #[serde(default)]
-    pub component: Option<Component>,
-    /// Where the evidence comes from: any of [`SOURCES`].
-    #[serde(default)]
-    pub sources: Vec<String>,
-    /// Defaults to whether the category can be fixed by a requeue.
-    #[serde(default)]
-    pub recoverable: Option<bool>,
-    pub confidence: f64,
-    /// Regular expressions over one evidence line; named captures `node`, `rank`, `gpu`, `xid` and
-    /// `pci` locate the culprit.
-    pub patterns: Vec<String>,
-    /// Regular expressions at least one of which another evidence line must match for this signature
-    /// to apply (a CUDA OOM is the DataLoader's only inside a DataLoader frame)...
-    #[serde(default)]
-    pub context: Vec<String>,
-    /// ...within the same block as a matching line (default), or anywhere in the attempt.
-    #[serde(default)]
-    pub context_scope: ContextScope,
-    /// Whom the host writing a matching line is (default: the culprit).
-    #[serde(default)]
-    pub reporter: Reporter,
-    /// Signatures (ids, or `category:<id>` for every signature of a category) this one's cause
-    /// outranks when both match, whatever their confidence: the cause over the symptoms it brings (an
-    /// Xid over the NCCL timeouts that follow it).
-    #[serde(default)]
-    pub outranks: Vec<toml::Spanned<String>>,
-    /// A sequence (a `[[sequence]]` of the catalog) the signature belongs to: of several signatures of
-    /// one sequence that match within its window, the one seen first wins, as later errors of a
-    /// cascade are consequences of the first (an Xid 31 before the Xid 45 of its torn-down channels).
-    #[serde(default)]
-    pub sequence: Option<toml::Spanned<String>>,
-    /// Ordered recovery steps.
-    #[serde(default)]
-    pub actions: Vec<Remedy>,
-    /// Literal strings one of which every matching line contains. Only needed when the patterns start
-    /// with something no fast scan can look for (such as `^(?:\w+\.)*`): the whole-read scan then looks
-    /// for these instead, and the patterns confirm.
-    #[serde(default)]
-    pub prefilter: Vec<String>,
-    /// Regular expressions over a later evidence line that says the condition cleared (srun's step
-    /// created after its retries): a signature whose lines are all followed by one does not apply.
-    #[serde(default)]
-    pub resolved_by: Vec<String>,
-    /// Whether a running attempt that prints a matching line cannot complete its collective (the
-    /// engine fails it once progress stopped after the line, without waiting for the silence bound):
-    /// every matching line, or only those matching one of the given patterns too (the fatal status
-    /// codes of an error that also has harmless ones).
-    #[serde(default)]
-    pub fatal_while_running: Option<FatalWhileRunning>,
-    pub explanation: String,
 }
 
 /// Which of a signature's lines are fatal while the run is running, as written in the catalog:
@@ -953,143 +763,6 @@ impl Catalog {
         hits.dedup();
         hits
     }
-}
-
-/// Shortest literal worth scanning for; shorter ones match too many lines to save anything.
-const MIN_LITERAL: usize = 6;
-/// Most literals one pattern may expand to (an alternation of many words is still fine).
-const MAX_LITERALS: usize = 64;
-
-/// The first pattern whose matches need not hold any `prefilter` literal: neither does the pattern
-/// spell one out, nor does each literal the parser finds in all its matches hold one. (A literal the
-/// pattern spells out inside an optional group passes: the check catches a wording added to a
-/// signature without its literal, not every way to write a pattern.)
-fn uncovered_by_prefilter<'p>(prefilter: &[String], patterns: &'p [String]) -> Option<&'p str> {
-    if prefilter.is_empty() {
-        return None;
-    }
-    let holds = |text: &str| {
-        prefilter
-            .iter()
-            .any(|wanted| text.contains(wanted.as_str()))
-    };
-    patterns.iter().map(String::as_str).find(|pattern| {
-        !holds(&unescaped(pattern))
-            && !required_literals(pattern)
-                .is_some_and(|literals| literals.iter().all(|literal| holds(literal)))
-    })
-}
-
-/// A pattern's text with its escaped punctuation (`\(`, `\.`) written plainly.
-fn unescaped(pattern: &str) -> String {
-    let mut plain = String::with_capacity(pattern.len());
-    let mut chars = pattern.chars().peekable();
-    while let Some(c) = chars.next() {
-        match chars.peek() {
-            Some(&next) if c == '\\' && next.is_ascii_punctuation() => {
-                plain.push(next);
-                chars.next();
-            }
-            _ => plain.push(c),
-        }
-    }
-    plain
-}
-
-/// Literals one of which every match of `pattern` contains, when the regex parser can tell.
-fn required_literals(pattern: &str) -> Option<Vec<String>> {
-    use regex_syntax::hir::literal::{ExtractKind, Extractor};
-    let hir = regex_syntax::Parser::new().parse(pattern).ok()?;
-    // Of the prefix and the suffix literals, the set whose shortest literal is longest is the most
-    // selective; generic short words ("Rank ") would mark most lines of a log.
-    [ExtractKind::Prefix, ExtractKind::Suffix]
-        .into_iter()
-        .filter_map(|kind| {
-            let mut extractor = Extractor::new();
-            extractor.kind(kind);
-            let seq = extractor.extract(&hir);
-            let literals = seq.literals()?;
-            let shortest = literals.iter().map(|l| l.as_bytes().len()).min()?;
-            (literals.len() <= MAX_LITERALS && shortest >= MIN_LITERAL).then(|| {
-                let texts = literals
-                    .iter()
-                    .map(|l| String::from_utf8(l.as_bytes().to_vec()).ok())
-                    .collect::<Option<Vec<String>>>();
-                texts.map(|texts| (shortest, texts))
-            })?
-        })
-        .max_by_key(|(shortest, _)| *shortest)
-        .map(|(_, texts)| texts)
-}
-
-/// A pattern with its named groups made plain, so patterns can share one regex.
-fn unnamed(pattern: &str) -> String {
-    let mut out = String::with_capacity(pattern.len());
-    let mut rest = pattern;
-    while let Some(at) = rest.find("(?") {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 2..];
-        let named = after.strip_prefix("P<").or_else(|| {
-            after
-                .strip_prefix('<')
-                .filter(|a| !a.starts_with('=') && !a.starts_with('!'))
-        });
-        match named.and_then(|n| n.find('>').map(|end| &n[end + 1..])) {
-            Some(tail) => {
-                out.push_str("(?:");
-                rest = tail;
-            }
-            None => {
-                out.push_str("(?");
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// One signature of a file (or, once per file, its locators), with where it was written.
-struct Parsed {
-    spec: Option<SignatureSpec>,
-    file: PathBuf,
-    /// The file's text, for the line numbers of errors.
-    text: std::sync::Arc<str>,
-    locators: Vec<LocatorSpec>,
-    sequences: Vec<SequenceSpec>,
-    vetoes: Vec<VetoSpec>,
-}
-
-fn parse_file(text: &str, file: &Path) -> Result<Vec<Parsed>, CatalogError> {
-    let parsed = toml::from_str::<CatalogFile>(text).map_err(|err| CatalogError::Invalid {
-        file: file.to_path_buf(),
-        message: err.to_string(),
-    })?;
-    let shared: std::sync::Arc<str> = text.into();
-    let mut out = vec![Parsed {
-        spec: None,
-        file: file.to_path_buf(),
-        text: shared.clone(),
-        locators: parsed.locator,
-        sequences: parsed.sequence,
-        vetoes: parsed.veto,
-    }];
-    out.extend(parsed.signature.into_iter().map(|spec| Parsed {
-        spec: Some(spec),
-        file: file.to_path_buf(),
-        text: shared.clone(),
-        locators: Vec::new(),
-        sequences: Vec::new(),
-        vetoes: Vec::new(),
-    }));
-    Ok(out)
-}
-
-/// The 1-based line of a byte offset.
-fn line_of(text: &str, offset: usize) -> usize {
-    text.get(..offset)
-        .map_or(0, |before| before.matches('\n').count())
-        + 1
 }
 
 #[cfg(test)]
