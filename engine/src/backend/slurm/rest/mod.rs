@@ -35,9 +35,11 @@
 //! unknown job (v0.0.42: with the job's error in `status`); a refusal to act on another user's job is
 //! error 2010 "Invalid user id" or, for a cancel, 1 "Operation not permitted".
 
+mod errors;
+mod request;
 mod version;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -47,28 +49,16 @@ use std::time::Duration;
 use chrono::Utc;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
+pub use self::request::{JobUpdate, RestRequest, SubmitOptions};
 pub use self::version::ApiVersion;
 use super::token::{TokenCache, TokenSource};
 use crate::backend::BackendError;
 use crate::redact::Redactor;
 use crate::sync::lock;
-
-/// What a job submitted with no environment gets: v0.0.38 refuses a job without one ("environment
-/// must be set"), and a batch script without PATH finds none of its tools.
-const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
-
-/// Slurm's error numbers that say something to the caller (slurm_errno.h).
-const EPERM: i64 = 1;
-const SLURM_PROTOCOL_AUTHENTICATION_ERROR: i64 = 1007;
-const ESLURM_ACCESS_DENIED: i64 = 2002;
-const ESLURM_USER_ID_MISSING: i64 = 2010;
-const ESLURM_INVALID_JOB_ID: i64 = 2017;
-const ESLURM_ALREADY_DONE: i64 = 2021;
-const SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT: i64 = 5005;
-/// ESLURM_AUTH_CRED_INVALID (6000) .. ESLURM_AUTH_UNABLE_TO_GENERATE_TOKEN (6009).
-const ESLURM_AUTH: std::ops::RangeInclusive<i64> = 6000..=6009;
+use errors::{ESLURM_ALREADY_DONE, SlurmError, classify, slurm_errors};
+use request::checked_job_id;
 
 /// HTTP 511, which slurmrestd 23.11 on answers for SLURM_PROTOCOL_AUTHENTICATION_ERROR.
 const NETWORK_AUTHENTICATION_REQUIRED: u16 = 511;
@@ -160,302 +150,6 @@ impl fmt::Display for Negotiated {
     }
 }
 
-/// Changes to one job, sent together in one `POST /job/{id}`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct JobUpdate {
-    /// Replaces the nodes the job must not run on; an empty list clears them. Slurm changes this
-    /// only while the job is pending ("Job is no longer pending execution" otherwise).
-    pub exclude_nodes: Option<Vec<String>>,
-    /// `Some(true)` holds the job, `Some(false)` releases it. Holding a running job is accepted but
-    /// only sets its priority to 0.
-    pub hold: Option<bool>,
-    /// Makes the job eligible now, ending the ~2 minute BeginTime wait Slurm puts on a requeued job.
-    pub start_now: bool,
-}
-
-impl JobUpdate {
-    /// Whether the update changes nothing.
-    pub fn is_empty(&self) -> bool {
-        self.exclude_nodes.is_none() && self.hold.is_none() && !self.start_now
-    }
-
-    fn body(&self, version: ApiVersion) -> Value {
-        let mut body = Map::new();
-        if let Some(nodes) = &self.exclude_nodes {
-            if version == ApiVersion::V38 {
-                body.insert("exclude_nodes".into(), nodes.join(",").into());
-            } else {
-                body.insert("excluded_nodes".into(), nodes.clone().into());
-            }
-        }
-        if let Some(hold) = self.hold {
-            body.insert("hold".into(), hold.into());
-        }
-        if self.start_now {
-            // v0.0.39 reads begin_time as a plain number: the client's clock is the best it can get.
-            let now = if version > ApiVersion::V38 && version < ApiVersion::V40 {
-                Value::from(Utc::now().timestamp())
-            } else {
-                Value::from("now")
-            };
-            body.insert("begin_time".into(), now);
-        }
-        Value::Object(body)
-    }
-}
-
-/// A batch job to submit. slurmrestd ignores the script's `#SBATCH` lines (sbatch reads them, not
-/// Slurm): whatever the job needs must be given here.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SubmitOptions {
-    pub name: String,
-    pub comment: Option<String>,
-    /// Node count (`sbatch -N`); Slurm's default of one node when `None`.
-    pub nodes: Option<u32>,
-    /// Slurm's default partition when `None`.
-    pub partition: Option<String>,
-    /// Nodes the job must not run on.
-    pub exclude: Vec<String>,
-    /// Where the job runs and writes relative outputs. Required: without it Slurm uses slurmrestd's
-    /// own working directory, where the job's user usually cannot write.
-    pub work_dir: PathBuf,
-    /// The output path pattern (`%x_%j.log`), relative to `work_dir`; Slurm's default when `None`.
-    pub output: Option<String>,
-    /// The job's environment: slurmrestd passes on nothing of its own. When empty, only
-    /// `PATH=/usr/local/bin:/usr/bin:/bin` is sent, since v0.0.38 refuses an empty environment.
-    pub environment: BTreeMap<String, String>,
-}
-
-impl SubmitOptions {
-    fn job(&self, version: ApiVersion) -> Value {
-        let legacy = version == ApiVersion::V38;
-        let mut job = Map::new();
-        if !self.name.is_empty() {
-            job.insert("name".into(), self.name.clone().into());
-        }
-        if let Some(comment) = &self.comment {
-            job.insert("comment".into(), comment.clone().into());
-        }
-        if let Some(nodes) = self.nodes {
-            // v0.0.38: a number (the [min, max] array its schema describes is read as one node);
-            // later versions parse a count range such as "2" or "2-4".
-            let nodes = if legacy {
-                Value::from(nodes)
-            } else {
-                Value::from(nodes.to_string())
-            };
-            job.insert("nodes".into(), nodes);
-        }
-        if let Some(partition) = &self.partition {
-            job.insert("partition".into(), partition.clone().into());
-        }
-        if !self.exclude.is_empty() {
-            if legacy {
-                job.insert("exclude_nodes".into(), self.exclude.join(",").into());
-            } else {
-                job.insert("excluded_nodes".into(), self.exclude.clone().into());
-            }
-        }
-        job.insert(
-            "current_working_directory".into(),
-            self.work_dir.display().to_string().into(),
-        );
-        if let Some(output) = &self.output {
-            job.insert("standard_output".into(), output.clone().into());
-        }
-        let fallback = BTreeMap::from([("PATH".to_string(), FALLBACK_PATH.to_string())]);
-        let environment = if self.environment.is_empty() {
-            &fallback
-        } else {
-            &self.environment
-        };
-        let environment = if legacy {
-            Value::Object(
-                environment
-                    .iter()
-                    .map(|(key, value)| (key.clone(), Value::from(value.clone())))
-                    .collect(),
-            )
-        } else {
-            Value::Array(
-                environment
-                    .iter()
-                    .map(|(key, value)| Value::from(format!("{key}={value}")))
-                    .collect(),
-            )
-        };
-        job.insert("environment".into(), environment);
-        Value::Object(job)
-    }
-}
-
-/// One request to slurmrestd, as the client sends it; [`SlurmRest::describe`] shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RestRequest {
-    Ping,
-    Jobs,
-    Job {
-        job_id: String,
-    },
-    Cancel {
-        job_id: String,
-    },
-    UpdateJob {
-        job_id: String,
-        update: JobUpdate,
-    },
-    Submit {
-        script: String,
-        options: SubmitOptions,
-    },
-}
-
-impl RestRequest {
-    fn method(&self) -> Method {
-        match self {
-            RestRequest::Ping | RestRequest::Jobs | RestRequest::Job { .. } => Method::GET,
-            RestRequest::Cancel { .. } => Method::DELETE,
-            RestRequest::UpdateJob { .. } | RestRequest::Submit { .. } => Method::POST,
-        }
-    }
-
-    fn path(&self, version: &str) -> String {
-        let tail = match self {
-            RestRequest::Ping => "ping".to_string(),
-            RestRequest::Jobs => "jobs".to_string(),
-            RestRequest::Job { job_id }
-            | RestRequest::Cancel { job_id }
-            | RestRequest::UpdateJob { job_id, .. } => format!("job/{job_id}"),
-            RestRequest::Submit { .. } => "job/submit".to_string(),
-        };
-        format!("/slurm/{version}/{tail}")
-    }
-
-    fn body(&self, version: ApiVersion) -> Option<Value> {
-        match self {
-            RestRequest::UpdateJob { update, .. } => Some(update.body(version)),
-            RestRequest::Submit { script, options } => {
-                Some(json!({ "script": script, "job": options.job(version) }))
-            }
-            _ => None,
-        }
-    }
-
-    /// The body as shown to people: a submission's script and environment are summarised, since the
-    /// one is long and the other may hold secrets.
-    fn shown_body(&self, version: ApiVersion) -> Option<Value> {
-        let mut body = self.body(version)?;
-        if let RestRequest::Submit { script, .. } = self {
-            body["script"] = format!("<script, {} lines>", script.lines().count()).into();
-            let variables = match &body["job"]["environment"] {
-                Value::Object(environment) => environment.len(),
-                Value::Array(environment) => environment.len(),
-                _ => 0,
-            };
-            body["job"]["environment"] = format!("<{variables} variables>").into();
-        }
-        Some(body)
-    }
-
-    fn job_id(&self) -> Option<&str> {
-        match self {
-            RestRequest::Job { job_id }
-            | RestRequest::Cancel { job_id }
-            | RestRequest::UpdateJob { job_id, .. } => Some(job_id),
-            _ => None,
-        }
-    }
-}
-
-/// One entry of the `errors` array slurmrestd puts in its answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct SlurmError {
-    /// Slurm's error number (`error_number`, or `error_code` in some answers); -1 when unspecified.
-    number: Option<i64>,
-    error: String,
-    description: String,
-    /// The Slurm call that failed (`slurm_load_jobs`, `_parse_job_list`, ...).
-    source: String,
-}
-
-impl SlurmError {
-    fn from_value(value: &Value) -> Self {
-        let text = |key: &str| {
-            value
-                .get(key)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        let number = value
-            .get("error_number")
-            .or_else(|| value.get("error_code"))
-            .and_then(Value::as_i64);
-        let mut error = Self {
-            number,
-            error: text("error"),
-            description: text("description"),
-            source: text("source"),
-        };
-        if error.error.is_empty() && error.description.is_empty() && !value.is_object() {
-            error.error = value.to_string();
-        }
-        error
-    }
-
-    /// Slurm could not reach slurmctld: errors 1000-1999 are communication failures, and a lost
-    /// controller shows as "Unspecified error" (-1) from the load calls, even for `GET /job/{id}`.
-    fn controller_unreachable(&self) -> bool {
-        match self.number {
-            Some(SLURM_PROTOCOL_AUTHENTICATION_ERROR) => false,
-            Some(number) if (1000..2000).contains(&number) => true,
-            // 24.11 names its handler: "Unable to query JobId=1" from `_handle_job_get`.
-            Some(-1) => {
-                self.source.starts_with("slurm_load") || self.source.starts_with("_handle_job_get")
-            }
-            _ => false,
-        }
-    }
-
-    /// Slurm says the credential itself was refused.
-    fn credential_refused(&self) -> bool {
-        self.number
-            .is_some_and(|n| n == SLURM_PROTOCOL_AUTHENTICATION_ERROR || ESLURM_AUTH.contains(&n))
-    }
-
-    /// What a refused token looks like through 22.05's slurmrestd, and what a controller that went
-    /// away looks like too: the connection closed without an answer, or a load call failing unspecified.
-    fn credential_or_controller(&self) -> bool {
-        self.number == Some(SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT)
-            || (self.number == Some(-1) && self.controller_unreachable())
-    }
-}
-
-impl fmt::Display for SlurmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let number = self
-            .number
-            .map_or(String::new(), |number| format!(" {number}"));
-        if self.description.is_empty() || self.description == self.error {
-            write!(f, "{} (Slurm error{number})", self.error)
-        } else {
-            write!(
-                f,
-                "{} (Slurm error{number}: {})",
-                self.description, self.error
-            )
-        }
-    }
-}
-
-fn slurm_errors(answer: &Value) -> Vec<SlurmError> {
-    answer
-        .get("errors")
-        .and_then(Value::as_array)
-        .map(|errors| errors.iter().map(SlurmError::from_value).collect())
-        .unwrap_or_default()
-}
-
 /// The start of an answer, on one line, for an error message.
 fn excerpt(text: &str) -> String {
     const LIMIT: usize = 200;
@@ -464,21 +158,6 @@ fn excerpt(text: &str) -> String {
         return "(an empty answer)".to_string();
     }
     crate::text::ellipsize(&line, LIMIT)
-}
-
-/// A job id that can go into a URL path: digits, with `_` or `+` for array and heterogeneous jobs.
-fn checked_job_id(job_id: &str) -> Result<(), BackendError> {
-    let fits = !job_id.is_empty()
-        && job_id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '+');
-    if fits {
-        Ok(())
-    } else {
-        Err(BackendError::Invalid(format!(
-            "{job_id:?} is not a Slurm job id"
-        )))
-    }
 }
 
 /// What came back, before it is judged.
@@ -1160,39 +839,6 @@ fn text_at(value: &Value, pointer: &str) -> String {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string()
-}
-
-/// The error Slurm's `errors` entries stand for; all their messages are kept.
-fn classify(what: &str, job_id: Option<&str>, errors: &[SlurmError]) -> BackendError {
-    let message = errors
-        .iter()
-        .map(SlurmError::to_string)
-        .collect::<Vec<_>>()
-        .join("; ");
-    let has = |number: i64| errors.iter().any(|error| error.number == Some(number));
-    // 24.11 refuses to signal another user's job with EPERM; elsewhere EPERM is a key it does not take.
-    let kill_not_permitted = errors
-        .iter()
-        .any(|error| error.number == Some(EPERM) && error.source.starts_with("slurm_kill_job"));
-    // A lost controller first: it also makes "Unable to find JobId" answers for jobs that exist.
-    if errors.iter().any(SlurmError::controller_unreachable) {
-        BackendError::Unavailable(format!(
-            "{what}: slurmrestd cannot reach slurmctld: {message}"
-        ))
-    } else if has(ESLURM_INVALID_JOB_ID) {
-        BackendError::NoSuchJob(job_id.map_or(message, str::to_string))
-    } else if has(ESLURM_ACCESS_DENIED) || has(ESLURM_USER_ID_MISSING) || kill_not_permitted {
-        BackendError::Refused {
-            command: what.to_string(),
-            message,
-        }
-    } else if has(SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT) {
-        BackendError::Unavailable(format!(
-            "{what}: slurmctld closed the connection without answering: {message}"
-        ))
-    } else {
-        BackendError::Invalid(format!("{what}: {message}"))
-    }
 }
 
 #[cfg(test)]

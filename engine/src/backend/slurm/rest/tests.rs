@@ -1,8 +1,12 @@
 //! Tests of the rest module.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::mpsc;
 
+use serde_json::{Map, json};
+
+use super::request::FALLBACK_PATH;
 use super::*;
 use crate::backend::slurm::token::TokenSource;
 
