@@ -12,6 +12,7 @@ pub mod signal;
 mod specs;
 pub mod submit;
 mod suspend;
+mod watch;
 pub mod workload;
 
 pub use crate::config::KubernetesConfig;
