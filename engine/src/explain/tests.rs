@@ -191,7 +191,14 @@ fn the_candidate_scan_marks_only_what_may_match_on_a_progress_log() {
     );
 }
 
-fn explained(catalog: &Catalog, path: &Path, threads: usize, read_step: u64) -> String {
+/// One log explained with `config`, on `threads`, read in steps of `read_step`.
+fn explanation_of(
+    catalog: &Catalog,
+    config: &Config,
+    path: &Path,
+    threads: usize,
+    read_step: u64,
+) -> Explanation {
     let input = ExplainInput {
         logs: vec![path.to_path_buf()],
         kernel_logs: Vec::new(),
@@ -203,10 +210,14 @@ fn explained(catalog: &Catalog, path: &Path, threads: usize, read_step: u64) -> 
         read_step,
         now: now(),
     };
+    explain_with(catalog, config, &input, &options).unwrap()
+}
+
+fn explained(catalog: &Catalog, path: &Path, threads: usize, read_step: u64) -> String {
     // A step holds at least one line of the cap: a small cap lets the steps be small.
     let mut config = Config::default();
     config.telemetry.max_line_bytes = (read_step as usize / 2).max(1);
-    let explanation = explain_with(catalog, &config, &input, &options).unwrap();
+    let explanation = explanation_of(catalog, &config, path, threads, read_step);
     serde_json::to_string_pretty(&explanation).unwrap()
 }
 
@@ -244,22 +255,9 @@ fn a_read_step_shorter_than_a_line_the_cap_allows_leaves_the_line_whole() {
         "x".repeat(1600)
     );
     std::fs::write(&path, format!("Step 1\n{line}Step 2\n")).unwrap();
-    let input = ExplainInput {
-        logs: vec![path],
-        kernel_logs: Vec::new(),
-        nodes: Vec::new(),
-        ranks_per_node: 8,
-    };
     let explain_in = |read_step| {
-        let options = ExplainOptions {
-            threads: 1,
-            read_step,
-            now: now(),
-        };
-        serde_json::to_string_pretty(
-            &explain_with(&catalog, &Config::default(), &input, &options).unwrap(),
-        )
-        .unwrap()
+        let explanation = explanation_of(&catalog, &Config::default(), &path, 1, read_step);
+        serde_json::to_string_pretty(&explanation).unwrap()
     };
     let whole = explain_in(1 << 20);
     assert!(whole.contains("illegal memory access"), "{whole}");
@@ -277,23 +275,7 @@ fn an_error_at_the_end_of_a_line_longer_than_evidence_keeps_is_still_read() {
         "0.125, ".repeat(850)
     );
     std::fs::write(&path, format!("Step 1\n{line}Step 2\n")).unwrap();
-    let input = ExplainInput {
-        logs: vec![path],
-        kernel_logs: Vec::new(),
-        nodes: Vec::new(),
-        ranks_per_node: 8,
-    };
-    let explanation = explain_with(
-        &catalog,
-        &Config::default(),
-        &input,
-        &ExplainOptions {
-            threads: 1,
-            read_step: 1 << 20,
-            now: now(),
-        },
-    )
-    .unwrap();
+    let explanation = explanation_of(&catalog, &Config::default(), &path, 1, 1 << 20);
     let attribution = &explanation.attribution;
     assert_ne!(attribution.category.as_str(), "healthy", "{attribution:#?}");
     let kept = &attribution.evidence[0];
