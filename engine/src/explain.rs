@@ -20,7 +20,7 @@ use crate::telemetry::line_facts::LineClassifier;
 use crate::telemetry::node_signals::parse_kernel_line;
 use crate::telemetry::pipeline::Digester;
 use crate::telemetry::readings::Reading;
-use crate::telemetry::tail::{Chunk, TailLimits};
+use crate::telemetry::tail::{Chunk, TailLimits, step_holding_a_line};
 use crate::telemetry::whole_file::digest_file;
 
 mod slow_run;
@@ -124,10 +124,7 @@ pub fn explain_with(
     let now = options.now;
     let limits = TailLimits {
         max_line_bytes: config.telemetry.max_line_bytes,
-        // A line the cap keeps whole fits in one step.
-        max_read_bytes: options
-            .read_step
-            .max(config.telemetry.max_line_bytes as u64 + 1),
+        max_read_bytes: step_holding_a_line(options.read_step, config.telemetry.max_line_bytes),
     };
     let mut evidence: Vec<EvidenceLine> = Vec::new();
     let mut samples: Vec<ThroughputSample> = Vec::new();

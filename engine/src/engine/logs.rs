@@ -13,7 +13,7 @@ use crate::store::{Db, LogPosition, StoreError};
 use crate::telemetry::pipeline::{Digester, LogDigest};
 use crate::telemetry::straggler_report::StragglerReport;
 use crate::telemetry::tail::{
-    Chunk, READ_STEP_BYTES, TailLimits, join_tails, read_new_lines_reusing,
+    Chunk, READ_STEP_BYTES, TailLimits, join_tails, read_new_lines_reusing, step_holding_a_line,
 };
 use crate::telemetry::watch::absolute;
 
@@ -113,8 +113,8 @@ impl Engine {
         let mut shapes = ShapeMemory::default();
         loop {
             let step = TailLimits {
-                // A line the cap keeps whole fits in one step.
-                max_read_bytes: budget.min(READ_STEP_BYTES.max(limits.max_line_bytes as u64 + 1)),
+                max_read_bytes: budget
+                    .min(step_holding_a_line(READ_STEP_BYTES, limits.max_line_bytes)),
                 ..limits
             };
             let chunk = match read_new_lines_reusing(
