@@ -499,18 +499,17 @@ mod tests {
         let mut memory = ShapeMemory::default();
         let mut id = 0x2545_f491_4f6c_dd1du64;
         for read_index in 0..6u64 {
-            let read = read_index;
             // Reads of repeating shapes, then reads with a hex id on every line (the coarse shapes).
             let mut text = String::new();
             for n in 0..400u64 {
                 id = id.rotate_left(13).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n;
-                let tail = match (n + read) % 97 {
+                let tail = match (n + read_index) % 97 {
                     3 => " Xid 79 on gpu 2",
                     5 => " saw dead peer",
                     7 => " exit code 142",
                     _ => " step done",
                 };
-                if read < 3 {
+                if read_index < 3 {
                     text.push_str(&format!("[rank {}] step {n}{tail}\n", n % 8));
                 } else {
                     text.push_str(&format!("[rank {}] trace={id:016x}{tail}\n", n % 8));

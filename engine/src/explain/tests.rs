@@ -243,18 +243,23 @@ fn explaining_on_many_threads_gives_what_one_thread_gives() {
     }
 }
 
+/// A log of two progress lines around rank 3's CUDA error, written after `before` on its line.
+fn log_of_one_long_error(dir: &Path, before: &str) -> PathBuf {
+    let path = dir.join("long.log");
+    let line = format!(
+        "[rank3] {before} RuntimeError: CUDA error: an illegal memory access was encountered.\n"
+    );
+    std::fs::write(&path, format!("Step 1\n{line}Step 2\n")).unwrap();
+    path
+}
+
 #[test]
 fn a_read_step_shorter_than_a_line_the_cap_allows_leaves_the_line_whole() {
     let catalog = Catalog::builtin().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("long.log");
     // One error line of 1,700 bytes whose telling words come after its first 1,024 (within what
     // evidence keeps of a line).
-    let line = format!(
-        "[rank3] {} RuntimeError: CUDA error: an illegal memory access was encountered.\n",
-        "x".repeat(1600)
-    );
-    std::fs::write(&path, format!("Step 1\n{line}Step 2\n")).unwrap();
+    let path = log_of_one_long_error(dir.path(), &"x".repeat(1600));
     let explain_in = |read_step| {
         let explanation = explanation_of(&catalog, &Config::default(), &path, 1, read_step);
         serde_json::to_string_pretty(&explanation).unwrap()
@@ -268,13 +273,11 @@ fn a_read_step_shorter_than_a_line_the_cap_allows_leaves_the_line_whole() {
 fn an_error_at_the_end_of_a_line_longer_than_evidence_keeps_is_still_read() {
     let catalog = Catalog::builtin().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("long.log");
     // A tensor's repr of 6,000 bytes, then the error that names the failure.
-    let line = format!(
-        "[rank3] batch: tensor([{}]) RuntimeError: CUDA error: an illegal memory access was encountered.\n",
-        "0.125, ".repeat(850)
+    let path = log_of_one_long_error(
+        dir.path(),
+        &format!("batch: tensor([{}])", "0.125, ".repeat(850)),
     );
-    std::fs::write(&path, format!("Step 1\n{line}Step 2\n")).unwrap();
     let explanation = explanation_of(&catalog, &Config::default(), &path, 1, 1 << 20);
     let attribution = &explanation.attribution;
     assert_ne!(attribution.category.as_str(), "healthy", "{attribution:#?}");
