@@ -21,7 +21,7 @@ use std::time::Instant;
 use chrono::{TimeDelta, Utc};
 use runguard_engine::attribute::Catalog;
 use runguard_engine::attribute::rejoin::rejoin_wrapped;
-use runguard_engine::attribute::scan::ShapeMemory;
+use runguard_engine::attribute::scan::{Mark, ShapeMemory};
 use runguard_engine::config::{Config, DetectConfig};
 use runguard_engine::detect::{StragglerTracker, throughput_drop};
 use runguard_engine::explain::{ExplainInput, explain};
@@ -160,9 +160,9 @@ fn stages(path: &Path, catalog: &Catalog) {
     let chunk =
         read_new_lines_reusing(path, 0, None, LIMITS, Chunk::default()).expect("readable log");
     let scan = best(Box::new(|| {
-        std::hint::black_box(catalog.candidate_lines(&chunk));
+        std::hint::black_box(catalog.line_marks(&chunk));
     }));
-    let candidates = catalog.candidate_lines(&chunk);
+    let candidates = catalog.line_marks(&chunk);
     let now = Utc::now();
     let digest = best(Box::new(|| {
         let mut digester = Digester::new(|line: &str| catalog.is_notable(line), now, None, None);
@@ -170,7 +170,10 @@ fn stages(path: &Path, catalog: &Catalog) {
         std::hint::black_box(digester.finish());
     }));
     let mb = chunk.text.len() as f64 / 1e6;
-    let marked = candidates.iter().filter(|marked| **marked).count();
+    let marked = candidates
+        .iter()
+        .filter(|mark| **mark != Mark::Quiet)
+        .count();
     println!(
         "stages on the first {mb:.0} MB ({} lines, {marked} marked), best of 10: read and frame {:.1} ms, scan {:.1} ms, digest {:.1} ms = {:.0} MB/s together",
         chunk.spans.len(),
@@ -230,7 +233,7 @@ fn ingest(
         );
         let read = rejoin_wrapped(&chunk);
         let scan = Instant::now();
-        let candidates = catalog.candidate_lines_remembering(&read, &mut shapes);
+        let candidates = catalog.line_marks_remembering(&read, &mut shapes);
         *SCAN_SECONDS.lock().unwrap_or_else(|e| e.into_inner()) += scan.elapsed().as_secs_f64();
         digester.push_chunk(&read, &candidates);
         let digest = digester.finish();

@@ -148,7 +148,7 @@ pub fn explain_with(
                 Cow::Borrowed(_) => None,
             };
             let chunk = rejoined.unwrap_or(chunk);
-            let marks = catalog.candidate_lines_remembering(&chunk, shapes);
+            let marks = catalog.line_marks_remembering(&chunk, shapes);
             let facts = LineClassifier::new(notable, now).classify_chunk(&chunk, &marks);
             (chunk, facts)
         };

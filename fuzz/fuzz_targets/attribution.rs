@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
+use runguard_engine::attribute::scan::Mark;
 use runguard_engine::attribute::{Catalog, Evidence, attribute};
 use runguard_engine::model::AnomalyKind;
 use runguard_engine::telemetry::line::frame;
@@ -42,25 +43,29 @@ fuzz_target!(|data: &[u8]| {
     let catalog = catalog();
     let text = String::from_utf8_lossy(data);
     let chunk = chunk_of(&text);
-    let candidates = catalog.candidate_lines(&chunk);
-    assert_eq!(candidates.len(), chunk.line_count());
-    // The prefilter may mark too much, never too little: a line it leaves out matches no signature
-    // and holds none of the recognisers' markers (the digest then skips their search).
-    for (line, marked) in chunk.lines().zip(&candidates) {
-        if !marked {
-            // Judged on the framed message, as the digest judges it.
-            let message = frame(line).message;
-            assert!(!catalog.is_notable(message), "prefilter missed {line:?}");
+    let marks = catalog.line_marks(&chunk);
+    assert_eq!(marks.len(), chunk.line_count());
+    // The scan may mark too much, never too little: a line it does not make a candidate matches no
+    // signature and holds none of the recognisers' markers (the digest then skips their search), and a
+    // quiet line is nothing to the recognisers at all (the digest does not even frame it).
+    for (line, mark) in chunk.lines().zip(&marks) {
+        // Judged on the framed message, as the digest judges it.
+        let message = frame(line).message;
+        if *mark != Mark::Candidate {
+            assert!(!catalog.is_notable(message), "scan missed {line:?}");
             assert_eq!(
                 recognise_hinted(message, false),
                 recognise(message),
-                "prefilter missed a marker in {line:?}"
+                "scan missed a marker in {line:?}"
             );
+        }
+        if *mark == Mark::Quiet {
+            assert_eq!(recognise(message), None, "scan left {line:?} quiet");
         }
     }
     let now = DateTime::<Utc>::from_timestamp(1_790_000_000, 0).unwrap_or_default();
     let mut digester = Digester::new(|line: &str| catalog.is_notable(line), now, None, None);
-    digester.push_chunk(&chunk, &candidates);
+    digester.push_chunk(&chunk, &marks);
     let digest = digester.finish();
     let nodes = ["gpu-node-1".to_string(), "gpu-node-2".to_string()];
     for anomaly in [AnomalyKind::Crash, AnomalyKind::Hang] {

@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use runguard_engine::backend::kube::workload::{
-    PodIndex, WorkloadKind, WorkloadRef, enrolled, evidence, excluded_nodes, node_readiness,
+    EventIndex, PodIndex, WorkloadKind, WorkloadRef, enrolled, evidence, excluded_nodes, node_readiness,
     placement, pod_ended, pods_of, ranked, restart_count, snapshot,
 };
 use serde_json::Value;
@@ -41,6 +41,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = node_readiness(node);
     }
     let index = PodIndex::new(&pods);
+    let events = EventIndex::new(&events);
     for workload in &objects {
         let _ = enrolled(workload);
         let _ = restart_count(workload);

@@ -41,26 +41,42 @@ const DFA_CACHE_BYTES: usize = 32 << 20;
 /// bound keeps the memory of one read's shapes small.
 const MAX_SHAPE_BYTES: usize = 512;
 
+/// What the scan says of a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// Holds no literal and matches no pattern of either tier: proven to hold none.
+    Quiet,
+    /// May hold a literal or match a pattern of the plain tier only (see [`LineScan::tiered`]).
+    Plain,
+    /// May hold a literal or match a pattern of the first tier.
+    Candidate,
+}
+
 /// The literals every signature's match must contain and the recognisers' markers, found per line
-/// through its shape; plus, as one regex, the patterns that have no such literal.
+/// through its shape; plus, as one regex, the patterns that have no such literal. A second, plain tier
+/// of literals and a pattern marks the lines that need less reading than a candidate (what the
+/// recognisers read without their markers).
 #[derive(Debug, Clone)]
 pub struct LineScan {
-    /// The literals, their digits read as `0`.
-    shaped: AhoCorasick,
-    /// The literals as given, for the coarse searches.
-    literals: Vec<String>,
-    /// Patterns without usable literals (and the locators), as given...
-    pattern: String,
-    /// ...and widened to match the shapes of the lines they match.
-    shaped_pattern: Option<Regex>,
-    /// The literals and the patterns with hex digits read as `0`, built when a log first needs them
-    /// (None when they cannot be built: the fine shapes alone are then used, as sound).
+    /// Both tiers, their digits read as `0`.
+    fine: Searches,
+    /// The tiers' literals and patterns as given, for the coarse searches.
+    given: [(Vec<String>, String); 2],
+    /// Both tiers with hex digits read as `0`, built when a log first needs them (None when they
+    /// cannot be built: the fine shapes alone are then used, as sound).
     coarse: Arc<OnceLock<Option<Searches>>>,
 }
 
-/// The literals and the literal-less pattern, read in one [`Reading`].
-#[derive(Debug)]
+/// Both tiers, read in one [`Reading`].
+#[derive(Debug, Clone)]
 struct Searches {
+    candidate: Tier,
+    plain: Tier,
+}
+
+/// Literals and a literal-less pattern, read in one [`Reading`].
+#[derive(Debug, Clone)]
+struct Tier {
     literals: AhoCorasick,
     pattern: Option<Regex>,
 }
@@ -100,17 +116,24 @@ pub enum ScanError {
 
 impl LineScan {
     /// `pattern`, when not empty, is one regex (line anchors meaning the line's ends) for what has no
-    /// literal.
+    /// literal. Lines are then [`Mark::Candidate`] or [`Mark::Quiet`].
     pub fn new(literals: &[String], pattern: &str) -> Result<Self, ScanError> {
-        let Searches {
-            literals: shaped,
-            pattern: shaped_pattern,
-        } = Searches::new(literals, pattern, Reading::Digits)?;
+        Self::tiered((literals, pattern), (&[], ""))
+    }
+
+    /// A scan of two tiers, each literals and a pattern as [`Self::new`] takes them: a line the first
+    /// may match is a [`Mark::Candidate`], else one the plain tier may match is [`Mark::Plain`].
+    pub fn tiered(
+        candidate: (&[String], &str),
+        plain: (&[String], &str),
+    ) -> Result<Self, ScanError> {
+        let given = [
+            (candidate.0.to_vec(), candidate.1.to_string()),
+            (plain.0.to_vec(), plain.1.to_string()),
+        ];
         Ok(Self {
-            shaped,
-            literals: literals.to_vec(),
-            pattern: pattern.to_string(),
-            shaped_pattern,
+            fine: Searches::new(&given, Reading::Digits)?,
+            given,
             coarse: Arc::new(OnceLock::new()),
         })
     }
@@ -118,45 +141,41 @@ impl LineScan {
     /// The coarse searches, built on first use.
     fn coarse(&self) -> Option<&Searches> {
         self.coarse
-            .get_or_init(|| Searches::new(&self.literals, &self.pattern, Reading::Hex).ok())
+            .get_or_init(|| Searches::new(&self.given, Reading::Hex).ok())
             .as_ref()
     }
 
-    /// The patterns without literals, for inspection.
+    /// The first tier's patterns without literals, for inspection.
     pub fn pattern(&self) -> &str {
-        &self.pattern
+        &self.given[0].1
     }
 
-    /// For each line of the read, whether it may hold a literal or match the literal-less patterns.
-    pub fn candidate_lines(&self, chunk: &Chunk) -> Vec<bool> {
-        self.candidate_lines_remembering(chunk, &mut ShapeMemory::default())
+    /// Each line's mark.
+    pub fn marks(&self, chunk: &Chunk) -> Vec<Mark> {
+        self.marks_remembering(chunk, &mut ShapeMemory::default())
     }
 
-    /// [`Self::candidate_lines`] that starts from the verdicts on shapes `memory` holds and adds the new
-    /// ones: the reads of one log that follow each other repeat its shapes.
-    pub fn candidate_lines_remembering(
-        &self,
-        chunk: &Chunk,
-        shapes: &mut ShapeMemory,
-    ) -> Vec<bool> {
+    /// [`Self::marks`] that starts from the verdicts on shapes `memory` holds and adds the new ones:
+    /// the reads of one log that follow each other repeat its shapes.
+    pub fn marks_remembering(&self, chunk: &Chunk, shapes: &mut ShapeMemory) -> Vec<Mark> {
         let text = chunk.text.as_bytes();
         chunk
             .spans
             .iter()
             .map(|&(start, end)| {
                 let line = text.get(start..end).unwrap_or_default();
-                self.may_match(line, shapes)
+                self.mark(line, shapes)
             })
             .collect()
     }
 
-    /// Whether the line's shape holds a shaped literal or matches the widened pattern: false proves
-    /// that the line holds no literal and matches no pattern.
-    fn may_match(&self, line: &[u8], shapes: &mut ShapeMemory) -> bool {
+    /// The mark of the line's shape: [`Mark::Quiet`] proves that the line holds no literal and
+    /// matches no pattern of either tier, [`Mark::Plain`] none of the first.
+    fn mark(&self, line: &[u8], shapes: &mut ShapeMemory) -> Mark {
         shapes.scratch.clear();
         push_shape(line, &mut shapes.scratch, Reading::Digits);
         if line.len() > MAX_SHAPE_BYTES {
-            return self.shape_matches(&shapes.scratch);
+            return self.fine.mark(&shapes.scratch);
         }
         if let Some(&verdict) = shapes.known.get(shapes.scratch.as_slice()) {
             return verdict;
@@ -171,7 +190,7 @@ impl LineScan {
                 match shapes.coarse_known.get(shapes.coarse_scratch.as_slice()) {
                     Some(&verdict) => verdict,
                     None => {
-                        let verdict = coarse.matches(&shapes.coarse_scratch);
+                        let verdict = coarse.mark(&shapes.coarse_scratch);
                         if shapes.coarse_known.len() < MAX_SHAPES {
                             shapes
                                 .coarse_known
@@ -181,7 +200,7 @@ impl LineScan {
                     }
                 }
             }
-            None => self.shape_matches(&shapes.scratch),
+            None => self.fine.mark(&shapes.scratch),
         };
         if shapes.known.len() < MAX_SHAPES {
             shapes
@@ -190,14 +209,31 @@ impl LineScan {
         }
         verdict
     }
-
-    fn shape_matches(&self, shape: &[u8]) -> bool {
-        matches(&self.shaped, self.shaped_pattern.as_ref(), shape)
-    }
 }
 
 impl Searches {
-    /// The literals and the pattern (see [`LineScan::new`]) read in `reading`.
+    /// Both tiers (see [`LineScan::tiered`]) read in `reading`.
+    fn new(given: &[(Vec<String>, String); 2], reading: Reading) -> Result<Self, ScanError> {
+        let [(literals, pattern), (plain_literals, plain_pattern)] = given;
+        Ok(Self {
+            candidate: Tier::new(literals, pattern, reading)?,
+            plain: Tier::new(plain_literals, plain_pattern, reading)?,
+        })
+    }
+
+    fn mark(&self, shape: &[u8]) -> Mark {
+        if self.candidate.matches(shape) {
+            Mark::Candidate
+        } else if self.plain.matches(shape) {
+            Mark::Plain
+        } else {
+            Mark::Quiet
+        }
+    }
+}
+
+impl Tier {
+    /// The literals and the pattern read in `reading`.
     fn new(literals: &[String], pattern: &str, reading: Reading) -> Result<Self, ScanError> {
         let mut shaped: Vec<Vec<u8>> = literals
             .iter()
@@ -227,8 +263,13 @@ impl Searches {
         })
     }
 
+    /// Whether `shape` holds one of the literals or matches the pattern.
     fn matches(&self, shape: &[u8]) -> bool {
-        matches(&self.literals, self.pattern.as_ref(), shape)
+        self.literals.is_match(shape)
+            || self.pattern.as_ref().is_some_and(|pattern| {
+                // A shape is valid UTF-8 when its line is: only ASCII bytes were replaced, by `0`.
+                std::str::from_utf8(shape).is_ok_and(|text| pattern.is_match(text))
+            })
     }
 }
 
@@ -239,15 +280,6 @@ pub(super) fn catalog_wide(pattern: &str) -> Result<Regex, regex::Error> {
         .size_limit(64 << 20)
         .dfa_size_limit(DFA_CACHE_BYTES)
         .build()
-}
-
-/// Whether `shape` holds one of `literals` or matches `pattern`.
-fn matches(literals: &AhoCorasick, pattern: Option<&Regex>, shape: &[u8]) -> bool {
-    literals.is_match(shape)
-        || pattern.is_some_and(|pattern| {
-            // A shape is valid UTF-8 when its line is: only ASCII bytes were replaced, by `0`.
-            std::str::from_utf8(shape).is_ok_and(|text| pattern.is_match(text))
-        })
 }
 
 /// `hir` with `0` added to every class that holds a byte `reading` replaces and those bytes of its
@@ -308,11 +340,11 @@ fn widen(hir: &Hir, reading: Reading) -> Hir {
 /// shapes of at most [`MAX_SHAPE_BYTES`] each.
 #[derive(Default)]
 pub struct ShapeMemory {
-    known: HashMap<Box<[u8]>, bool, BuildHasherDefault<ShapeHasher>>,
+    known: HashMap<Box<[u8]>, Mark, BuildHasherDefault<ShapeHasher>>,
     /// The current line's shape, built here to look it up without allocating.
     scratch: Vec<u8>,
     /// The coarse shapes, once the read has shown many fine ones.
-    coarse_known: HashMap<Box<[u8]>, bool, BuildHasherDefault<ShapeHasher>>,
+    coarse_known: HashMap<Box<[u8]>, Mark, BuildHasherDefault<ShapeHasher>>,
     coarse_scratch: Vec<u8>,
 }
 
@@ -410,6 +442,23 @@ mod tests {
         Chunk::of_text(text)
     }
 
+    /// Whether each line of the read is a candidate.
+    fn candidates(scan: &LineScan, read: &Chunk) -> Vec<bool> {
+        candidates_remembering(scan, read, &mut ShapeMemory::default())
+    }
+
+    fn candidates_remembering(
+        scan: &LineScan,
+        read: &Chunk,
+        memory: &mut ShapeMemory,
+    ) -> Vec<bool> {
+        let marks = scan.marks_remembering(read, memory);
+        marks
+            .into_iter()
+            .map(|mark| mark == Mark::Candidate)
+            .collect()
+    }
+
     fn scan(literals: &[&str]) -> LineScan {
         let literals: Vec<String> = literals.iter().map(|l| l.to_string()).collect();
         LineScan::new(&literals, "").unwrap()
@@ -423,7 +472,7 @@ mod tests {
         );
         // `Xid 13` has the shape of `Xid 79`: marked too, and confirmed later on its own text.
         assert_eq!(
-            scan.candidate_lines(&read),
+            candidates(&scan, &read),
             vec![true, true, false, true, false]
         );
     }
@@ -439,7 +488,7 @@ mod tests {
             ));
         }
         text.push_str("[2026-01-05 08:01:00] node-1:1:2 [0] NCCL WARN timeout\n");
-        let marks = scan.candidate_lines(&chunk(&text));
+        let marks = candidates(&scan, &chunk(&text));
         assert_eq!(marks.iter().filter(|m| **m).count(), 1);
         assert!(marks[1000]);
     }
@@ -452,7 +501,7 @@ mod tests {
             "x".repeat(2 * MAX_SHAPE_BYTES)
         );
         let read = chunk(&format!("{long}\n{}\n", "y".repeat(2 * MAX_SHAPE_BYTES)));
-        assert_eq!(scan.candidate_lines(&read), vec![true, false]);
+        assert_eq!(candidates(&scan, &read), vec![true, false]);
     }
 
     #[test]
@@ -477,7 +526,7 @@ mod tests {
             text.push_str(&format!("[rank {}] trace={id:016x}{tail}\n", n % 8));
         }
         let read = chunk(&text);
-        let marks = scan.candidate_lines(&read);
+        let marks = candidates(&scan, &read);
         let mut marked = 0;
         for (line, mark) in read.lines().zip(&marks) {
             let holds =
@@ -516,7 +565,7 @@ mod tests {
                 }
             }
             let read = chunk(&text);
-            let marks = scan.candidate_lines_remembering(&read, &mut memory);
+            let marks = candidates_remembering(&scan, &read, &mut memory);
             for (line, mark) in read.lines().zip(&marks) {
                 let holds = literals.iter().any(|literal| line.contains(literal))
                     || original.is_match(line);
@@ -524,8 +573,7 @@ mod tests {
             }
             // What holds nothing is passed over, as in a fresh scan of the read.
             let marked = marks.iter().filter(|mark| **mark).count();
-            let fresh = scan
-                .candidate_lines(&read)
+            let fresh = candidates(&scan, &read)
                 .iter()
                 .filter(|mark| **mark)
                 .count();
@@ -548,7 +596,7 @@ mod tests {
         for step in 0..5000 {
             text.push_str(&format!("step {step} loss 2.{step}\n"));
         }
-        scan.candidate_lines(&chunk(&text));
+        candidates(&scan, &chunk(&text));
         assert!(scan.coarse.get().is_none());
     }
 
@@ -564,11 +612,11 @@ mod tests {
         );
         // `code 239` and `node 4x` have the shapes of matches: marked, and confirmed later.
         assert_eq!(
-            scan.candidate_lines(&read),
+            candidates(&scan, &read),
             vec![true, true, false, true, true, true]
         );
         let read = chunk("exit code 13\nnode 2x\n");
-        assert_eq!(scan.candidate_lines(&read), vec![false, false]);
+        assert_eq!(candidates(&scan, &read), vec![false, false]);
     }
 
     #[test]
@@ -594,10 +642,12 @@ mod tests {
             for line in lines {
                 if original.is_match(line) {
                     assert!(
-                        scan.shape_matches(&shape_of(line.as_bytes(), Reading::Digits)),
+                        scan.fine
+                            .candidate
+                            .matches(&shape_of(line.as_bytes(), Reading::Digits)),
                         "{pattern} on {line}"
                     );
-                    let coarse = Searches::new(&[], pattern, Reading::Hex).unwrap();
+                    let coarse = Tier::new(&[], pattern, Reading::Hex).unwrap();
                     assert!(
                         coarse.matches(&shape_of(line.as_bytes(), Reading::Hex)),
                         "{pattern} on {line}, hex digits read as 0"
@@ -605,5 +655,44 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_plain_tier_marks_what_the_first_does_not_and_never_a_line_that_holds_neither() {
+        let to_strings =
+            |literals: &[&str]| literals.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+        let scan = LineScan::tiered(
+            (&to_strings(&["NCCL WARN"]), ""),
+            (&to_strings(&["|", "Error"]), r"E\d{4} \d\d:\d\d"),
+        )
+        .unwrap();
+        let mut text = String::new();
+        let mut id = 0x1234_5678_9abc_def0u64;
+        for n in 0..2000u64 {
+            id = id.rotate_left(11).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n;
+            let line = match n % 50 {
+                1 => format!("iteration {n} | loss 2.{n}"),
+                2 => format!("[{n}] KeyError: 'x' NCCL WARN"),
+                3 => format!("E{:04} 06:24:44 c10d.cpp:12] broken", n % 10000),
+                4 => format!("[{n}] KeyError: 'x'"),
+                _ => format!("step {n} trace={id:016x} fine"),
+            };
+            text.push_str(&line);
+            text.push('\n');
+        }
+        let read = chunk(&text);
+        let marks = scan.marks(&read);
+        for (line, mark) in read.lines().zip(&marks) {
+            let expected = if line.contains("NCCL WARN") {
+                Mark::Candidate
+            } else if line.contains('|') || line.contains("Error") || line.starts_with('E') {
+                Mark::Plain
+            } else {
+                Mark::Quiet
+            };
+            assert_eq!(*mark, expected, "{line}");
+        }
+        // The hex ids took the lines to the coarse shapes, whose tiers mark the same.
+        assert!(scan.coarse.get().is_some_and(Option::is_some));
     }
 }

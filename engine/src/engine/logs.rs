@@ -398,7 +398,7 @@ impl Engine {
         )
         .resume_tracebacks(assembler);
         let chunk = crate::attribute::rejoin::rejoin_wrapped(chunk);
-        digester.push_chunk(&chunk, &catalog.candidate_lines_remembering(&chunk, shapes));
+        digester.push_chunk(&chunk, &catalog.line_marks_remembering(&chunk, shapes));
         if attempt.state.is_terminal() && last {
             // The attempt writes no more: every traceback it began is as complete as it will be.
             digester.finish()

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::attribute::scan::Mark;
 use crate::telemetry::line::frame;
 use crate::telemetry::record::{recognise, recognise_hinted};
 
@@ -105,14 +106,14 @@ fn generated_log() -> String {
     text
 }
 
-/// Every line fed through the full checks, against the read's candidate marks.
+/// Every line fed through the full checks, against the read's marks.
 fn digests(catalog: &Catalog, text: &str) -> (LogDigest, LogDigest) {
     let chunk = chunk_of(text);
     let chunk = attribute::rejoin::rejoin_wrapped(&chunk);
-    let marks = catalog.candidate_lines(&chunk);
-    for (line, marked) in chunk.lines().zip(&marks) {
-        if !marked {
-            let message = frame(line).message;
+    let marks = catalog.line_marks(&chunk);
+    for (line, mark) in chunk.lines().zip(&marks) {
+        let message = frame(line).message;
+        if *mark != Mark::Candidate {
             assert!(!catalog.is_notable(message), "scan missed {line:?}");
             assert!(!catalog.is_notable(line), "scan missed {line:?}");
             assert_eq!(
@@ -120,6 +121,10 @@ fn digests(catalog: &Catalog, text: &str) -> (LogDigest, LogDigest) {
                 recognise(message),
                 "{line:?}"
             );
+        }
+        if *mark == Mark::Quiet {
+            // The digest passes a quiet line by: the recognisers must have nothing to say of it.
+            assert_eq!(recognise(message), None, "{line:?}");
         }
     }
     let mut fast = Digester::new(|line: &str| catalog.is_notable(line), now(), None, None);
@@ -181,8 +186,8 @@ fn the_candidate_scan_passes_over_only_lines_the_full_checks_find_nothing_in_whe
 fn the_candidate_scan_marks_only_what_may_match_on_a_progress_log() {
     let catalog = Catalog::builtin().unwrap();
     let chunk = chunk_of(&generated_log());
-    let marks = catalog.candidate_lines(&chunk);
-    let marked = marks.iter().filter(|m| **m).count();
+    let marks = catalog.line_marks(&chunk);
+    let marked = marks.iter().filter(|m| **m != Mark::Quiet).count();
     // The progress lines (nine in ten) are passed over.
     assert!(
         marked < chunk.line_count() / 5,
@@ -299,7 +304,10 @@ fn the_candidate_scan_marks_every_traceback_header() {
         "Traceback of TorchScript, original code (most recent call last):",
     ];
     let chunk = chunk_of(&headers.join("\n"));
-    assert_eq!(catalog.candidate_lines(&chunk), vec![true; headers.len()]);
+    assert_eq!(
+        catalog.line_marks(&chunk),
+        vec![Mark::Candidate; headers.len()]
+    );
 }
 
 /// The category `explain` gives a log of these lines.

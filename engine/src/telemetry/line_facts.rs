@@ -4,7 +4,8 @@
 
 use chrono::{DateTime, Datelike, Utc};
 
-use crate::telemetry::line::{StampCache, frame_cached};
+use crate::attribute::scan::Mark;
+use crate::telemetry::line::{StampCache, frame_cached, rank_of};
 use crate::telemetry::pipeline::{TRACEBACK_MARKERS, blamed_host};
 use crate::telemetry::readings::{self, Reading};
 use crate::telemetry::record::{Record, is_save_start, recognise_hinted};
@@ -71,17 +72,31 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
         }
     }
 
-    /// The facts of every line of a read, `candidates` as [`crate::telemetry::pipeline::Digester::push_chunk`]
-    /// takes them.
-    pub fn classify_chunk(&mut self, chunk: &Chunk, candidates: &[bool]) -> Vec<LineFacts> {
+    /// The facts of every line of a read that is not quiet, `marks` as
+    /// [`crate::telemetry::pipeline::Digester::push_chunk`] takes them; None for a quiet line, whose
+    /// facts the digest finds only if it needs them.
+    pub fn classify_chunk(&mut self, chunk: &Chunk, marks: &[Mark]) -> Vec<Option<LineFacts>> {
         chunk
             .lines()
             .enumerate()
-            .map(|(index, line)| {
-                let marked = candidates.get(index).copied().unwrap_or(true);
-                self.classify(line, marked, marked)
-            })
+            .map(
+                |(index, line)| match marks.get(index).copied().unwrap_or(Mark::Candidate) {
+                    Mark::Candidate => Some(self.classify(line, true, true)),
+                    Mark::Plain => Some(self.classify(line, false, false)),
+                    Mark::Quiet => None,
+                },
+            )
             .collect()
+    }
+
+    /// The rank a line's labels give (see [`rank_of`]).
+    pub fn rank(&self, raw: &str) -> Option<u32> {
+        rank_of(raw, self.year)
+    }
+
+    /// The time a line's stamp gives.
+    pub fn stamp(&mut self, raw: &str) -> Option<DateTime<Utc>> {
+        frame_cached(raw, self.year, &mut self.stamps).timestamp
     }
 
     /// One line's facts, with both whole-read hints: `candidate` (a signature may match) and `markers`

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
+use crate::attribute::scan::Mark;
 use crate::model::EvidenceLine;
 use crate::telemetry::line::FramedLine;
 use crate::telemetry::line_facts::{LineClassifier, LineFacts, LineKind};
@@ -56,11 +57,12 @@ pub struct LogDigest {
 /// The starts of a Python traceback and of TorchScript's, which the assembler is shown.
 pub(crate) const TRACEBACK_MARKERS: [&str; 2] = ["Traceback (most recent", TORCHSCRIPT_START];
 
-/// Every literal one of which a line must hold for the digest to do more with it than frame it: the
-/// recognisers' markers (`record::signal_marker_literals`), a traceback's start, a straggler report's
-/// key, and what a blamed host's line says (`NCCL WARN`, `srun: error:`, both already markers). A
-/// whole-read scan for them (`Catalog::candidate_lines`) lets [`Digester::push_chunk`] pass over the
-/// lines that hold none without searching each.
+/// Every literal one of which a line must hold for the digest to do more with it than the
+/// recognisers' unhinted checks ([`plain_literals`]): the recognisers' markers
+/// (`record::signal_marker_literals`), a traceback's start, a straggler report's key, and what a
+/// blamed host's line says (`NCCL WARN`, `srun: error:`, both already markers). A whole-read scan for
+/// them (`Catalog::line_marks`) lets [`Digester::push_chunk`] pass over the lines that hold none
+/// without searching each.
 pub fn marker_literals() -> Vec<&'static str> {
     let mut literals = crate::telemetry::record::signal_marker_literals();
     literals.extend(TRACEBACK_MARKERS);
@@ -68,6 +70,19 @@ pub fn marker_literals() -> Vec<&'static str> {
     literals.extend(step_timing::markers());
     literals.extend(readings::markers());
     literals
+}
+
+/// What the recognisers read in a line without its markers (`record::unhinted_literals`): with
+/// [`plain_pattern`], a line that holds none of them nor of [`marker_literals`] is nothing to the
+/// digest but its count, its rank and its stamp.
+pub fn plain_literals() -> Vec<&'static str> {
+    crate::telemetry::record::unhinted_literals()
+}
+
+/// The pattern beside [`plain_literals`] (a glog error header), a regex for a whole-read scan whose
+/// line anchors mean a line's ends.
+pub fn plain_pattern() -> &'static str {
+    crate::telemetry::record::unhinted_pattern()
 }
 
 /// The host a line blames: an NCCL warning's or an srun error's host. NCCL's INFO chatter names hosts
@@ -124,35 +139,94 @@ impl<F: Fn(&str) -> bool> Digester<F> {
         self.push_line(raw, true);
     }
 
-    /// Feeds every line of a read; `candidates` (see `Catalog::candidate_lines`) says which lines may
-    /// be notable, so the others skip the per-line check.
-    /// `candidates` must also cover the digest's markers ([`marker_literals`]), as the catalog's scan
-    /// does: an unmarked line is only framed, counted and, inside a traceback, shown to the assembler.
-    pub fn push_chunk(&mut self, chunk: &Chunk, candidates: &[bool]) {
+    /// Feeds every line of a read by its marks (see `Catalog::line_marks`), which must cover the
+    /// digest's markers ([`marker_literals`]) and what the recognisers read without them
+    /// ([`plain_literals`], [`plain_pattern`]), as the catalog's scan does. A candidate goes through
+    /// every check and a plain line through the recognisers' unhinted ones; a quiet line is only
+    /// counted and its rank heard, and framed only when a traceback is open or a later line needs its
+    /// stamp.
+    pub fn push_chunk(&mut self, chunk: &Chunk, marks: &[Mark]) {
+        let mut unstamped = None;
         for (index, line) in chunk.lines().enumerate() {
-            let marked = candidates.get(index).copied().unwrap_or(true);
-            self.push_hinted(line, marked, marked);
+            let facts = match marks.get(index).copied().unwrap_or(Mark::Candidate) {
+                Mark::Candidate => self.classifier.classify(line, true, true),
+                Mark::Quiet if self.passes_by(line, index, &mut unstamped) => continue,
+                Mark::Quiet | Mark::Plain => self.classifier.classify(line, false, false),
+            };
+            self.apply_in_read(chunk, index, line, facts, &mut unstamped);
         }
+        self.settle_stamps(chunk, unstamped, chunk.line_count());
     }
 
     /// Feeds one line; `candidate` false means the notable check cannot match it.
     pub fn push_line(&mut self, raw: &str, candidate: bool) {
-        self.push_hinted(raw, candidate, true);
-    }
-
-    /// Feeds one line with both whole-read hints: `candidate` (a signature may match) and `markers`
-    /// (one of [`marker_literals`] occurs in it).
-    fn push_hinted(&mut self, raw: &str, candidate: bool, markers: bool) {
-        let facts = self.classifier.classify(raw, candidate, markers);
+        let facts = self.classifier.classify(raw, candidate, true);
         self.apply(raw, facts);
     }
 
     /// Feeds every line of a read by its facts, found beforehand (on any thread) by a
-    /// [`LineClassifier`] from the read's lines and candidates.
-    pub fn push_classified(&mut self, chunk: &Chunk, facts: Vec<LineFacts>) {
-        for (line, facts) in chunk.lines().zip(facts) {
-            self.apply(line, facts);
+    /// [`LineClassifier`] from the read's lines and marks (None for a quiet line).
+    pub fn push_classified(&mut self, chunk: &Chunk, facts: Vec<Option<LineFacts>>) {
+        let mut unstamped = None;
+        for (index, (line, facts)) in chunk.lines().zip(facts).enumerate() {
+            let facts = match facts {
+                Some(facts) => facts,
+                None if self.passes_by(line, index, &mut unstamped) => continue,
+                None => self.classifier.classify(line, false, false),
+            };
+            self.apply_in_read(chunk, index, line, facts, &mut unstamped);
         }
+        self.settle_stamps(chunk, unstamped, chunk.line_count());
+    }
+
+    /// Takes in a quiet line without framing it, when nothing open needs it: it is counted and its
+    /// rank heard, and the first of a run of such lines is remembered in `unstamped` (their stamps
+    /// are read, latest first, only when a line after them needs one). False when the line must be
+    /// classified.
+    fn passes_by(&mut self, line: &str, index: usize, unstamped: &mut Option<usize>) -> bool {
+        if self.assembler.open_blocks() > 0 || !self.tracebacks.is_empty() {
+            return false;
+        }
+        self.digest.lines += 1;
+        if let Some(rank) = self.classifier.rank(line) {
+            self.hear(rank);
+        }
+        unstamped.get_or_insert(index);
+        true
+    }
+
+    /// Applies the facts of the line at `index` of `chunk`; a line without a stamp of its own takes the
+    /// last stamp of the lines passed by before it.
+    fn apply_in_read(
+        &mut self,
+        chunk: &Chunk,
+        index: usize,
+        line: &str,
+        facts: LineFacts,
+        unstamped: &mut Option<usize>,
+    ) {
+        if facts.timestamp.is_none() {
+            self.settle_stamps(chunk, unstamped.take(), index);
+        } else {
+            *unstamped = None;
+        }
+        self.apply(line, facts);
+    }
+
+    /// Sets the last time from the lines `from..to` of `chunk`, passed by unframed: the stamp of the
+    /// latest that has one, as if each had been applied in turn.
+    fn settle_stamps(&mut self, chunk: &Chunk, from: Option<usize>, to: usize) {
+        let Some(from) = from else {
+            return;
+        };
+        let stamped = chunk
+            .spans
+            .get(from..to)
+            .unwrap_or_default()
+            .iter()
+            .rev()
+            .find_map(|&(start, end)| self.classifier.stamp(chunk.text.get(start..end)?));
+        self.digest.last_time = Some(stamped.or(self.digest.last_time).unwrap_or(self.now));
     }
 
     /// Takes in one line by its facts, in order.
@@ -351,5 +425,33 @@ mod tests {
         );
         assert_eq!(digest.checkpoints.len(), 1);
         assert_eq!(digest.checkpoints[0].0, 120);
+    }
+
+    #[test]
+    fn a_quiet_line_s_stamp_dates_the_unstamped_line_after_it_and_the_end_of_the_read() {
+        let at = |text: &str| {
+            DateTime::parse_from_rfc3339(text)
+                .unwrap()
+                .with_timezone(&Utc)
+        };
+        let chunk = Chunk::of_text(
+            " 3: [2026-01-05 08:00:00] a\n 4: [2026-01-05 08:00:07] b\n 5: Xid boom\n[2026-01-05 08:00:09] c\nplain d\n",
+        );
+        let marks = [
+            Mark::Quiet,
+            Mark::Quiet,
+            Mark::Candidate,
+            Mark::Quiet,
+            Mark::Quiet,
+        ];
+        let now = at("2026-01-06T00:00:00Z");
+        let mut digester = Digester::new(|line: &str| line.contains("Xid"), now, None, None);
+        digester.push_chunk(&chunk, &marks);
+        let digest = digester.finish();
+        assert_eq!(digest.lines, 5);
+        assert_eq!(digest.ranks_heard, vec![3, 4, 5]);
+        assert_eq!(digest.evidence.len(), 1);
+        assert_eq!(digest.evidence[0].time, at("2026-01-05T08:00:07Z"));
+        assert_eq!(digest.last_time, Some(at("2026-01-05T08:00:09Z")));
     }
 }

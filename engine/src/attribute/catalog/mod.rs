@@ -16,7 +16,7 @@ pub use spec::{LocatorExample, LocatorSpec, SequenceSpec, SignatureSpec, VetoSpe
 use literals::{required_literals, uncovered_by_prefilter, unnamed};
 use spec::{Parsed, TaxonomyFile, line_of, parse_file};
 
-use super::scan::{LineScan, ShapeMemory};
+use super::scan::{LineScan, Mark, ShapeMemory};
 use crate::model::Component;
 use crate::telemetry::tail::Chunk;
 
@@ -664,8 +664,15 @@ impl Catalog {
                 .into_iter()
                 .map(str::to_string),
         );
-        let scan =
-            LineScan::new(&scan_list, &candidates).map_err(|err| invalid(err.to_string()))?;
+        let plain: Vec<String> = crate::telemetry::pipeline::plain_literals()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let scan = LineScan::tiered(
+            (&scan_list, &candidates),
+            (&plain, crate::telemetry::pipeline::plain_pattern()),
+        )
+        .map_err(|err| invalid(err.to_string()))?;
         let patterns = signatures
             .iter()
             .flat_map(|signature| {
@@ -699,21 +706,19 @@ impl Catalog {
         self.scan.pattern()
     }
 
-    /// Which lines of a read might match a signature or hold a marker of the recognisers or of the
-    /// digest (`telemetry::pipeline::marker_literals`). A marked line is confirmed on its message; an
-    /// unmarked one holds none of them.
-    pub fn candidate_lines(&self, chunk: &Chunk) -> Vec<bool> {
-        self.scan.candidate_lines(chunk)
+    /// What each line of a read needs (see `telemetry::pipeline::Digester::push_chunk`): a
+    /// [`Mark::Candidate`] may match a signature or hold a marker of the recognisers or of the digest
+    /// (`telemetry::pipeline::marker_literals`) and is confirmed on its message; a [`Mark::Plain`] line
+    /// holds none of them but may be something to the recognisers without their markers
+    /// (`telemetry::pipeline::plain_literals`); a [`Mark::Quiet`] line is neither.
+    pub fn line_marks(&self, chunk: &Chunk) -> Vec<Mark> {
+        self.scan.marks(chunk)
     }
 
-    /// [`Self::candidate_lines`] remembering the shapes of the lines across reads of one log (see
+    /// [`Self::line_marks`] remembering the shapes of the lines across reads of one log (see
     /// [`crate::attribute::scan::ShapeMemory`]), for reads that follow each other closely.
-    pub fn candidate_lines_remembering(
-        &self,
-        chunk: &Chunk,
-        shapes: &mut ShapeMemory,
-    ) -> Vec<bool> {
-        self.scan.candidate_lines_remembering(chunk, shapes)
+    pub fn line_marks_remembering(&self, chunk: &Chunk, shapes: &mut ShapeMemory) -> Vec<Mark> {
+        self.scan.marks_remembering(chunk, shapes)
     }
 
     /// Whether any signature matches `line`, or a locator finds a node in it.

@@ -90,6 +90,26 @@ pub fn frame_cached<'l>(
     framed
 }
 
+/// The rank [`frame`] finds in a line, its timestamp read only where it can matter: the labels before
+/// the stamp decide, and only Open MPI's tag can follow a stamp (then the line holds its `]<`).
+pub fn rank_of(line: &str, default_year: i32) -> Option<u32> {
+    // Most lines of a multi-rank log begin with the srun label: the others are then not looked for.
+    let (srun_rank, rest) = split_srun_label(strip_quote(trim_newline(line)));
+    if srun_rank.is_some() {
+        return srun_rank;
+    }
+    let (torch_rank, rest) = split_torch_label(rest);
+    if torch_rank.is_some() {
+        return torch_rank;
+    }
+    let (mpi_rank, rest) = split_mpi_tag(rest);
+    mpi_rank.or_else(|| {
+        rest.contains("]<")
+            .then(|| frame_impl(line, || default_year).rank)
+            .flatten()
+    })
+}
+
 /// Whether `byte` may begin or end whitespace: ASCII whitespace as `char::is_whitespace` has it, or
 /// any byte of a non-ASCII character (some of which are whitespace).
 fn may_be_whitespace(byte: u8) -> bool {

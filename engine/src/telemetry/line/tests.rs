@@ -538,3 +538,31 @@ fn a_quoted_log_line_is_read_without_its_quote_marks() {
     );
     assert_eq!(frame_with_year(">/dev/null", 2026).message, ">/dev/null");
 }
+
+#[test]
+fn rank_of_finds_the_rank_framing_finds_without_reading_the_stamp_where_it_cannot_matter() {
+    let lines = [
+        " 12: [2026-01-05 08:00:00] step 3",
+        "3: plain",
+        "12:no space",
+        "> 7: quoted in an issue",
+        "[rank5]: [2026-01-05 08:00:00] step 3",
+        "[default3]: step 3",
+        "[1,12]<stdout>:node-3 NCCL WARN",
+        "2019-06-02T16:13:44.884Z: [1,14]<stderr>: Traceback (most recent call last):",
+        "[2026-01-05 08:00:00] [1,9]<stdout>: after a bracketed stamp",
+        "2019-06-02T16:13:44.884Z: hello ]< not a tag",
+        "[1,2]<stdout> no colon",
+        "no label at all",
+        "",
+        "4294967296: beyond a rank",
+    ];
+    for line in lines {
+        assert_eq!(
+            rank_of(line, 2026),
+            frame_with_year(line, 2026).rank,
+            "{line:?}"
+        );
+    }
+    assert_eq!(rank_of(lines[7], 2026), Some(14));
+}

@@ -168,9 +168,39 @@ static LOADING_CHECKPOINT: LazyLock<Regex> = LazyLock::new(|| {
 /// Glog-style error or fatal header from C++ code (torch's c10d among others):
 /// `[E1122 06:24:44.903881913 ProcessGroupNCCL.cpp:616]` or `E1122 06:24:44.903881 123 file.cc:12]`.
 static GLOG_ERROR_HEADER: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^\[?[EF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?\s+(?:\d+\s+)?[\w./-]+:\d+\]")
-        .expect("constant pattern compiles")
+    Regex::new(&format!("^{GLOG_ERROR_HEADER_ANYWHERE}")).expect("constant pattern compiles")
 });
+
+/// [`GLOG_ERROR_HEADER`] without its anchor: a line whose message starts with the header holds it.
+const GLOG_ERROR_HEADER_ANYWHERE: &str =
+    r"\[?[EF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?\s+(?:\d+\s+)?[\w./-]+:\d+\]";
+
+/// What a line holds whenever [`recognise_hinted`] recognises it without its markers (those of
+/// [`signal_marker_literals`]): a bar or a carriage return (progress bars, Megatron's iterations,
+/// telemetry records), a brace (JSON telemetry), an exception's name or a traceback's start, and
+/// the error prefixes; the glog header is [`unhinted_pattern`]. A line that holds none of them and
+/// none of the markers is nothing to the recognisers, so a whole-read scan for them all lets the
+/// digest pass it by without framing it.
+pub fn unhinted_literals() -> Vec<&'static str> {
+    let mut literals = vec![
+        "|",
+        "\r",
+        "{",
+        TRACEBACK_START,
+        TORCHSCRIPT_START,
+        "[NeMo E ",
+    ];
+    literals.extend(EXCEPTION_SUFFIXES);
+    literals
+}
+
+/// The pattern beside [`unhinted_literals`]: a glog error header anywhere in the line.
+pub fn unhinted_pattern() -> &'static str {
+    GLOG_ERROR_HEADER_ANYWHERE
+}
+
+/// How the name of an exception a line reports ends (`RuntimeError`, `KeyboardInterrupt`, ...).
+const EXCEPTION_SUFFIXES: [&str; 5] = ["Error", "Exception", "Interrupt", "Exit", "Warning"];
 
 /// Turns a framed message into a record, or None for the many lines that say
 /// nothing the watcher cares about.
@@ -308,7 +338,6 @@ fn latest_progress_update(message: &str) -> &str {
 /// `Name: message` or a bare `Name`, where Name ends in Error, Exception,
 /// Interrupt, Exit or Warning, as Python prints the last line of a traceback.
 fn exception_line(message: &str) -> Option<Record> {
-    const SUFFIXES: [&str; 5] = ["Error", "Exception", "Interrupt", "Exit", "Warning"];
     let first = message.bytes().next()?;
     if !(first.is_ascii_alphabetic() || first == b'_') {
         return None;
@@ -329,7 +358,7 @@ fn exception_line(message: &str) -> Option<Record> {
     } else {
         return None;
     };
-    let named_like_exception = SUFFIXES
+    let named_like_exception = EXCEPTION_SUFFIXES
         .iter()
         .any(|suffix| name.len() > suffix.len() && name.ends_with(suffix));
     named_like_exception.then(|| Record::ExceptionLine {
