@@ -10,7 +10,9 @@
 //! worst case of the candidate scan); `RUNGUARD_BENCH_PARTS=ingest` measures the ingest alone;
 //! `RUNGUARD_BENCH_STAGES=1` first times each stage of the ingest on the first 64 MiB as one read, best
 //! of ten. The ingest reads in the engine's steps (`READ_STEP_BYTES`); `RUNGUARD_BENCH_READ_KB` sets
-//! another step to compare with (65536: the whole 64 MiB budget of a tick in one read).
+//! another step to compare with (65536: the whole 64 MiB budget of a tick in one read). Last come
+//! `RUNGUARD_BENCH_ROUNDS` (3) paired rounds of the ingest and `rg -j1`, each round's ratio taken under
+//! the same load.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -136,6 +138,41 @@ fn main() {
             println!("  CPU time {all_cpu:.2} s over all threads");
         }
         _ => println!("rg not installed: no reference ratio (apt-get install ripgrep)"),
+    }
+    paired_rounds(&path, &catalog, &config, &nodes, mb);
+}
+
+/// The ingest and `rg -j1` one after the other, `RUNGUARD_BENCH_ROUNDS` times (3 by default): on a
+/// shared machine whose speed changes from minute to minute, each round's ratio compares the two
+/// under the same load, and the median ratio is the figure to quote.
+fn paired_rounds(path: &Path, catalog: &Catalog, config: &DetectConfig, nodes: &[String], mb: f64) {
+    let rounds: usize = std::env::var("RUNGUARD_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let mut ratios = Vec::new();
+    for round in 1..=rounds {
+        let cpu = cpu_seconds();
+        ingest(path, catalog, config, nodes);
+        let ingest_cpu = cpu_seconds() - cpu;
+        let Some((_, rg_cpu)) = ripgrep_reference(path, catalog, Some(1)) else {
+            return;
+        };
+        let ratio = rg_cpu / ingest_cpu.max(f64::EPSILON);
+        println!(
+            "round {round}: ingest {:.0} MB per CPU second, rg -j1 {:.0}; ingest/rg {ratio:.2}",
+            mb / ingest_cpu.max(f64::EPSILON),
+            mb / rg_cpu.max(f64::EPSILON)
+        );
+        ratios.push(ratio);
+    }
+    ratios.sort_by(f64::total_cmp);
+    if let Some(median) = ratios.get(ratios.len() / 2) {
+        println!(
+            "paired rounds: ingest/rg per CPU second {:.2} – {:.2}, median {median:.2}",
+            ratios[0],
+            ratios[ratios.len() - 1]
+        );
     }
 }
 
