@@ -509,6 +509,53 @@ async fn an_xid_in_a_configured_node_log_names_the_node_and_gpu_of_a_crash() {
 }
 
 #[tokio::test]
+async fn a_kernel_log_larger_than_a_read_step_is_read_whole_in_one_tick() {
+    let (mut rig, log) = one_job(JobState::Running);
+    let node_dir = rig.path().join("node-02");
+    std::fs::create_dir_all(&node_dir).unwrap();
+    rig.config.telemetry.node_log_pattern =
+        Some(rig.path().join("{node}/kern.log").display().to_string());
+    let mut engine = rig.engine();
+    log.iteration(10, 400.0);
+    rig.step(&mut engine, 30).await;
+    // Three steps' worth of chatter: a node signal in the first step, a line only the catalog knows in
+    // the second, another signal at the very end.
+    let quiet = "2026-01-05T08:00:41+00:00 node-02 kernel: audit: type=1400 audit(1736064041.123:812): apparmor=\"ALLOWED\" operation=\"open\" profile=\"snap.lxd\" name=\"/proc/1/mountinfo\" pid=1234\n";
+    let mut text = String::from(
+        "2026-01-05T08:00:40+00:00 node-02 kernel: NVRM: Xid (PCI:0000:3a:00): 63, pid=4242, name=python, Row Remapper: New row marked for remapping, reset gpu to activate.\n",
+    );
+    while text.len() < 3 << 19 {
+        text.push_str(quiet);
+    }
+    text.push_str("2026-01-05T08:00:42+00:00 node-02 kernel: Out of memory: Killed process 4242 (python) total-vm:123456kB, anon-rss:123kB, file-rss:0kB\n");
+    while text.len() < 3 << 20 {
+        text.push_str(quiet);
+    }
+    text.push_str("2026-01-05T08:00:43+00:00 node-02 kernel: NVRM: Xid (PCI:0000:3a:00): 94, pid=4242, name=python, Contained: CE User Channel (0x9).\n");
+    let path = node_dir.join("kern.log");
+    std::fs::write(&path, &text).unwrap();
+    rig.step(&mut engine, 30).await;
+    let store = rig.store();
+    let db = store.db();
+    let attempt = db.attempts(1).unwrap()[0].index;
+    let evidence: Vec<String> = db
+        .evidence_lines(1, attempt)
+        .unwrap()
+        .into_iter()
+        .map(|line| line.text)
+        .collect();
+    for wanted in ["): 63,", "Out of memory: Killed process 4242", "): 94,"] {
+        assert!(
+            evidence.iter().any(|line| line.contains(wanted)),
+            "{wanted}: {evidence:#?}"
+        );
+    }
+    assert!(!evidence.iter().any(|line| line.contains("apparmor")));
+    let (offset, _) = db.file_offset(&path.to_string_lossy()).unwrap();
+    assert_eq!(offset, text.len() as u64);
+}
+
+#[tokio::test]
 async fn lines_stamped_far_in_the_future_do_not_hide_a_hang() {
     let (rig, log) = one_job(JobState::Running);
     let mut engine = rig.engine();

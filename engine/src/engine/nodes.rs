@@ -3,19 +3,20 @@
 //! of the attempts on that node, and a hot or throttled GPU makes its node a straggler.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::{DateTime, Datelike, TimeDelta, Utc};
 
 use super::{Engine, EngineError};
+use crate::attribute::scan::{Mark, ShapeMemory};
 use crate::detect::Finding;
 use crate::model::{AnomalyKind, Attempt, EvidenceLine, IncidentSource, JobState, Workflow};
 use crate::telemetry::line::frame_with_year;
 use crate::telemetry::node_signals::{
     GpuInventory, NodeSignal, SignalKind, parse_dcgmi_health, parse_kernel_line, parse_nvidia_smi_q,
 };
-use crate::telemetry::tail::{TailLimits, read_new_lines};
+use crate::telemetry::tail::{READ_STEP_BYTES, TailLimits, read_new_lines, step_holding_a_line};
 
 /// Longest kernel-log evidence line kept (a longer one keeps its two ends).
 const MAX_EVIDENCE_CHARS: usize = 2000;
@@ -91,31 +92,51 @@ impl Engine {
 
     /// Reads the kernel logs of the nodes the active attempts run on.
     pub(super) fn read_node_logs(&mut self, now: DateTime<Utc>) -> Result<(), EngineError> {
-        let limits = TailLimits {
-            max_line_bytes: self.config.telemetry.max_line_bytes,
-            max_read_bytes: self.config.telemetry.max_read_bytes_per_tick,
-        };
         let active = self.active_attempts()?;
         for node in active.by_node.keys() {
-            let node = node.as_str();
-            let Some(path) = self.node_log_path(node) else {
-                continue;
+            if let Some(path) = self.node_log_path(node) {
+                self.read_node_log(node, &path, &active, now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what a node's kernel log holds past its stored offset, up to the tick's budget, in steps
+    /// of at most [`READ_STEP_BYTES`] (as the attempts' logs are read), each step's signals taken and
+    /// its offset stored before the next. Only the lines the catalog's scan marks as candidates are
+    /// checked against every signature.
+    fn read_node_log(
+        &mut self,
+        node: &str,
+        path: &Path,
+        active: &ActiveAttempts,
+        now: DateTime<Utc>,
+    ) -> Result<(), EngineError> {
+        let key = path.to_string_lossy().into_owned();
+        let (mut offset, mut identity) = self.store.db().file_offset(&key)?;
+        let max_line_bytes = self.config.telemetry.max_line_bytes;
+        let mut budget = self.config.telemetry.max_read_bytes_per_tick;
+        // The steps of one tick repeat the log's line shapes.
+        let mut shapes = ShapeMemory::default();
+        loop {
+            let limits = TailLimits {
+                max_line_bytes,
+                max_read_bytes: budget.min(step_holding_a_line(READ_STEP_BYTES, max_line_bytes)),
             };
-            let key = path.to_string_lossy().into_owned();
-            let (offset, identity) = self.store.db().file_offset(&key)?;
-            let chunk = match read_new_lines(&path, offset, identity.as_deref(), limits) {
-                Ok(chunk) if chunk.missing => continue,
+            let chunk = match read_new_lines(path, offset, identity.as_deref(), limits) {
+                Ok(chunk) if chunk.missing => return Ok(()),
                 Ok(chunk) => chunk,
                 Err(err) => {
                     self.warn("node_log_unreadable", format!("{key}: {err}"), now)?;
-                    continue;
+                    return Ok(());
                 }
             };
+            let marks = self.catalog.line_marks_remembering(&chunk, &mut shapes);
             let mut signals = Vec::new();
-            for raw in chunk.lines() {
+            for (raw, mark) in chunk.lines().zip(&marks) {
                 // A node signal, or any other line a signature knows (OOM killer, mlx5, panics).
                 let Some(mut signal) = parse_kernel_line(raw).or_else(|| {
-                    self.catalog.is_notable(raw).then(|| NodeSignal {
+                    (*mark == Mark::Candidate && self.catalog.is_notable(raw)).then(|| NodeSignal {
                         kind: SignalKind::Health {
                             system: "kernel".to_string(),
                             status: "Error".to_string(),
@@ -148,8 +169,19 @@ impl Engine {
                     db.set_file_offset(&key, chunk.next_offset, chunk.identity.as_deref())
                 })?;
             }
+            let read_from = if chunk.restarted || chunk.rotated {
+                0
+            } else {
+                offset
+            };
+            let consumed = chunk.next_offset.saturating_sub(read_from);
+            if !chunk.more || consumed == 0 || consumed >= budget {
+                return Ok(());
+            }
+            budget -= consumed;
+            offset = chunk.next_offset;
+            identity = chunk.identity;
         }
-        Ok(())
     }
 
     /// Runs the configured GPU status commands on the nodes of running attempts, at most once per
