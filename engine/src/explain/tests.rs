@@ -129,10 +129,9 @@ fn digests(catalog: &Catalog, text: &str) -> (LogDigest, LogDigest) {
     }
     let mut fast = Digester::new(|line: &str| catalog.is_notable(line), now(), None, None);
     fast.push_chunk(&chunk, &marks);
+    // Every line a candidate: each goes through every check.
     let mut full = Digester::new(|line: &str| catalog.is_notable(line), now(), None, None);
-    for line in chunk.lines() {
-        full.push_line(line, true);
-    }
+    full.push_chunk(&chunk, &vec![Mark::Candidate; chunk.line_count()]);
     // The facts found apart (as explain's threads find them), applied afterwards.
     let notable = |line: &str| catalog.is_notable(line);
     let facts = LineClassifier::new(notable, now()).classify_chunk(&chunk, &marks);

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Datelike, Utc};
 
 use crate::attribute::scan::Mark;
-use crate::telemetry::line::{StampCache, frame_cached, rank_of};
+use crate::telemetry::line::{FramedLine, StampCache, frame_cached, frame_with_year, rank_of};
 use crate::telemetry::pipeline::{TRACEBACK_MARKERS, blamed_host};
 use crate::telemetry::readings::{self, Reading};
 use crate::telemetry::record::{Record, is_save_start, recognise_hinted};
@@ -92,6 +92,11 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
     /// The rank a line's labels give (see [`rank_of`]).
     pub fn rank(&self, raw: &str) -> Option<u32> {
         rank_of(raw, self.year)
+    }
+
+    /// The line framed, year-less stamps dated in the classifier's year.
+    pub fn frame<'l>(&self, raw: &'l str) -> FramedLine<'l> {
+        frame_with_year(raw, self.year)
     }
 
     /// The time a line's stamp gives.

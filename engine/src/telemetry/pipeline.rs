@@ -109,6 +109,15 @@ pub struct Digester<F: Fn(&str) -> bool> {
     digest: LogDigest,
 }
 
+/// Where one read's lines stand, for the look-backs of its later lines.
+#[derive(Debug, Default)]
+struct ReadState {
+    /// The first of a run of quiet lines whose stamps are unread.
+    unstamped: Option<usize>,
+    /// Lines before this index are not looked back at: the last line kept as evidence is just before.
+    settled: usize,
+}
+
 /// Ranks below this are remembered as bits; higher ones (never seen in practice) are searched.
 const RANK_BITS: u32 = 1 << 16;
 
@@ -146,16 +155,16 @@ impl<F: Fn(&str) -> bool> Digester<F> {
     /// counted and its rank heard, and framed only when a traceback is open or a later line needs its
     /// stamp.
     pub fn push_chunk(&mut self, chunk: &Chunk, marks: &[Mark]) {
-        let mut unstamped = None;
+        let mut read = ReadState::default();
         for (index, line) in chunk.lines().enumerate() {
             let facts = match marks.get(index).copied().unwrap_or(Mark::Candidate) {
                 Mark::Candidate => self.classifier.classify(line, true, true),
-                Mark::Quiet if self.passes_by(line, index, &mut unstamped) => continue,
+                Mark::Quiet if self.passes_by(line, index, &mut read) => continue,
                 Mark::Quiet | Mark::Plain => self.classifier.classify(line, false, false),
             };
-            self.apply_in_read(chunk, index, line, facts, &mut unstamped);
+            self.apply_in_read(chunk, index, line, facts, &mut read);
         }
-        self.settle_stamps(chunk, unstamped, chunk.line_count());
+        self.settle_stamps(chunk, read.unstamped, chunk.line_count());
     }
 
     /// Feeds one line; `candidate` false means the notable check cannot match it.
@@ -167,23 +176,22 @@ impl<F: Fn(&str) -> bool> Digester<F> {
     /// Feeds every line of a read by its facts, found beforehand (on any thread) by a
     /// [`LineClassifier`] from the read's lines and marks (None for a quiet line).
     pub fn push_classified(&mut self, chunk: &Chunk, facts: Vec<Option<LineFacts>>) {
-        let mut unstamped = None;
+        let mut read = ReadState::default();
         for (index, (line, facts)) in chunk.lines().zip(facts).enumerate() {
             let facts = match facts {
                 Some(facts) => facts,
-                None if self.passes_by(line, index, &mut unstamped) => continue,
+                None if self.passes_by(line, index, &mut read) => continue,
                 None => self.classifier.classify(line, false, false),
             };
-            self.apply_in_read(chunk, index, line, facts, &mut unstamped);
+            self.apply_in_read(chunk, index, line, facts, &mut read);
         }
-        self.settle_stamps(chunk, unstamped, chunk.line_count());
+        self.settle_stamps(chunk, read.unstamped, chunk.line_count());
     }
 
     /// Takes in a quiet line without framing it, when nothing open needs it: it is counted and its
-    /// rank heard, and the first of a run of such lines is remembered in `unstamped` (their stamps
-    /// are read, latest first, only when a line after them needs one). False when the line must be
-    /// classified.
-    fn passes_by(&mut self, line: &str, index: usize, unstamped: &mut Option<usize>) -> bool {
+    /// rank heard, and the first of a run of such lines is remembered (their stamps are read, latest
+    /// first, only when a line after them needs one). False when the line must be classified.
+    fn passes_by(&mut self, line: &str, index: usize, read: &mut ReadState) -> bool {
         if self.assembler.open_blocks() > 0 || !self.tracebacks.is_empty() {
             return false;
         }
@@ -191,26 +199,82 @@ impl<F: Fn(&str) -> bool> Digester<F> {
         if let Some(rank) = self.classifier.rank(line) {
             self.hear(rank);
         }
-        unstamped.get_or_insert(index);
+        read.unstamped.get_or_insert(index);
         true
     }
 
     /// Applies the facts of the line at `index` of `chunk`; a line without a stamp of its own takes the
-    /// last stamp of the lines passed by before it.
+    /// last stamp of the lines passed by before it, and an exception line without its traceback's
+    /// header takes the frames before it (see [`Self::recover_frames`]).
     fn apply_in_read(
         &mut self,
         chunk: &Chunk,
         index: usize,
         line: &str,
         facts: LineFacts,
-        unstamped: &mut Option<usize>,
+        read: &mut ReadState,
     ) {
         if facts.timestamp.is_none() {
-            self.settle_stamps(chunk, unstamped.take(), index);
+            self.settle_stamps(chunk, read.unstamped.take(), index);
         } else {
-            *unstamped = None;
+            read.unstamped = None;
         }
+        if let LineKind::Record(record) = &facts.kind
+            && let Record::ExceptionLine { exception, .. } = record.as_ref()
+            && !exception.ends_with("Warning")
+            && !self.tracebacks.contains_key(&facts.rank)
+        {
+            let time = facts
+                .timestamp
+                .or(self.digest.last_time)
+                .unwrap_or(self.now);
+            self.recover_frames(chunk, index, facts.rank, time, read.settled);
+        }
+        let kept = self.digest.evidence.len();
         self.apply(line, facts);
+        if self.digest.evidence.len() > kept {
+            read.settled = index + 1;
+        }
+    }
+
+    /// Keeps as evidence the frames of a traceback whose header the read does not hold (an excerpt or
+    /// a read that starts inside it, a collector that cut it): the lines of the exception's rank just
+    /// before its exception line that read as frames (indented code, `File "..."`, a caret line), at
+    /// most [`MAX_TRACEBACK_LINES`] and none before `settled` (the last line kept). The signatures'
+    /// contexts (a backward pass, a DataLoader worker) are then seen beside the exception.
+    fn recover_frames(
+        &mut self,
+        chunk: &Chunk,
+        index: usize,
+        rank: Option<u32>,
+        time: DateTime<Utc>,
+        settled: usize,
+    ) {
+        let from = settled.max(index.saturating_sub(MAX_TRACEBACK_LINES));
+        let mut frames = Vec::new();
+        for line in chunk
+            .spans
+            .get(from..index)
+            .unwrap_or_default()
+            .iter()
+            .rev()
+        {
+            let raw = chunk.text.get(line.0..line.1).unwrap_or_default();
+            let framed = self.classifier.frame(raw);
+            if framed.rank != rank {
+                continue;
+            }
+            let message = framed.message.trim_end();
+            let frame_like = message.starts_with([' ', '\t']) && !message.trim_start().is_empty()
+                || message.starts_with("File \"");
+            if !frame_like {
+                break;
+            }
+            frames.push(keep_ends(message, MAX_EVIDENCE_CHARS));
+        }
+        for text in frames.into_iter().rev() {
+            self.digest.evidence.push(EvidenceLine { time, rank, text });
+        }
     }
 
     /// Sets the last time from the lines `from..to` of `chunk`, passed by unframed: the stamp of the
@@ -453,5 +517,43 @@ mod tests {
         assert_eq!(digest.evidence.len(), 1);
         assert_eq!(digest.evidence[0].time, at("2026-01-05T08:00:07Z"));
         assert_eq!(digest.last_time, Some(at("2026-01-05T08:00:09Z")));
+    }
+
+    #[test]
+    fn the_frames_before_an_exception_line_whose_header_is_cut_off_are_kept_beside_it() {
+        let now = DateTime::parse_from_rfc3339("2026-01-05T09:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let chunk = Chunk::of_text(concat!(
+            "[rank0]: step 9 done\n",
+            "[rank1]:   File \"/torch/_tensor.py\", line 521, in backward\n",
+            "[rank1]:     return Variable._execution_engine.run_backward(\n",
+            "[rank0]:     an indented line of another rank\n",
+            "[rank1]:            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n",
+            "[rank1]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB.\n",
+            "    indented, before a warning\n",
+            "FutureWarning: a warning is not an error\n",
+        ));
+        let mut digester =
+            Digester::new(|line: &str| line.contains("out of memory"), now, None, None);
+        digester.push_chunk(&chunk, &vec![Mark::Candidate; chunk.line_count()]);
+        let evidence: Vec<(Option<u32>, String)> = digester
+            .finish()
+            .evidence
+            .into_iter()
+            .map(|line| (line.rank, line.text))
+            .collect();
+        let texts: Vec<&str> = evidence.iter().map(|(_, text)| text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "  File \"/torch/_tensor.py\", line 521, in backward",
+                "    return Variable._execution_engine.run_backward(",
+                "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+                "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB.",
+                "FutureWarning: a warning is not an error",
+            ]
+        );
+        assert!(evidence[..4].iter().all(|(rank, _)| *rank == Some(1)));
     }
 }
