@@ -30,7 +30,9 @@ use regex_syntax::hir::{Class, ClassBytesRange, ClassUnicodeRange, Hir, HirKind}
 use crate::telemetry::tail::Chunk;
 
 /// Shapes remembered by one [`ShapeMemory`]; past this, unknown shapes are searched without being
-/// remembered (which bounds its memory).
+/// remembered (which bounds its memory). A log that filled it with fine shapes shows a new one on most
+/// lines (an id on each): its lines are then read in their coarse shapes only, which skips a fine
+/// shape's writing and a lookup bound to miss.
 const MAX_SHAPES: usize = 8192;
 /// Distinct shapes remembered past which new shapes are read coarser too (see the module's doc):
 /// fewer, and the log's lines repeat their shapes; the coarse search is then built once.
@@ -172,6 +174,12 @@ impl LineScan {
     /// The mark of the line's shape: [`Mark::Quiet`] proves that the line holds no literal and
     /// matches no pattern of either tier, [`Mark::Plain`] none of the first.
     fn mark(&self, line: &[u8], shapes: &mut ShapeMemory) -> Mark {
+        if shapes.known.len() >= MAX_SHAPES
+            && line.len() <= MAX_SHAPE_BYTES
+            && let Some(coarse) = self.coarse()
+        {
+            return coarse_mark(coarse, line, shapes);
+        }
         shapes.scratch.clear();
         push_shape(line, &mut shapes.scratch, Reading::Digits);
         if line.len() > MAX_SHAPE_BYTES {
@@ -184,22 +192,7 @@ impl LineScan {
             .then(|| self.coarse())
             .flatten()
         {
-            Some(coarse) => {
-                shapes.coarse_scratch.clear();
-                push_shape(line, &mut shapes.coarse_scratch, Reading::Hex);
-                match shapes.coarse_known.get(shapes.coarse_scratch.as_slice()) {
-                    Some(&verdict) => verdict,
-                    None => {
-                        let verdict = coarse.mark(&shapes.coarse_scratch);
-                        if shapes.coarse_known.len() < MAX_SHAPES {
-                            shapes
-                                .coarse_known
-                                .insert(shapes.coarse_scratch.clone().into_boxed_slice(), verdict);
-                        }
-                        verdict
-                    }
-                }
-            }
+            Some(coarse) => coarse_mark(coarse, line, shapes),
             None => self.fine.mark(&shapes.scratch),
         };
         if shapes.known.len() < MAX_SHAPES {
@@ -209,6 +202,22 @@ impl LineScan {
         }
         verdict
     }
+}
+
+/// The mark of the line's coarse shape, remembered in `shapes`.
+fn coarse_mark(coarse: &Searches, line: &[u8], shapes: &mut ShapeMemory) -> Mark {
+    shapes.coarse_scratch.clear();
+    push_shape(line, &mut shapes.coarse_scratch, Reading::Hex);
+    if let Some(&verdict) = shapes.coarse_known.get(shapes.coarse_scratch.as_slice()) {
+        return verdict;
+    }
+    let verdict = coarse.mark(&shapes.coarse_scratch);
+    if shapes.coarse_known.len() < MAX_SHAPES {
+        shapes
+            .coarse_known
+            .insert(shapes.coarse_scratch.clone().into_boxed_slice(), verdict);
+    }
+    verdict
 }
 
 impl Searches {
@@ -694,5 +703,44 @@ mod tests {
         }
         // The hex ids took the lines to the coarse shapes, whose tiers mark the same.
         assert!(scan.coarse.get().is_some_and(Option::is_some));
+    }
+
+    #[test]
+    fn once_the_fine_shapes_fill_the_memory_lines_are_read_coarse_and_none_is_missed() {
+        let literals = ["Xid 79", "dead peer"];
+        let pattern = r"code 1\d{2}$";
+        let scan = LineScan::new(&literals.map(str::to_string), pattern).unwrap();
+        let original = Regex::new(&format!("(?m){pattern}")).unwrap();
+        let mut text = String::new();
+        let mut id = 0x51_7cc1_b727_220au64;
+        let lines = MAX_SHAPES as u64 + 3000;
+        for n in 0..lines {
+            id = id.rotate_left(29).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n;
+            let tail = match n % 211 {
+                3 => " Xid 79 on gpu 2",
+                5 => " saw dead peer",
+                7 => " exit code 142",
+                _ => " step done",
+            };
+            text.push_str(&format!("[rank {}] trace={id:016x}{tail}\n", n % 8));
+        }
+        let read = chunk(&text);
+        let mut memory = ShapeMemory::default();
+        let marks = candidates_remembering(&scan, &read, &mut memory);
+        assert_eq!(memory.known.len(), MAX_SHAPES);
+        let mut marked_after_full = 0;
+        for (index, (line, mark)) in read.lines().zip(&marks).enumerate() {
+            let holds =
+                literals.iter().any(|literal| line.contains(literal)) || original.is_match(line);
+            assert!(!holds || *mark, "{line}");
+            if index >= MAX_SHAPES {
+                marked_after_full += usize::from(*mark);
+            }
+        }
+        // Past the full memory the coarse shapes repeat, and what holds nothing stays unmarked.
+        assert!(
+            marked_after_full < 200,
+            "{marked_after_full} of 3000 marked"
+        );
     }
 }
