@@ -1,4 +1,6 @@
-//! The whole-read scan: which lines of a read may match a signature or hold a recogniser's marker.
+//! The whole-read scan: which lines of a read may match a signature or hold a recogniser's marker
+//! (candidates), which may hold only what the recognisers read without markers (plain lines), and
+//! which hold none of it (quiet lines, which the digest only counts).
 //!
 //! Most lines of a training log are progress lines of a few shapes that differ only in their numbers.
 //! A line's shape is the line with every ASCII digit read as `0`. Where a literal occurs in a line, the
