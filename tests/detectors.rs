@@ -464,13 +464,19 @@ async fn a_hot_gpu_reported_by_nvidia_smi_makes_its_node_a_straggler() {
     assert_eq!(view.anomalies.len(), 1);
 }
 
-#[tokio::test]
-async fn an_xid_in_a_configured_node_log_names_the_node_and_gpu_of_a_crash() {
-    let (mut rig, log) = one_job(JobState::Running);
+/// Kernel logs at `<rig>/<node>/kern.log`; the directory of node-02's, made.
+fn with_node_logs(rig: &mut EngineRig) -> std::path::PathBuf {
     let node_dir = rig.path().join("node-02");
     std::fs::create_dir_all(&node_dir).unwrap();
     rig.config.telemetry.node_log_pattern =
         Some(rig.path().join("{node}/kern.log").display().to_string());
+    node_dir
+}
+
+#[tokio::test]
+async fn an_xid_in_a_configured_node_log_names_the_node_and_gpu_of_a_crash() {
+    let (mut rig, log) = one_job(JobState::Running);
+    let node_dir = with_node_logs(&mut rig);
     // The inventory that maps the Xid's bus id to a GPU index.
     let report = rig.path().join("smi.txt");
     std::fs::copy("tests/fixtures/node/nvidia_smi_q_8gpu.txt", &report).unwrap();
@@ -511,10 +517,7 @@ async fn an_xid_in_a_configured_node_log_names_the_node_and_gpu_of_a_crash() {
 #[tokio::test]
 async fn a_kernel_log_larger_than_a_read_step_is_read_whole_in_one_tick() {
     let (mut rig, log) = one_job(JobState::Running);
-    let node_dir = rig.path().join("node-02");
-    std::fs::create_dir_all(&node_dir).unwrap();
-    rig.config.telemetry.node_log_pattern =
-        Some(rig.path().join("{node}/kern.log").display().to_string());
+    let node_dir = with_node_logs(&mut rig);
     let mut engine = rig.engine();
     log.iteration(10, 400.0);
     rig.step(&mut engine, 30).await;

@@ -550,12 +550,21 @@ mod tests {
         assert!(scan.coarse.get().is_some_and(Option::is_some));
     }
 
-    #[test]
-    fn a_memory_kept_across_reads_misses_no_line_and_marks_no_more_than_a_fresh_scan() {
+    /// A scan of `Xid 79`, `dead peer` and `code 1\d{2}$`, and whether a line holds one of them.
+    fn two_literals_and_a_pattern() -> (LineScan, impl Fn(&str) -> bool) {
         let literals = ["Xid 79", "dead peer"];
         let pattern = r"code 1\d{2}$";
         let scan = LineScan::new(&literals.map(str::to_string), pattern).unwrap();
         let original = Regex::new(&format!("(?m){pattern}")).unwrap();
+        let holds = move |line: &str| {
+            literals.iter().any(|literal| line.contains(literal)) || original.is_match(line)
+        };
+        (scan, holds)
+    }
+
+    #[test]
+    fn a_memory_kept_across_reads_misses_no_line_and_marks_no_more_than_a_fresh_scan() {
+        let (scan, holds) = two_literals_and_a_pattern();
         let mut memory = ShapeMemory::default();
         let mut id = 0x2545_f491_4f6c_dd1du64;
         for read_index in 0..6u64 {
@@ -578,9 +587,7 @@ mod tests {
             let read = chunk(&text);
             let marks = candidates_remembering(&scan, &read, &mut memory);
             for (line, mark) in read.lines().zip(&marks) {
-                let holds = literals.iter().any(|literal| line.contains(literal))
-                    || original.is_match(line);
-                assert!(!holds || *mark, "read {read_index}: {line}");
+                assert!(!holds(line) || *mark, "read {read_index}: {line}");
             }
             // What holds nothing is passed over, as in a fresh scan of the read.
             let marked = marks.iter().filter(|mark| **mark).count();
@@ -709,10 +716,7 @@ mod tests {
 
     #[test]
     fn once_the_fine_shapes_fill_the_memory_lines_are_read_coarse_and_none_is_missed() {
-        let literals = ["Xid 79", "dead peer"];
-        let pattern = r"code 1\d{2}$";
-        let scan = LineScan::new(&literals.map(str::to_string), pattern).unwrap();
-        let original = Regex::new(&format!("(?m){pattern}")).unwrap();
+        let (scan, holds) = two_literals_and_a_pattern();
         let mut text = String::new();
         let mut id = 0x51_7cc1_b727_220au64;
         let lines = MAX_SHAPES as u64 + 3000;
@@ -732,9 +736,7 @@ mod tests {
         assert_eq!(memory.known.len(), MAX_SHAPES);
         let mut marked_after_full = 0;
         for (index, (line, mark)) in read.lines().zip(&marks).enumerate() {
-            let holds =
-                literals.iter().any(|literal| line.contains(literal)) || original.is_match(line);
-            assert!(!holds || *mark, "{line}");
+            assert!(!holds(line) || *mark, "{line}");
             if index >= MAX_SHAPES {
                 marked_after_full += usize::from(*mark);
             }
