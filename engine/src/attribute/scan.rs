@@ -521,22 +521,15 @@ mod tests {
         let pattern = r"code 1\d{2}$|\bfe[a-c]+d me\b";
         let scan = LineScan::new(&literals.map(str::to_string), pattern).unwrap();
         let original = Regex::new(&format!("(?m){pattern}")).unwrap();
-        let mut text = String::new();
-        let mut id = 0x9e37_79b9_7f4a_7c15u64;
-        for n in 0..3000u64 {
-            id = id.rotate_left(17).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ n;
-            let tail = match n % 300 {
-                7 => " Xid 79 on gpu 2",
-                8 => " saw dead peer",
-                9 => " Bus error",
-                10 => " exit code 142",
-                11 => " fed feabd me",
-                12 => " ABORT",
-                _ => " step done",
-            };
-            text.push_str(&format!("[rank {}] trace={id:016x}{tail}\n", n % 8));
-        }
-        let read = chunk(&text);
+        let tails = [
+            (7, " Xid 79 on gpu 2"),
+            (8, " saw dead peer"),
+            (9, " Bus error"),
+            (10, " exit code 142"),
+            (11, " fed feabd me"),
+            (12, " ABORT"),
+        ];
+        let read = chunk(&lines_with_ids(3000, 300, &tails));
         let marks = candidates(&scan, &read);
         let mut marked = 0;
         for (line, mark) in read.lines().zip(&marks) {
@@ -548,6 +541,22 @@ mod tests {
         // The coarse shapes repeat: the lines that hold nothing are mostly passed over.
         assert!(marked < 600, "{marked} of 3000 marked");
         assert!(scan.coarse.get().is_some_and(Option::is_some));
+    }
+
+    /// `count` lines of eight ranks, each with its own hex id, the `n`th ending in the tail `tails` give
+    /// for `n % period`, else in ` step done`.
+    fn lines_with_ids(count: u64, period: u64, tails: &[(u64, &str)]) -> String {
+        let mut text = String::new();
+        let mut id = 0x9e37_79b9_7f4a_7c15u64;
+        for n in 0..count {
+            id = id.rotate_left(17).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ n;
+            let tail = tails
+                .iter()
+                .find(|(at, _)| *at == n % period)
+                .map_or(" step done", |(_, tail)| tail);
+            text.push_str(&format!("[rank {}] trace={id:016x}{tail}\n", n % 8));
+        }
+        text
     }
 
     /// A scan of `Xid 79`, `dead peer` and `code 1\d{2}$`, and whether a line holds one of them.
@@ -717,20 +726,12 @@ mod tests {
     #[test]
     fn once_the_fine_shapes_fill_the_memory_lines_are_read_coarse_and_none_is_missed() {
         let (scan, holds) = two_literals_and_a_pattern();
-        let mut text = String::new();
-        let mut id = 0x51_7cc1_b727_220au64;
-        let lines = MAX_SHAPES as u64 + 3000;
-        for n in 0..lines {
-            id = id.rotate_left(29).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n;
-            let tail = match n % 211 {
-                3 => " Xid 79 on gpu 2",
-                5 => " saw dead peer",
-                7 => " exit code 142",
-                _ => " step done",
-            };
-            text.push_str(&format!("[rank {}] trace={id:016x}{tail}\n", n % 8));
-        }
-        let read = chunk(&text);
+        let tails = [
+            (3, " Xid 79 on gpu 2"),
+            (5, " saw dead peer"),
+            (7, " exit code 142"),
+        ];
+        let read = chunk(&lines_with_ids(MAX_SHAPES as u64 + 3000, 211, &tails));
         let mut memory = ShapeMemory::default();
         let marks = candidates_remembering(&scan, &read, &mut memory);
         assert_eq!(memory.known.len(), MAX_SHAPES);
