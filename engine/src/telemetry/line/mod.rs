@@ -93,21 +93,21 @@ pub fn frame_cached<'l>(
 /// The rank [`frame`] finds in a line, its timestamp read only where it can matter: the labels before
 /// the stamp decide, and only Open MPI's tag can follow a stamp (then the line holds its `]<`).
 pub fn rank_of(line: &str, default_year: i32) -> Option<u32> {
-    // Most lines of a multi-rank log begin with the srun label: the others are then not looked for.
-    let (srun_rank, rest) = split_srun_label(strip_quote(trim_newline(line)));
-    if srun_rank.is_some() {
-        return srun_rank;
-    }
-    let (torch_rank, rest) = split_torch_label(rest);
-    if torch_rank.is_some() {
-        return torch_rank;
-    }
-    let (mpi_rank, rest) = split_mpi_tag(rest);
-    mpi_rank.or_else(|| {
+    let (rank, rest) = split_labels(line);
+    rank.or_else(|| {
         rest.contains("]<")
             .then(|| frame_impl(line, || default_year).rank)
             .flatten()
     })
+}
+
+/// The labels before a line's stamp split off (quote marks and a trailing newline too): the rank of
+/// the srun label, else of a torch label, else of an Open MPI tag, and the rest.
+fn split_labels(line: &str) -> (Option<u32>, &str) {
+    let (srun_rank, rest) = split_srun_label(strip_quote(trim_newline(line)));
+    let (torch_rank, rest) = split_torch_label(rest);
+    let (mpi_rank, rest) = split_mpi_tag(rest);
+    (srun_rank.or(torch_rank).or(mpi_rank), rest)
 }
 
 /// Whether `byte` may begin or end whitespace: ASCII whitespace as `char::is_whitespace` has it, or
@@ -160,11 +160,7 @@ fn strip_quote(line: &str) -> &str {
 }
 
 fn frame_impl(line: &str, year: impl Fn() -> i32 + Copy) -> FramedLine<'_> {
-    let line = strip_quote(trim_newline(line));
-    let (srun_rank, rest) = split_srun_label(line);
-    let (torch_rank, rest) = split_torch_label(rest);
-    let (mpi_rank, rest) = split_mpi_tag(rest);
-    let rank = srun_rank.or(torch_rank).or(mpi_rank);
+    let (rank, rest) = split_labels(line);
     let body = trim_start(rest);
     match leading_timestamp(body.as_bytes(), year) {
         Some((timestamp, Stamp::Leading(len))) => {
