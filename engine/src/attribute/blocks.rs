@@ -86,7 +86,9 @@ fn is_chain_separator(text: &str) -> bool {
         .any(|separator| text.contains(separator))
 }
 
-fn is_frame(text: &str) -> bool {
+/// Whether a line reads as a traceback's frame: `File "..."`, or indented (the code under a frame, a
+/// caret line).
+pub(crate) fn is_frame(text: &str) -> bool {
     let trimmed = text.trim_start();
     trimmed.starts_with("File \"") || text.starts_with(' ') || text.starts_with('\t')
 }

@@ -1,6 +1,6 @@
 //! Attribution: from an attempt's evidence lines to a category, a component, a culprit and a confidence.
 
-mod blocks;
+pub(crate) mod blocks;
 pub mod catalog;
 mod collectives;
 pub mod correlate;

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
+use crate::attribute::blocks::is_frame;
 use crate::attribute::scan::Mark;
 use crate::model::EvidenceLine;
 use crate::telemetry::line::FramedLine;
@@ -224,10 +225,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             && !exception.ends_with("Warning")
             && !self.tracebacks.contains_key(&facts.rank)
         {
-            let time = facts
-                .timestamp
-                .or(self.digest.last_time)
-                .unwrap_or(self.now);
+            let time = self.time_of(&facts);
             self.recover_frames(chunk, index, facts.rank, time, read.settled);
         }
         let kept = self.digest.evidence.len();
@@ -265,9 +263,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                 continue;
             }
             let message = framed.message.trim_end();
-            let frame_like = message.starts_with([' ', '\t']) && !message.trim_start().is_empty()
-                || message.starts_with("File \"");
-            if !frame_like {
+            if message.trim_start().is_empty() || !is_frame(message) {
                 break;
             }
             frames.push(keep_ends(message, MAX_EVIDENCE_CHARS));
@@ -293,6 +289,14 @@ impl<F: Fn(&str) -> bool> Digester<F> {
         self.digest.last_time = Some(stamped.or(self.digest.last_time).unwrap_or(self.now));
     }
 
+    /// When a line was written: its own stamp, else the last line's, else now.
+    fn time_of(&self, facts: &LineFacts) -> DateTime<Utc> {
+        facts
+            .timestamp
+            .or(self.digest.last_time)
+            .unwrap_or(self.now)
+    }
+
     /// Takes in one line by its facts, in order.
     fn apply(&mut self, raw: &str, facts: LineFacts) {
         self.digest.lines += 1;
@@ -300,10 +304,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             self.hear(rank);
         }
         let message = facts.message(raw);
-        let time = facts
-            .timestamp
-            .or(self.digest.last_time)
-            .unwrap_or(self.now);
+        let time = self.time_of(&facts);
         self.digest.last_time = Some(time);
         // Only a traceback start, or a line while one is open, concerns the assembler.
         if self.assembler.open_blocks() > 0 || facts.traceback_marker {
