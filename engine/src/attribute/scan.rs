@@ -197,12 +197,18 @@ impl LineScan {
             Some(coarse) => coarse_mark(coarse, line, shapes),
             None => self.fine.mark(&shapes.scratch),
         };
-        if shapes.known.len() < MAX_SHAPES {
-            shapes
-                .known
-                .insert(shapes.scratch.clone().into_boxed_slice(), verdict);
-        }
+        remember(&mut shapes.known, &shapes.scratch, verdict);
         verdict
+    }
+}
+
+/// Shapes and their marks, at most [`MAX_SHAPES`].
+type Shapes = HashMap<Box<[u8]>, Mark, BuildHasherDefault<ShapeHasher>>;
+
+/// Adds a shape's mark to a memory that has room for it.
+fn remember(memory: &mut Shapes, shape: &[u8], mark: Mark) {
+    if memory.len() < MAX_SHAPES {
+        memory.insert(shape.into(), mark);
     }
 }
 
@@ -214,11 +220,7 @@ fn coarse_mark(coarse: &Searches, line: &[u8], shapes: &mut ShapeMemory) -> Mark
         return verdict;
     }
     let verdict = coarse.mark(&shapes.coarse_scratch);
-    if shapes.coarse_known.len() < MAX_SHAPES {
-        shapes
-            .coarse_known
-            .insert(shapes.coarse_scratch.clone().into_boxed_slice(), verdict);
-    }
+    remember(&mut shapes.coarse_known, &shapes.coarse_scratch, verdict);
     verdict
 }
 
@@ -351,11 +353,11 @@ fn widen(hir: &Hir, reading: Reading) -> Hir {
 /// shapes of at most [`MAX_SHAPE_BYTES`] each.
 #[derive(Default)]
 pub struct ShapeMemory {
-    known: HashMap<Box<[u8]>, Mark, BuildHasherDefault<ShapeHasher>>,
+    known: Shapes,
     /// The current line's shape, built here to look it up without allocating.
     scratch: Vec<u8>,
     /// The coarse shapes, once the read has shown many fine ones.
-    coarse_known: HashMap<Box<[u8]>, Mark, BuildHasherDefault<ShapeHasher>>,
+    coarse_known: Shapes,
     coarse_scratch: Vec<u8>,
 }
 
