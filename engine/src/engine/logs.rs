@@ -12,9 +12,7 @@ use crate::model::{Attempt, Checkpoint, JobState, ThroughputSample, Workflow, Wo
 use crate::store::{Db, LogPosition, StoreError};
 use crate::telemetry::pipeline::{Digester, LogDigest};
 use crate::telemetry::straggler_report::StragglerReport;
-use crate::telemetry::tail::{
-    Chunk, READ_STEP_BYTES, TailLimits, join_tails, read_new_lines_reusing, step_holding_a_line,
-};
+use crate::telemetry::tail::{Chunk, TailLimits, join_tails, read_new_lines_reusing, step_limits};
 use crate::telemetry::watch::absolute;
 
 impl Engine {
@@ -79,9 +77,9 @@ impl Engine {
     }
 
     /// Reads what `attempt`'s log holds past `position`, up to the tick's budget (`limits`), in steps of
-    /// at most [`READ_STEP_BYTES`] each read, digested and stored before the next: a step's bytes are
-    /// still in the core's cache while every pass goes over them. Returns whether a read held something
-    /// to decide on at once (see [`Engine::read_logs`]).
+    /// at most [`READ_STEP_BYTES`](crate::telemetry::tail::READ_STEP_BYTES) each read, digested and
+    /// stored before the next: a step's bytes are still in the core's cache while every pass goes over
+    /// them. Returns whether a read held something to decide on at once (see [`Engine::read_logs`]).
     #[allow(clippy::too_many_arguments)]
     fn read_attempt_log(
         &mut self,
@@ -112,11 +110,7 @@ impl Engine {
         // The steps of one tick's read repeat the log's line shapes.
         let mut shapes = ShapeMemory::default();
         loop {
-            let step = TailLimits {
-                max_read_bytes: budget
-                    .min(step_holding_a_line(READ_STEP_BYTES, limits.max_line_bytes)),
-                ..limits
-            };
+            let step = step_limits(budget, limits.max_line_bytes);
             let chunk = match read_new_lines_reusing(
                 path,
                 offset,
@@ -167,21 +161,16 @@ impl Engine {
                 *spare = chunk;
                 return Ok(touched);
             }
-            let read_from = if chunk.restarted || chunk.rotated {
-                0
-            } else {
-                offset
-            };
-            let consumed = chunk.next_offset.saturating_sub(read_from);
+            let left = chunk.budget_left(offset, budget);
             // The last step of a finished attempt closes what its tracebacks hold.
-            let last = !chunk.more || consumed == 0 || consumed >= budget;
+            let last = left.is_none();
             touched |=
                 self.take_in_read(workflow, &attempt, path, &chunk, last, &mut shapes, now)?;
-            if last {
+            let Some(left) = left else {
                 *spare = chunk;
                 return Ok(touched);
-            }
-            budget -= consumed;
+            };
+            budget = left;
             offset = chunk.next_offset;
             identity.clone_from(&chunk.identity);
             *spare = chunk;

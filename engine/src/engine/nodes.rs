@@ -16,7 +16,7 @@ use crate::telemetry::line::frame_with_year;
 use crate::telemetry::node_signals::{
     GpuInventory, NodeSignal, SignalKind, parse_dcgmi_health, parse_kernel_line, parse_nvidia_smi_q,
 };
-use crate::telemetry::tail::{READ_STEP_BYTES, TailLimits, read_new_lines, step_holding_a_line};
+use crate::telemetry::tail::{read_new_lines, step_limits};
 
 /// Longest kernel-log evidence line kept (a longer one keeps its two ends).
 const MAX_EVIDENCE_CHARS: usize = 2000;
@@ -102,9 +102,9 @@ impl Engine {
     }
 
     /// Reads what a node's kernel log holds past its stored offset, up to the tick's budget, in steps
-    /// of at most [`READ_STEP_BYTES`] (as the attempts' logs are read), each step's signals taken and
-    /// its offset stored before the next. Only the lines the catalog's scan marks as candidates are
-    /// checked against every signature.
+    /// of at most [`READ_STEP_BYTES`](crate::telemetry::tail::READ_STEP_BYTES) (as the attempts' logs
+    /// are read), each step's signals taken and its offset stored before the next. Only the lines the
+    /// catalog's scan marks as candidates are checked against every signature.
     fn read_node_log(
         &mut self,
         node: &str,
@@ -119,10 +119,7 @@ impl Engine {
         // The steps of one tick repeat the log's line shapes.
         let mut shapes = ShapeMemory::default();
         loop {
-            let limits = TailLimits {
-                max_line_bytes,
-                max_read_bytes: budget.min(step_holding_a_line(READ_STEP_BYTES, max_line_bytes)),
-            };
+            let limits = step_limits(budget, max_line_bytes);
             let chunk = match read_new_lines(path, offset, identity.as_deref(), limits) {
                 Ok(chunk) if chunk.missing => return Ok(()),
                 Ok(chunk) => chunk,
@@ -169,16 +166,10 @@ impl Engine {
                     db.set_file_offset(&key, chunk.next_offset, chunk.identity.as_deref())
                 })?;
             }
-            let read_from = if chunk.restarted || chunk.rotated {
-                0
-            } else {
-                offset
-            };
-            let consumed = chunk.next_offset.saturating_sub(read_from);
-            if !chunk.more || consumed == 0 || consumed >= budget {
+            let Some(left) = chunk.budget_left(offset, budget) else {
                 return Ok(());
-            }
-            budget -= consumed;
+            };
+            budget = left;
             offset = chunk.next_offset;
             identity = chunk.identity;
         }

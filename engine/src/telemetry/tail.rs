@@ -135,6 +135,19 @@ impl Chunk {
             .map(|&(start, end)| self.text.get(start..end).unwrap_or(""))
     }
 
+    /// What is left of a tick's `budget` after this read from `offset` (from the file's start when it
+    /// was read again from there), or None when the tick reads no more of the file: its end was
+    /// reached, nothing was consumed, or the budget is spent.
+    pub fn budget_left(&self, offset: u64, budget: u64) -> Option<u64> {
+        let read_from = if self.restarted || self.rotated {
+            0
+        } else {
+            offset
+        };
+        let consumed = self.next_offset.saturating_sub(read_from);
+        (self.more && consumed > 0 && consumed < budget).then(|| budget - consumed)
+    }
+
     pub fn line_count(&self) -> usize {
         self.spans.len()
     }
@@ -178,6 +191,15 @@ pub const READ_STEP_BYTES: u64 = 1 << 20;
 /// whole must fit in one step, or it would be cut like a runaway one.
 pub fn step_holding_a_line(step: u64, max_line_bytes: usize) -> u64 {
     step.max(max_line_bytes as u64 + 1)
+}
+
+/// The limits of one step of a tick's read with `budget` bytes left: at most [`READ_STEP_BYTES`], and
+/// enough for a line the cap keeps whole.
+pub fn step_limits(budget: u64, max_line_bytes: usize) -> TailLimits {
+    TailLimits {
+        max_line_bytes,
+        max_read_bytes: budget.min(step_holding_a_line(READ_STEP_BYTES, max_line_bytes)),
+    }
 }
 
 /// Limits of one read.
