@@ -103,6 +103,7 @@ fn main() {
         kernel_logs: Vec::new(),
         nodes: nodes.clone(),
         ranks_per_node: 8,
+        stalled: false,
     };
     let (start, cpu) = (Instant::now(), cpu_seconds());
     let explanation = explain(&catalog, &Config::default(), &input).expect("explain");

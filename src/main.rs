@@ -133,6 +133,10 @@ enum Command {
         /// Ranks per node.
         #[arg(long, default_value_t = 8)]
         ranks_per_node: u32,
+        /// The job is still running but its log has stopped: explain it as a hang and look for its
+        /// cause, as the engine does when its stall detector fires.
+        #[arg(long)]
+        stalled: bool,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -273,6 +277,7 @@ fn run(cli: Cli) -> Result<()> {
             kernel_logs,
             nodes,
             ranks_per_node,
+            stalled,
             json,
         } => {
             let catalog = catalog()?;
@@ -284,6 +289,7 @@ fn run(cli: Cli) -> Result<()> {
                     kernel_logs,
                     nodes,
                     ranks_per_node,
+                    stalled,
                 },
             )?;
             if json {

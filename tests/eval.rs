@@ -91,6 +91,38 @@ fn explain_reports_a_hang_from_the_log_s_own_timestamps() {
 }
 
 #[test]
+fn explain_stalled_reads_a_log_that_only_stops_as_a_hang() {
+    // A real run whose log is normal progress and then nothing, its process still alive.
+    let log = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/corpus/field/cases/536-detectron-retinanet-json-stats-then-silent-stall.log"
+    );
+    let sandbox = CliSandbox::default();
+    let category = |args: &[&str]| {
+        let output = sandbox.run(args);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        json["attribution"]["category"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(category(&["explain", log, "--json"]), "healthy");
+    assert_eq!(category(&["explain", log, "--stalled", "--json"]), "hang");
+    let text = sandbox.run(&["explain", log, "--stalled"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("still running but its logs stopped"),
+        "{text}"
+    );
+    assert!(text.contains("attribution: hang"), "{text}");
+}
+
+#[test]
 fn explain_reads_the_frames_of_a_torchscript_traceback() {
     let sandbox = CliSandbox::default();
     // The frames say the OOM happened in a scripted function's backward: the activations'.
@@ -214,7 +246,7 @@ fn the_field_corpus_tune_part_stays_above_its_floors() {
     let report = field_eval("tune");
     assert_eq!(report["cases"].as_array().map(Vec::len), Some(292));
     let passed = report["passed"].as_u64().unwrap_or_default();
-    assert!(passed >= 268, "{passed}/292 right\n{}", failures(&report));
+    assert!(passed >= 270, "{passed}/292 right\n{}", failures(&report));
     assert!(figure(&report, "passed") >= 0.90);
     let precision = figure(&report, "culprit_precision");
     assert!(
@@ -238,7 +270,7 @@ fn part_above_floors(part: &str, cases: usize, passed: u64, categories: u64) -> 
 
 #[test]
 fn the_field_corpus_validation_part_stays_above_its_floors() {
-    let report = part_above_floors("validation", 63, 47, 51);
+    let report = part_above_floors("validation", 63, 48, 52);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
     assert!(figure(&report, "culprit_recall") >= 2.0 / 6.0 - 1e-9);
 }
@@ -248,12 +280,12 @@ fn the_field_corpus_validation_part_stays_above_its_floors() {
 #[test]
 fn the_other_field_corpus_parts_stay_above_their_floors() {
     for (part, cases, passed, categories) in [
-        ("third", 50, 46, 46),
+        ("third", 50, 47, 47),
         ("fifth", 39, 28, 28),
-        ("sixth", 38, 29, 31),
-        ("seventh", 60, 57, 57),
-        ("eighth", 43, 35, 35),
-        ("ninth", 28, 20, 22),
+        ("sixth", 38, 30, 32),
+        ("seventh", 60, 57, 58),
+        ("eighth", 43, 38, 38),
+        ("ninth", 28, 21, 23),
         ("tenth", 34, 19, 20),
     ] {
         part_above_floors(part, cases, passed, categories);
@@ -262,7 +294,7 @@ fn the_other_field_corpus_parts_stay_above_their_floors() {
 
 #[test]
 fn the_field_corpus_fourth_part_stays_above_its_floors() {
-    let report = part_above_floors("fourth", 102, 93, 93);
+    let report = part_above_floors("fourth", 102, 95, 95);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
     assert!(figure(&report, "culprit_recall") >= 1.0 - 1e-9);
 }

@@ -33,6 +33,7 @@ fn every_signature_wins_on_its_own_fixture() {
             },
             nodes: Vec::new(),
             ranks_per_node: 8,
+            stalled: false,
         };
         match explain(&catalog, &config, &input) {
             Ok(explanation) => {

@@ -54,6 +54,9 @@ pub struct ExplainInput {
     pub nodes: Vec<String>,
     /// Ranks per node (the task layout).
     pub ranks_per_node: u32,
+    /// The run had not exited when its logs were taken, and they had stopped: what the engine's stall
+    /// detector sees. The logs are explained as a hang, its cause sought in them as the engine does.
+    pub stalled: bool,
 }
 
 /// One moment of the run.
@@ -274,13 +277,20 @@ pub fn explain_with(
     let matched = evidence
         .iter()
         .any(|line| !catalog.matching(&line.text).is_empty());
-    let attribution = (matched || raised).then(|| {
+    let anomaly = if input.stalled {
+        anomalies.push(stalled_summary(last_iteration, last_stamp));
+        AnomalyKind::Hang
+    } else {
+        AnomalyKind::Crash
+    };
+    // A stalled run failed whatever its log says: what it says only names the cause.
+    let attribution = (matched || raised || input.stalled).then(|| {
         attribute::attribute(
             catalog,
             &Evidence {
                 workflow_id: 0,
                 attempt_index: 0,
-                anomaly: AnomalyKind::Crash,
+                anomaly,
                 lines: &evidence,
                 nodes: &input.nodes,
                 ranks_per_node: input.ranks_per_node.max(1),
@@ -291,7 +301,8 @@ pub fn explain_with(
     });
     // Signatures that matched but do not apply (a retry a later line says succeeded, a context
     // missing), with no exception raised, leave nothing failed.
-    let attribution = attribution.filter(|found| raised || found.signature.is_some());
+    let attribution =
+        attribution.filter(|found| raised || input.stalled || found.signature.is_some());
     let failed = attribution.is_some();
     // A run that failed nothing but got slow is explained by why it got slow: a cause (a hot GPU, one
     // slow device, the input pipeline) before the slowdown it makes.
@@ -323,7 +334,7 @@ pub fn explain_with(
     }
     timeline.sort_by_key(|entry| entry.time);
     let recovery = if failed {
-        would_do(config, &attribution, &input.nodes, now)
+        would_do(config, &attribution, anomaly, &input.nodes, now)
     } else {
         vec!["nothing: the log shows no failure".to_string()]
     };
@@ -347,6 +358,21 @@ pub fn explain_with(
         attribution,
         recovery,
     })
+}
+
+/// What a stalled run's logs show of where it stopped.
+fn stalled_summary(last_iteration: Option<u64>, last_stamp: Option<DateTime<Utc>>) -> String {
+    let after = last_iteration.map_or_else(
+        || "before any iteration".to_string(),
+        |iteration| format!("after iteration {iteration}"),
+    );
+    match last_stamp {
+        Some(at) => format!(
+            "the run is still running but its logs stopped {after}, last stamped {}",
+            at.format("%Y-%m-%d %H:%M:%S")
+        ),
+        None => format!("the run is still running but its logs stopped {after}"),
+    }
 }
 
 /// The time in slurmstepd's `CANCELLED AT <time>` (the node's local time, read as UTC like the
@@ -452,6 +478,7 @@ fn read_whole(
 fn would_do(
     config: &Config,
     attribution: &Attribution,
+    anomaly: AnomalyKind,
     nodes: &[String],
     now: DateTime<Utc>,
 ) -> Vec<String> {
@@ -470,8 +497,18 @@ fn would_do(
         restart_count: 0,
         nodes: nodes.to_vec(),
         gpus: 0,
-        state: JobState::Failed,
-        state_raw: "FAILED".into(),
+        // A stalled run is still running: its recovery begins by cancelling it.
+        state: if anomaly == AnomalyKind::Hang {
+            JobState::Running
+        } else {
+            JobState::Failed
+        },
+        state_raw: if anomaly == AnomalyKind::Hang {
+            "RUNNING"
+        } else {
+            "FAILED"
+        }
+        .into(),
         reason: None,
         submit_time: None,
         start_time: None,
@@ -485,14 +522,7 @@ fn would_do(
         updated_at: now,
     };
     let policy = Policy::from_config(&config.recovery, false);
-    let decision = decide(
-        &workflow,
-        &attempt,
-        AnomalyKind::Crash,
-        attribution,
-        &policy,
-        None,
-    );
+    let decision = decide(&workflow, &attempt, anomaly, attribution, &policy, None);
     let mut steps: Vec<String> = decision
         .intents
         .iter()
@@ -537,6 +567,10 @@ pub struct Case {
     /// Kernel logs that belong to the case, relative to the manifest.
     #[serde(default)]
     pub kernel_logs: Vec<PathBuf>,
+    /// The source says the run kept running with no further output after the excerpt: the engine
+    /// would meet it as a stall, not as an exit.
+    #[serde(default)]
+    pub stalled: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -595,6 +629,7 @@ pub fn evaluate(
             kernel_logs: case.kernel_logs.iter().map(|k| base.join(k)).collect(),
             nodes: Vec::new(),
             ranks_per_node: 8,
+            stalled: case.stalled,
         };
         let result = match explain(catalog, config, &input) {
             Ok(explanation) => score(catalog, &case, &explanation.attribution),

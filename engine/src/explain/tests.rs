@@ -208,6 +208,7 @@ fn explanation_of(
         kernel_logs: Vec::new(),
         nodes: (0..8).map(|n| format!("node-{n:02}")).collect(),
         ranks_per_node: 8,
+        stalled: false,
     };
     let options = ExplainOptions {
         threads,
@@ -376,4 +377,69 @@ fn a_log_without_a_failure_is_explained_by_the_numbers_its_tools_printed() {
         "data_backpressure"
     );
     assert_eq!(category_of(&smi(&[95, 97, 94, 99, 96, 98])), "healthy");
+}
+
+/// `explain` of these lines as a run that exited or as one still running with its log stopped.
+fn explained_as(lines: &[&str], stalled: bool) -> Explanation {
+    let catalog = Catalog::builtin().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.log");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let input = ExplainInput {
+        logs: vec![path],
+        stalled,
+        ..ExplainInput::default()
+    };
+    let options = ExplainOptions {
+        threads: 1,
+        read_step: READ_STEP,
+        now: now(),
+    };
+    explain_with(&catalog, &Config::default(), &input, &options).unwrap()
+}
+
+#[test]
+fn a_stalled_run_is_a_hang_unless_its_log_names_a_cause() {
+    let progress = [
+        "[2026-03-01 10:00:00] iteration      100/ 100000 | elapsed time per iteration (ms): 3012.4 | throughput per GPU (TFLOP/s/GPU): 401.2 |",
+        "[2026-03-01 10:00:03] iteration      101/ 100000 | elapsed time per iteration (ms): 3010.1 | throughput per GPU (TFLOP/s/GPU): 401.5 |",
+    ];
+    // The same lines from a run that exited say nothing failed.
+    let exited = explained_as(&progress, false);
+    assert!(!exited.failed);
+    assert_eq!(exited.attribution.category, "healthy");
+
+    let stalled = explained_as(&progress, true);
+    assert!(stalled.failed);
+    assert_eq!(stalled.attribution.category, "hang");
+    assert_eq!(
+        stalled.attribution.component,
+        crate::model::Component::Infrastructure
+    );
+    assert!(stalled.attribution.recoverable);
+    assert!(
+        stalled
+            .anomalies
+            .iter()
+            .any(|what| what.contains("after iteration 101") && what.contains("10:00:03")),
+        "{:?}",
+        stalled.anomalies
+    );
+    assert!(
+        stalled.recovery.iter().any(|step| step.contains("requeue")),
+        "{:?}",
+        stalled.recovery
+    );
+
+    // A cause in the log outranks the bare stall: an object store the job keeps retrying.
+    let mut retrying = progress.to_vec();
+    retrying.push(
+        "2026-03-01 10:00:05,986 - internetarchive.item - INFO - s3 is overloaded, sleeping for 30 seconds and retrying. 10 retries left.",
+    );
+    let stalled_on_storage = explained_as(&retrying, true);
+    assert!(stalled_on_storage.failed);
+    assert_eq!(
+        stalled_on_storage.attribution.category,
+        "object_store_timeout"
+    );
 }

@@ -92,6 +92,7 @@ mod tests {
                 kernel_logs: vec![kernel],
                 nodes: vec![],
                 ranks_per_node: 8,
+                stalled: false,
             };
             let got = crate::explain::explain(&catalog, &config, &input).unwrap();
             assert_eq!(
