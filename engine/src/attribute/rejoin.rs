@@ -24,10 +24,17 @@ const MIN_CUT_LINE: usize = 120;
 /// The read with its hard-wrapped lines joined, or the read itself when none is wrapped.
 pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
     let lines: Vec<&str> = chunk.lines().collect();
-    let width = wrap_width(&lines);
-    let continues: Vec<bool> = (1..lines.len())
-        .map(|i| continues(lines[i - 1], lines[i], width))
-        .collect();
+    let cuts = |width: Option<usize>| -> Vec<bool> {
+        (1..lines.len())
+            .map(|i| continues(lines[i - 1], lines[i], width))
+            .collect()
+    };
+    let mut continues = cuts(wrap_width(&lines));
+    if let Some(width) = wrap_width(&lines)
+        && !wraps_at(&lines, &continues, width)
+    {
+        continues = cuts(None);
+    }
     if !continues.contains(&true) {
         return Cow::Borrowed(chunk);
     }
@@ -80,6 +87,21 @@ fn wrap_width(lines: &[&str]) -> Option<usize> {
     let longest = lines.iter().map(|line| line.len()).max()?;
     let at_longest = lines.iter().filter(|line| line.len() == longest).count();
     (longest >= MIN_WRAP_WIDTH && at_longest >= 2).then_some(longest)
+}
+
+/// Whether the lines at `width` read as a terminal's cuts: at least two of them, and at least a quarter,
+/// go on in the next line. Records of one fixed format can share the longest length of a read (progress
+/// lines whose numbers keep their widths); a line after one of them that happens to start in lower case
+/// (`terminate called after ...`) is its own record, which joining would bury in the progress line.
+fn wraps_at(lines: &[&str], continues: &[bool], width: usize) -> bool {
+    let (mut at_width, mut cut) = (0usize, 0usize);
+    for (line, goes_on) in lines.iter().zip(continues) {
+        if line.len() == width {
+            at_width += 1;
+            cut += usize::from(*goes_on);
+        }
+    }
+    cut >= 2 && cut * 4 >= at_width
 }
 
 /// Whether `next` is the rest of `line`, cut.
@@ -238,6 +260,33 @@ mod tests {
             let chunk = chunk(&text);
             assert!(matches!(rejoin_wrapped(&chunk), Cow::Borrowed(_)), "{case}");
         }
+    }
+
+    /// Progress lines of one format share the read's longest length; the abort after one of them starts
+    /// in lower case but is a record of its own, and stays one.
+    #[test]
+    fn a_lower_case_record_after_progress_lines_of_the_longest_length_stays_its_own() {
+        let progress = |iteration: u32| {
+            format!(
+                " 7: [2026-03-01 12:00:{:02}] iteration {iteration:>8}/    1000 | elapsed time per iteration (ms): 10000.0 | lm loss: 2.0E+00 |",
+                iteration % 60
+            )
+        };
+        let mut text: String = (1..=40).map(|n| progress(n) + "\n").collect();
+        text.push_str("terminate called after throwing an instance of 'c10::DistBackendError'\n");
+        text.push_str(&progress(41));
+        text.push('\n');
+        assert!(matches!(rejoin_wrapped(&chunk(&text)), Cow::Borrowed(_)));
+        // Two such lines are still not enough when they are few of the lines at that length.
+        let doubled = text.replace(
+            &format!("{}\nterminate", progress(40)),
+            &format!(
+                "{}\nterminate called\n{}\nterminate",
+                progress(40),
+                progress(40)
+            ),
+        );
+        assert!(matches!(rejoin_wrapped(&chunk(&doubled)), Cow::Borrowed(_)));
     }
 
     #[test]
