@@ -268,12 +268,7 @@ pub fn explain_with(
     {
         anomalies.push(finding.summary.clone());
     }
-    let raised = evidence.iter().any(|line| {
-        matches!(
-            crate::telemetry::record::recognise(&line.text),
-            Some(crate::telemetry::record::Record::ExceptionLine { .. })
-        )
-    });
+    let raised = raised_exception(&evidence);
     let matched = evidence
         .iter()
         .any(|line| !catalog.matching(&line.text).is_empty());
@@ -357,6 +352,22 @@ pub fn explain_with(
         anomalies,
         attribution,
         recovery,
+    })
+}
+
+/// Whether the evidence shows an exception raised. A warning (`UserWarning: ...`) is one only inside a
+/// traceback (warnings turned into errors): on its own line, as `warnings.warn` prints it, the run went on.
+fn raised_exception(evidence: &[EvidenceLine]) -> bool {
+    let mut in_traceback = false;
+    evidence.iter().any(|line| {
+        match crate::telemetry::record::recognise(&line.text) {
+            Some(crate::telemetry::record::Record::TracebackStart) => in_traceback = true,
+            Some(crate::telemetry::record::Record::ExceptionLine { exception, .. }) => {
+                return !exception.ends_with("Warning") || in_traceback;
+            }
+            _ => {}
+        }
+        false
     })
 }
 
