@@ -125,6 +125,18 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
                 Some(record @ (Record::CheckpointLoaded { .. } | Record::TrainingDone)) => {
                     (LineKind::Record(Box::new(record)), free(message))
                 }
+                // A progress line is progress data, unless it reports a loss that is not finite
+                // and a signature reads it as the training diverging.
+                Some(
+                    record @ Record::Iteration {
+                        loss: None,
+                        nan_or_inf: true,
+                        ..
+                    },
+                ) => {
+                    let notable = free(message);
+                    (LineKind::Record(Box::new(record)), notable)
+                }
                 Some(record) => (LineKind::Record(Box::new(record)), false),
                 None if markers && is_save_start(message) => (LineKind::SaveStart, false),
                 None => match markers.then(|| step_timing::parse(message)).flatten() {

@@ -107,6 +107,10 @@ pub struct Digester<F: Fn(&str) -> bool> {
     tracebacks: HashMap<Option<u32>, usize>,
     /// The ranks in `digest.ranks_heard`, as bits, so each line's rank is looked up in constant time.
     ranks_seen: Vec<u64>,
+    /// The first progress line of the current run of them whose loss is NaN or infinite, with where it
+    /// goes among the evidence: kept once the digest ends with the run still on, dropped when a finite
+    /// loss or the training's normal end follows (the scaler skipped the steps, or the run finished).
+    loss_not_finite: Option<(usize, EvidenceLine)>,
     digest: LogDigest,
 }
 
@@ -136,6 +140,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             known_iteration: last_iteration,
             assembler: TracebackAssembler::new(),
             tracebacks: HashMap::new(),
+            loss_not_finite: None,
             ranks_seen: Vec::new(),
             digest: LogDigest {
                 last_time,
@@ -341,6 +346,9 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             }
             LineKind::Other => None,
         };
+        if matches!(record, Some(Record::TrainingDone)) {
+            self.loss_not_finite = None;
+        }
         let notable = match record {
             Some(Record::TracebackStart) => {
                 self.tracebacks.insert(facts.rank, 0);
@@ -354,8 +362,27 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             Some(Record::Iteration {
                 iteration,
                 tflops_per_gpu,
+                loss,
+                nan_or_inf,
                 ..
             }) => {
+                // The first progress line of a run of them whose loss is NaN or infinite, when a
+                // signature reads it (its classification asked), says the training diverged; the ones
+                // after it say the same.
+                if loss.is_none() && nan_or_inf {
+                    if facts.notable && self.loss_not_finite.is_none() {
+                        self.loss_not_finite = Some((
+                            self.digest.evidence.len(),
+                            EvidenceLine {
+                                time,
+                                rank: facts.rank,
+                                text: keep_ends(message.trim_end(), MAX_EVIDENCE_CHARS),
+                            },
+                        ));
+                    }
+                } else {
+                    self.loss_not_finite = None;
+                }
                 if self
                     .digest
                     .last_iteration
@@ -430,14 +457,24 @@ impl<F: Fn(&str) -> bool> Digester<F> {
 
     /// What the lines taught, every open traceback closed (the log is read to its end).
     pub fn finish(mut self) -> LogDigest {
+        self.settle_loss();
         self.digest.tracebacks.extend(self.assembler.flush());
         self.digest
     }
 
     /// What the lines taught, with the tracebacks still open handed back for the next read (a chained
     /// traceback may continue there). Settle them once a read comes up empty.
-    pub fn finish_keeping(self) -> (LogDigest, TracebackAssembler) {
+    pub fn finish_keeping(mut self) -> (LogDigest, TracebackAssembler) {
+        self.settle_loss();
         (self.digest, self.assembler)
+    }
+
+    /// Keeps, in its place among the evidence, the progress line of a loss that is still not finite.
+    fn settle_loss(&mut self) {
+        if let Some((index, line)) = self.loss_not_finite.take() {
+            let index = index.min(self.digest.evidence.len());
+            self.digest.evidence.insert(index, line);
+        }
     }
 }
 
@@ -556,5 +593,50 @@ mod tests {
             ]
         );
         assert!(evidence[..4].iter().all(|(rank, _)| *rank == Some(1)));
+    }
+
+    #[test]
+    fn the_first_progress_line_of_a_lasting_run_of_losses_that_are_not_finite_is_kept() {
+        let now = DateTime::parse_from_rfc3339("2026-01-05T09:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let iteration = |n: u32, loss: &str, nan_iterations: u32| {
+            format!(
+                "iteration {n:>8}/      500 | elapsed time per iteration (ms): 2991.0 | lm loss: {loss} | loss scale: 1.0 | number of nan iterations: {nan_iterations:>3} |"
+            )
+        };
+        let kept = |lines: &[String], notable: fn(&str) -> bool| -> Vec<String> {
+            let chunk = Chunk::of_text(&(lines.join("\n") + "\n"));
+            let mut digester = Digester::new(notable, now, None, None);
+            digester.push_chunk(&chunk, &vec![Mark::Candidate; chunk.line_count()]);
+            let digest = digester.finish();
+            digest.evidence.iter().map(|l| l.text.clone()).collect()
+        };
+        let mut lines = vec![
+            iteration(228, "2.5E+00", 0),
+            // A NaN iteration counted while the loss reported stays finite: the step was skipped.
+            iteration(229, "2.5E+00", 1),
+            // A NaN loss the next report recovers from: skipped steps, not a divergence.
+            iteration(230, "nan", 0),
+            iteration(231, "2.4E+00", 0),
+            iteration(232, "nan", 0),
+            iteration(233, "nan", 0),
+            "RuntimeError: the run stopped".to_string(),
+        ];
+        let with_nan = |line: &str| line.contains("nan") || line.contains("Error");
+        let evidence = kept(&lines, with_nan);
+        assert_eq!(evidence.len(), 2, "{evidence:#?}");
+        // The first of the run that lasts, in its place before the error.
+        assert!(
+            evidence[0].starts_with("iteration      232/"),
+            "{evidence:#?}"
+        );
+        assert!(evidence[1].starts_with("RuntimeError"), "{evidence:#?}");
+        // A signature that does not read the line keeps it out.
+        assert_eq!(kept(&lines, |line| line.contains("Error")).len(), 1);
+        // The training's normal end after a NaN report: it finished, nothing diverged.
+        lines.pop();
+        lines.push("[after training is done] datetime: 2024-07-30 18:00:00".to_string());
+        assert!(kept(&lines, with_nan).is_empty());
     }
 }
