@@ -270,7 +270,7 @@ fn part_above_floors(part: &str, cases: usize, passed: u64, categories: u64) -> 
 
 #[test]
 fn the_field_corpus_validation_part_stays_above_its_floors() {
-    let report = part_above_floors("validation", 63, 48, 52);
+    let report = part_above_floors("validation", 63, 49, 53);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
     assert!(figure(&report, "culprit_recall") >= 2.0 / 6.0 - 1e-9);
 }
@@ -286,7 +286,8 @@ fn the_other_field_corpus_parts_stay_above_their_floors() {
         ("seventh", 60, 57, 58),
         ("eighth", 43, 38, 38),
         ("ninth", 28, 21, 23),
-        ("tenth", 34, 19, 20),
+        ("tenth", 34, 21, 22),
+        ("eleventh", 45, 41, 41),
     ] {
         part_above_floors(part, cases, passed, categories);
     }
