@@ -312,20 +312,8 @@ fn the_candidate_scan_marks_every_traceback_header() {
 
 /// The category `explain` gives a log of these lines.
 fn category_of(lines: &[String]) -> String {
-    let catalog = Catalog::builtin().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("run.log");
-    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    let input = ExplainInput {
-        logs: vec![path],
-        ..ExplainInput::default()
-    };
-    let options = ExplainOptions {
-        threads: 1,
-        read_step: READ_STEP,
-        now: now(),
-    };
-    let explanation = explain_with(&catalog, &Config::default(), &input, &options).unwrap();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let explanation = explained_as(&lines, false);
     assert!(!explanation.failed);
     explanation.attribution.category
 }
