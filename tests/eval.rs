@@ -281,13 +281,14 @@ fn the_field_corpus_validation_part_stays_above_its_floors() {
 fn the_other_field_corpus_parts_stay_above_their_floors() {
     for (part, cases, passed, categories) in [
         ("third", 50, 47, 47),
-        ("fifth", 39, 28, 28),
+        ("fifth", 39, 29, 29),
         ("sixth", 38, 30, 32),
         ("seventh", 60, 57, 58),
         ("eighth", 43, 38, 38),
         ("ninth", 28, 21, 23),
         ("tenth", 34, 21, 22),
         ("eleventh", 45, 41, 41),
+        ("twelfth", 19, 18, 18),
     ] {
         part_above_floors(part, cases, passed, categories);
     }
