@@ -269,9 +269,13 @@ pub fn explain_with(
         anomalies.push(finding.summary.clone());
     }
     let raised = raised_exception(&evidence);
-    let matched = evidence
-        .iter()
-        .any(|line| !catalog.matching(&line.text).is_empty());
+    // A signature of a condition the run can live with explains a failure but shows none.
+    let matched = evidence.iter().any(|line| {
+        catalog
+            .matching(&line.text)
+            .into_iter()
+            .any(|index| catalog.signatures()[index].spec.fails_alone)
+    });
     let anomaly = if input.stalled {
         anomalies.push(stalled_summary(last_iteration, last_stamp));
         AnomalyKind::Hang
@@ -296,8 +300,16 @@ pub fn explain_with(
     });
     // Signatures that matched but do not apply (a retry a later line says succeeded, a context
     // missing), with no exception raised, leave nothing failed.
-    let attribution =
-        attribution.filter(|found| raised || input.stalled || found.signature.is_some());
+    let attribution = attribution.filter(|found| {
+        raised
+            || input.stalled
+            || found.signature.as_deref().is_some_and(|id| {
+                catalog
+                    .signatures()
+                    .iter()
+                    .any(|signature| signature.spec.id == id && signature.spec.fails_alone)
+            })
+    });
     let failed = attribution.is_some();
     // A run that failed nothing but got slow is explained by why it got slow: a cause (a hot GPU, one
     // slow device, the input pipeline) before the slowdown it makes.
@@ -355,20 +367,19 @@ pub fn explain_with(
     })
 }
 
-/// Whether the evidence shows an exception raised. A warning (`UserWarning: ...`) is one only inside a
-/// traceback (warnings turned into errors): on its own line, as `warnings.warn` prints it, the run went on.
+/// Whether the evidence shows an exception raised: a traceback (its last line may be cut off), or an
+/// exception's line. A warning (`UserWarning: ...`) alone is none: `warnings.warn` prints it and the
+/// run goes on (a warning turned into an error comes with its traceback).
 fn raised_exception(evidence: &[EvidenceLine]) -> bool {
-    let mut in_traceback = false;
-    evidence.iter().any(|line| {
-        match crate::telemetry::record::recognise(&line.text) {
-            Some(crate::telemetry::record::Record::TracebackStart) => in_traceback = true,
+    evidence.iter().any(
+        |line| match crate::telemetry::record::recognise(&line.text) {
+            Some(crate::telemetry::record::Record::TracebackStart) => true,
             Some(crate::telemetry::record::Record::ExceptionLine { exception, .. }) => {
-                return !exception.ends_with("Warning") || in_traceback;
+                !exception.ends_with("Warning")
             }
-            _ => {}
-        }
-        false
-    })
+            _ => false,
+        },
+    )
 }
 
 /// What a stalled run's logs show of where it stopped.

@@ -431,3 +431,37 @@ fn a_stalled_run_is_a_hang_unless_its_log_names_a_cause() {
         "object_store_timeout"
     );
 }
+
+#[test]
+fn a_condition_the_run_lives_with_explains_a_failure_but_makes_none() {
+    let nearly_full = "(raylet) [2025-05-02 14:11:07,402 E 41822 41870] file_system_monitor.cc:116: /tmp/ray/session_2025-05-02_13-02-11_806214_41766 is over 95% full, available space: 3.81204 GB; capacity: 98.3031 GB. Object creation will fail if spilling is required.";
+    // Alone, the raylet's warning leaves the run healthy.
+    let alone = explained_as(&[nearly_full, nearly_full], false);
+    assert!(!alone.failed);
+    assert_eq!(alone.attribution.category, "healthy");
+    // With a traceback the run raised, cut off before its exception's line, it names the cause.
+    let failed = explained_as(
+        &[
+            nearly_full,
+            "Traceback (most recent call last):",
+            "  File \"/workspace/train.py\", line 142, in <module>",
+            "    results = ray.get(futures)",
+        ],
+        false,
+    );
+    assert!(failed.failed);
+    assert_eq!(failed.attribution.category, "disk_full");
+    assert_eq!(
+        failed.attribution.signature.as_deref(),
+        Some("ray-spill-disk-nearly-full")
+    );
+}
+
+#[test]
+fn a_warning_printed_on_its_own_line_is_no_exception_raised() {
+    let warning = "UserWarning: Grad strides do not match bucket view strides. This is not an error, but may impair performance.";
+    let explanation = explained_as(&[warning], false);
+    assert!(!explanation.failed, "{:?}", explanation.attribution);
+    let raised = explained_as(&["ValueError: a bad value"], false);
+    assert!(raised.failed);
+}

@@ -148,7 +148,16 @@ pub struct SignatureSpec {
     /// codes of an error that also has harmless ones).
     #[serde(default)]
     pub fatal_while_running: Option<FatalWhileRunning>,
+    /// False for a condition the run can live with (a disk nearly full, a warning it survives): it
+    /// explains a failure the run shows otherwise (an exception raised, an exit, a stall) but does not
+    /// make a log that shows none a failed run.
+    #[serde(default = "yes")]
+    pub fails_alone: bool,
     pub explanation: String,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One signature of a file (or, once per file, its locators), with where it was written.
