@@ -289,6 +289,7 @@ fn the_other_field_corpus_parts_stay_above_their_floors() {
         ("tenth", 34, 21, 22),
         ("eleventh", 45, 41, 41),
         ("twelfth", 19, 18, 18),
+        ("thirteenth", 31, 30, 30),
     ] {
         part_above_floors(part, cases, passed, categories);
     }
