@@ -44,13 +44,7 @@ fn explain_reports_the_attribution_and_what_runguard_would_do() {
         "/tests/fixtures/logs/nccl_timeout_crash.log"
     );
     let sandbox = CliSandbox::default();
-    let output = sandbox.run(&["explain", log, "--json"]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let json = explain_json(&sandbox, &[log]);
     assert_eq!(json["failed"], true);
     assert_eq!(json["attribution"]["category"], "nccl_timeout");
     let recovery = json["recovery"].as_array().unwrap();
@@ -98,21 +92,9 @@ fn explain_stalled_reads_a_log_that_only_stops_as_a_hang() {
         "/tests/fixtures/corpus/field/cases/536-detectron-retinanet-json-stats-then-silent-stall.log"
     );
     let sandbox = CliSandbox::default();
-    let category = |args: &[&str]| {
-        let output = sandbox.run(args);
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-        json["attribution"]["category"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
-    assert_eq!(category(&["explain", log, "--json"]), "healthy");
-    assert_eq!(category(&["explain", log, "--stalled", "--json"]), "hang");
+    let category = |args: &[&str]| explain_json(&sandbox, args)["attribution"]["category"].clone();
+    assert_eq!(category(&[log]), "healthy");
+    assert_eq!(category(&[log, "--stalled"]), "hang");
     let text = sandbox.run(&["explain", log, "--stalled"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
@@ -131,17 +113,25 @@ fn explain_reads_the_frames_of_a_torchscript_traceback() {
     assert_eq!(category, "activation_oom");
 }
 
-/// `explain --json` of a generated log: its attribution's category and its anomalies.
-fn explain_generated(sandbox: &CliSandbox, name: &str, text: &str) -> (String, Vec<String>) {
-    let log = sandbox.path().join(name);
-    std::fs::write(&log, text).unwrap();
-    let output = sandbox.run(&["explain", log.to_str().unwrap(), "--json"]);
+/// `runguard explain ARGS --json`, which must succeed, as JSON.
+fn explain_json(sandbox: &CliSandbox, args: &[&str]) -> serde_json::Value {
+    let mut argv = vec!["explain"];
+    argv.extend_from_slice(args);
+    argv.push("--json");
+    let output = sandbox.run(&argv);
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// `explain --json` of a generated log: its attribution's category and its anomalies.
+fn explain_generated(sandbox: &CliSandbox, name: &str, text: &str) -> (String, Vec<String>) {
+    let log = sandbox.path().join(name);
+    std::fs::write(&log, text).unwrap();
+    let json = explain_json(sandbox, &[log.to_str().unwrap()]);
     let anomalies = json["anomalies"]
         .as_array()
         .unwrap()

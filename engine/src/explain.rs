@@ -303,12 +303,11 @@ pub fn explain_with(
     let attribution = attribution.filter(|found| {
         raised
             || input.stalled
-            || found.signature.as_deref().is_some_and(|id| {
-                catalog
-                    .signatures()
-                    .iter()
-                    .any(|signature| signature.spec.id == id && signature.spec.fails_alone)
-            })
+            || found
+                .signature
+                .as_deref()
+                .and_then(|id| catalog.signature(id))
+                .is_some_and(|signature| signature.spec.fails_alone)
     });
     let failed = attribution.is_some();
     // A run that failed nothing but got slow is explained by why it got slow: a cause (a hot GPU, one
@@ -512,6 +511,12 @@ fn would_do(
         RecoveryLimits::default(),
         now,
     );
+    // A stalled run is still running: its recovery begins by cancelling it.
+    let (state, state_raw) = if anomaly == AnomalyKind::Hang {
+        (JobState::Running, "RUNNING")
+    } else {
+        (JobState::Failed, "FAILED")
+    };
     let attempt = Attempt {
         workflow_id: 0,
         index: 0,
@@ -519,18 +524,8 @@ fn would_do(
         restart_count: 0,
         nodes: nodes.to_vec(),
         gpus: 0,
-        // A stalled run is still running: its recovery begins by cancelling it.
-        state: if anomaly == AnomalyKind::Hang {
-            JobState::Running
-        } else {
-            JobState::Failed
-        },
-        state_raw: if anomaly == AnomalyKind::Hang {
-            "RUNNING"
-        } else {
-            "FAILED"
-        }
-        .into(),
+        state,
+        state_raw: state_raw.into(),
         reason: None,
         submit_time: None,
         start_time: None,
@@ -684,7 +679,7 @@ fn score(catalog: &Catalog, case: &Case, attribution: &Attribution) -> CaseResul
     let aliases: Vec<&str> = attribution
         .signature
         .as_deref()
-        .and_then(|id| catalog.signatures().iter().find(|s| s.spec.id == id))
+        .and_then(|id| catalog.signature(id))
         .map(|s| s.spec.aliases.iter().map(String::as_str).collect())
         .unwrap_or_default();
     let category_ok =

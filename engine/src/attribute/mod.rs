@@ -596,16 +596,8 @@ explanation = "retry"
     #[test]
     fn an_xid_outranks_the_more_confident_nccl_watchdog_timeout_it_caused() {
         let catalog = Catalog::builtin().unwrap();
-        let xid = catalog
-            .signatures()
-            .iter()
-            .find(|s| s.spec.id == "hw-xid-13-31-gpu-exception")
-            .unwrap();
-        let watchdog = catalog
-            .signatures()
-            .iter()
-            .find(|s| s.spec.id == "nccl-collective-timeout")
-            .unwrap();
+        let xid = catalog.signature("hw-xid-13-31-gpu-exception").unwrap();
+        let watchdog = catalog.signature("nccl-collective-timeout").unwrap();
         assert!(xid.spec.confidence < watchdog.spec.confidence);
         let lines = [
             at(

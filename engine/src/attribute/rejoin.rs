@@ -29,8 +29,9 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
             .map(|i| continues(lines[i - 1], lines[i], width))
             .collect()
     };
-    let mut continues = cuts(wrap_width(&lines));
-    if let Some(width) = wrap_width(&lines)
+    let width = wrap_width(&lines);
+    let mut continues = cuts(width);
+    if let Some(width) = width
         && !wraps_at(&lines, &continues, width)
     {
         continues = cuts(None);

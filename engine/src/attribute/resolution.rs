@@ -55,11 +55,7 @@ mod tests {
     }
 
     fn pending(catalog: &Catalog) -> &Signature {
-        catalog
-            .signatures()
-            .iter()
-            .find(|s| s.spec.id == "sched-k8s-insufficient-gpu")
-            .unwrap()
+        catalog.signature("sched-k8s-insufficient-gpu").unwrap()
     }
 
     const FAILED_0: &str = "kubernetes: Warning FailedScheduling pod/train-worker-0: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu.";

@@ -122,21 +122,17 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
         let (kind, notable) = match markers.then(|| straggler_report::parse(message)).flatten() {
             Some(report) => (LineKind::Straggler(report), false),
             None => match recognise_hinted(message, markers) {
-                Some(record @ (Record::CheckpointLoaded { .. } | Record::TrainingDone)) => {
-                    (LineKind::Record(Box::new(record)), free(message))
-                }
                 // A progress line is progress data, unless it reports a loss that is not finite
                 // and a signature reads it as the training diverging.
                 Some(
-                    record @ Record::Iteration {
+                    record @ (Record::CheckpointLoaded { .. }
+                    | Record::TrainingDone
+                    | Record::Iteration {
                         loss: None,
                         nan_or_inf: true,
                         ..
-                    },
-                ) => {
-                    let notable = free(message);
-                    (LineKind::Record(Box::new(record)), notable)
-                }
+                    }),
+                ) => (LineKind::Record(Box::new(record)), free(message)),
                 Some(record) => (LineKind::Record(Box::new(record)), false),
                 None if markers && is_save_start(message) => (LineKind::SaveStart, false),
                 None => match markers.then(|| step_timing::parse(message)).flatten() {

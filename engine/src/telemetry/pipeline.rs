@@ -373,11 +373,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                     if facts.notable && self.loss_not_finite.is_none() {
                         self.loss_not_finite = Some((
                             self.digest.evidence.len(),
-                            EvidenceLine {
-                                time,
-                                rank: facts.rank,
-                                text: keep_ends(message.trim_end(), MAX_EVIDENCE_CHARS),
-                            },
+                            evidence_line(time, facts.rank, message),
                         ));
                     }
                 } else {
@@ -423,11 +419,9 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             },
         };
         if notable {
-            self.digest.evidence.push(EvidenceLine {
-                time,
-                rank: facts.rank,
-                text: keep_ends(message.trim_end(), MAX_EVIDENCE_CHARS),
-            });
+            self.digest
+                .evidence
+                .push(evidence_line(time, facts.rank, message));
         }
     }
 
@@ -475,6 +469,15 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             let index = index.min(self.digest.evidence.len());
             self.digest.evidence.insert(index, line);
         }
+    }
+}
+
+/// A line kept as evidence: its message, its ends kept when it is longer than evidence holds.
+fn evidence_line(time: DateTime<Utc>, rank: Option<u32>, message: &str) -> EvidenceLine {
+    EvidenceLine {
+        time,
+        rank,
+        text: keep_ends(message.trim_end(), MAX_EVIDENCE_CHARS),
     }
 }
 

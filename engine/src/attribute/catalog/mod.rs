@@ -701,6 +701,13 @@ impl Catalog {
         &self.signatures
     }
 
+    /// The signature of this id.
+    pub fn signature(&self, id: &str) -> Option<&Signature> {
+        self.signatures
+            .iter()
+            .find(|signature| signature.spec.id == id)
+    }
+
     /// The whole-read scan's pattern (the patterns without literals), for inspection.
     pub fn scan_pattern(&self) -> &str {
         self.scan.pattern()
