@@ -190,6 +190,8 @@ pub struct Signature {
     context: Vec<Regex>,
     /// Lines that say the condition cleared.
     resolved: Vec<Regex>,
+    /// Lines that are not its own, whatever its patterns say.
+    unless: Vec<Regex>,
     /// Its lines that are fatal while running: none, every one (empty), or those matching one.
     fatal: Option<Vec<Regex>>,
 }
@@ -452,6 +454,12 @@ impl Catalog {
                     ),
                 ));
             }
+            let mut unless = Vec::new();
+            for pattern in &spec.unless {
+                unless.push(Regex::new(pattern).map_err(|err| {
+                    invalid_in(&file, format!("{}: unless {pattern:?}: {err}", spec.id))
+                })?);
+            }
             let mut context = Vec::new();
             for pattern in &spec.context {
                 context.push(Regex::new(pattern).map_err(|err| {
@@ -494,6 +502,7 @@ impl Catalog {
                 patterns,
                 context,
                 resolved,
+                unless,
                 fatal,
             });
         }
@@ -773,6 +782,11 @@ impl Catalog {
             .collect();
         hits.sort_unstable();
         hits.dedup();
+        hits.retain(|&index| {
+            self.signatures
+                .get(index)
+                .is_some_and(|signature| !signature.unless.iter().any(|u| u.is_match(line)))
+        });
         hits
     }
 }
@@ -832,6 +846,21 @@ explanation = "x"
         assert!(empty.contains("ib: fatal_while_running"), "{empty}");
         let broken = load("fatal_while_running = ['(']").unwrap_err().to_string();
         assert!(broken.contains("ib: fatal_while_running"), "{broken}");
+    }
+
+    #[test]
+    fn a_line_matching_unless_is_not_the_signature_s() {
+        let catalog = load(r"unless = ['Warning: ']").unwrap();
+        assert_eq!(catalog.matching("Got completion with error 12"), vec![0]);
+        assert!(
+            catalog
+                .matching("x.py:3: UserWarning: Got completion with error 12")
+                .is_empty()
+        );
+        // The line is still evidence: only the match is taken back.
+        assert!(catalog.is_notable("x.py:3: UserWarning: Got completion with error 12"));
+        let broken = load("unless = ['(']").unwrap_err().to_string();
+        assert!(broken.contains("ib: unless"), "{broken}");
     }
 
     #[test]

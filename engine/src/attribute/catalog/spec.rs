@@ -142,6 +142,10 @@ pub struct SignatureSpec {
     /// created after its retries): a signature whose lines are all followed by one does not apply.
     #[serde(default)]
     pub resolved_by: Vec<String>,
+    /// Regular expressions over the same line: a line that matches one of them is not this
+    /// signature's, whatever its patterns say (a Python warning is no error, whatever its words).
+    #[serde(default)]
+    pub unless: Vec<String>,
     /// Whether a running attempt that prints a matching line cannot complete its collective (the
     /// engine fails it once progress stopped after the line, without waiting for the silence bound):
     /// every matching line, or only those matching one of the given patterns too (the fatal status
