@@ -281,6 +281,7 @@ fn the_other_field_corpus_parts_stay_above_their_floors() {
         ("twelfth", 19, 18, 18),
         ("thirteenth", 31, 30, 30),
         ("fourteenth", 49, 44, 44),
+        ("fifteenth", 29, 21, 21),
     ] {
         part_above_floors(part, cases, passed, categories);
     }
