@@ -236,7 +236,7 @@ fn the_field_corpus_tune_part_stays_above_its_floors() {
     let report = field_eval("tune");
     assert_eq!(report["cases"].as_array().map(Vec::len), Some(292));
     let passed = report["passed"].as_u64().unwrap_or_default();
-    assert!(passed >= 270, "{passed}/292 right\n{}", failures(&report));
+    assert!(passed >= 271, "{passed}/292 right\n{}", failures(&report));
     assert!(figure(&report, "passed") >= 0.90);
     let precision = figure(&report, "culprit_precision");
     assert!(
@@ -260,7 +260,7 @@ fn part_above_floors(part: &str, cases: usize, passed: u64, categories: u64) -> 
 
 #[test]
 fn the_field_corpus_validation_part_stays_above_its_floors() {
-    let report = part_above_floors("validation", 63, 49, 53);
+    let report = part_above_floors("validation", 63, 50, 54);
     assert!(figure(&report, "culprit_precision") >= 1.0 - 1e-9);
     assert!(figure(&report, "culprit_recall") >= 2.0 / 6.0 - 1e-9);
 }
@@ -281,7 +281,8 @@ fn the_other_field_corpus_parts_stay_above_their_floors() {
         ("twelfth", 19, 18, 18),
         ("thirteenth", 31, 30, 30),
         ("fourteenth", 49, 44, 44),
-        ("fifteenth", 29, 21, 21),
+        ("fifteenth", 29, 22, 22),
+        ("sixteenth", 26, 22, 22),
     ] {
         part_above_floors(part, cases, passed, categories);
     }
