@@ -2,7 +2,7 @@
 
 pub(crate) mod blocks;
 pub mod catalog;
-mod collectives;
+pub(crate) mod collectives;
 pub mod correlate;
 mod culprit;
 mod precedence;

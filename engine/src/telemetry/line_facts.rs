@@ -5,6 +5,7 @@
 use chrono::{DateTime, Datelike, Utc};
 
 use crate::attribute::scan::Mark;
+use crate::telemetry::ib_port;
 use crate::telemetry::line::{FramedLine, StampCache, frame_cached, frame_with_year, rank_of};
 use crate::telemetry::pipeline::{TRACEBACK_MARKERS, blamed_host};
 use crate::telemetry::readings::{self, Reading};
@@ -43,6 +44,8 @@ pub enum LineKind {
     /// Numbers a tool printed about the hardware or the input pipeline (temperatures, data waits,
     /// per-device throughput).
     Readings(Vec<Reading>),
+    /// A line of an `ibstat` port section.
+    IbPort(ib_port::Field),
     Other,
 }
 
@@ -137,12 +140,15 @@ impl<F: Fn(&str) -> bool> LineClassifier<F> {
                 None if markers && is_save_start(message) => (LineKind::SaveStart, false),
                 None => match markers.then(|| step_timing::parse(message)).flatten() {
                     Some(step) => (LineKind::Step(step), false),
-                    None => match markers
-                        .then(|| readings::parse(message))
-                        .filter(|found| !found.is_empty())
-                    {
-                        Some(found) => (LineKind::Readings(found), free(message)),
-                        None => (LineKind::Other, free(message)),
+                    None => match markers.then(|| ib_port::parse(message)).flatten() {
+                        Some(field) => (LineKind::IbPort(field), free(message)),
+                        None => match markers
+                            .then(|| readings::parse(message))
+                            .filter(|found| !found.is_empty())
+                        {
+                            Some(found) => (LineKind::Readings(found), free(message)),
+                            None => (LineKind::Other, free(message)),
+                        },
                     },
                 },
             },

@@ -4,6 +4,7 @@
 //! `tail` follows a log file incrementally from a persisted offset.
 
 pub mod discover;
+pub mod ib_port;
 pub mod line;
 pub mod line_facts;
 pub mod node_signals;

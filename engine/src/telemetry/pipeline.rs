@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use crate::attribute::blocks::is_frame;
 use crate::attribute::scan::Mark;
 use crate::model::EvidenceLine;
+use crate::telemetry::ib_port::{self, PortSection};
 use crate::telemetry::line::FramedLine;
 use crate::telemetry::line_facts::{LineClassifier, LineFacts, LineKind};
 use crate::telemetry::readings::{self, Reading};
@@ -70,6 +71,7 @@ pub fn marker_literals() -> Vec<&'static str> {
     literals.push(straggler_report::MARKER);
     literals.extend(step_timing::markers());
     literals.extend(readings::markers());
+    literals.extend(ib_port::MARKERS);
     literals
 }
 
@@ -111,6 +113,8 @@ pub struct Digester<F: Fn(&str) -> bool> {
     /// goes among the evidence: kept once the digest ends with the run still on, dropped when a finite
     /// loss or the training's normal end follows (the scaler skipped the steps, or the run finished).
     loss_not_finite: Option<(usize, EvidenceLine)>,
+    /// The `ibstat` port section being read: a port not active adds a derived evidence line.
+    ib_port: PortSection,
     digest: LogDigest,
 }
 
@@ -141,6 +145,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             assembler: TracebackAssembler::new(),
             tracebacks: HashMap::new(),
             loss_not_finite: None,
+            ib_port: PortSection::default(),
             ranks_seen: Vec::new(),
             digest: LogDigest {
                 last_time,
@@ -344,6 +349,14 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                 self.digest.readings.extend(found);
                 None
             }
+            LineKind::IbPort(field) => {
+                if let Some(found) = self.ib_port.feed(field) {
+                    self.digest
+                        .evidence
+                        .push(evidence_line(time, facts.rank, &found));
+                }
+                None
+            }
             LineKind::Other => None,
         };
         if matches!(record, Some(Record::TrainingDone)) {
@@ -452,6 +465,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
     /// What the lines taught, every open traceback closed (the log is read to its end).
     pub fn finish(mut self) -> LogDigest {
         self.settle_loss();
+        self.settle_ib_port();
         self.digest.tracebacks.extend(self.assembler.flush());
         self.digest
     }
@@ -460,7 +474,16 @@ impl<F: Fn(&str) -> bool> Digester<F> {
     /// traceback may continue there). Settle them once a read comes up empty.
     pub fn finish_keeping(mut self) -> (LogDigest, TracebackAssembler) {
         self.settle_loss();
+        self.settle_ib_port();
         (self.digest, self.assembler)
+    }
+
+    /// Closes an `ibstat` port section the read ended in (its link layer not shown: taken as InfiniBand).
+    fn settle_ib_port(&mut self) {
+        if let Some(found) = self.ib_port.close() {
+            let time = self.digest.last_time.unwrap_or(self.now);
+            self.digest.evidence.push(evidence_line(time, None, &found));
+        }
     }
 
     /// Keeps, in its place among the evidence, the progress line of a loss that is still not finite.
