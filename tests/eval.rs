@@ -270,7 +270,7 @@ fn the_field_corpus_validation_part_stays_above_its_floors() {
 #[test]
 fn the_other_field_corpus_parts_stay_above_their_floors() {
     for (part, cases, passed, categories) in [
-        ("third", 50, 47, 47),
+        ("third", 50, 48, 48),
         ("fifth", 39, 29, 29),
         ("sixth", 38, 30, 32),
         ("seventh", 60, 57, 58),
@@ -282,7 +282,8 @@ fn the_other_field_corpus_parts_stay_above_their_floors() {
         ("thirteenth", 31, 30, 30),
         ("fourteenth", 49, 44, 44),
         ("fifteenth", 29, 22, 22),
-        ("sixteenth", 26, 22, 22),
+        ("sixteenth", 26, 23, 23),
+        ("seventeenth", 47, 38, 39),
     ] {
         part_above_floors(part, cases, passed, categories);
     }

@@ -11,11 +11,13 @@
 //! ```
 //!
 //! An InfiniBand port that is not `Active` (or whose physical state is not `LinkUp`) has no link for
-//! NCCL; an Ethernet port of the same adapter that is down or disabled is another network's (the
-//! management or storage side) and says nothing about the job's fabric. A section whose link layer is
-//! never shown (an excerpt cut short) is taken as InfiniBand, `ibstat`'s default. What a section
-//! finds is one derived evidence line, `runguard: InfiniBand port mlx5_10/1 is not active (State:
-//! Down, Physical state: Polling)`, which the catalog reads like any other.
+//! NCCL. An Ethernet port (RoCE) is the fabric on clusters that run RDMA over Ethernet; but on a node
+//! whose report shows an active InfiniBand port, the fabric is InfiniBand, and an Ethernet port its
+//! administrator disabled there is one nobody cabled: it counts only when the report shows no active
+//! InfiniBand port. A section whose link layer is never shown (an excerpt cut short) is taken as
+//! InfiniBand, `ibstat`'s default. What a section finds is one derived evidence line, `runguard: RDMA
+//! port mlx5_10/1 (InfiniBand) is not active (State: Down, Physical state: Polling)`, which the catalog
+//! reads like any other.
 
 use crate::attribute::collectives::DERIVED_PREFIX;
 
@@ -93,6 +95,10 @@ pub struct PortSection {
     port: Option<u32>,
     state: Option<String>,
     physical: Option<String>,
+    /// An InfiniBand port of the report is active: the node's fabric is InfiniBand.
+    infiniband_active: bool,
+    /// Disabled Ethernet ports, said only if the report ends without an active InfiniBand port.
+    disabled_ethernet: Vec<String>,
 }
 
 impl PortSection {
@@ -100,12 +106,12 @@ impl PortSection {
     pub fn feed(&mut self, field: Field) -> Option<String> {
         match field {
             Field::Adapter(name) => {
-                let closed = self.close();
+                let closed = self.end_section("InfiniBand");
                 self.adapter = Some(name);
                 closed
             }
             Field::Port(port) => {
-                let closed = self.close();
+                let closed = self.end_section("InfiniBand");
                 self.port = Some(port);
                 closed
             }
@@ -117,19 +123,39 @@ impl PortSection {
                 self.physical = Some(physical);
                 None
             }
-            Field::LinkLayer(layer) => {
-                let found = (layer == "InfiniBand").then(|| self.finding()).flatten();
-                self.clear_port();
-                found
-            }
+            Field::LinkLayer(layer) => self.end_section(&layer),
         }
     }
 
-    /// Ends the section without its link layer (a new section starts, or the read ends): taken as
-    /// InfiniBand.
-    pub fn close(&mut self) -> Option<String> {
-        let found = self.finding();
+    /// Ends the report (the read ends): its last section, taken as InfiniBand when its link layer was
+    /// not shown, and the disabled Ethernet ports of a node that showed no active InfiniBand port.
+    pub fn close(&mut self) -> Vec<String> {
+        let mut found: Vec<String> = self.end_section("InfiniBand").into_iter().collect();
+        let disabled = std::mem::take(&mut self.disabled_ethernet);
+        if !std::mem::take(&mut self.infiniband_active) {
+            found.extend(disabled);
+        }
+        found
+    }
+
+    /// Ends the section of `layer`: its finding, unless it waits for the report's end.
+    fn end_section(&mut self, layer: &str) -> Option<String> {
+        let found = self.finding(layer);
+        let seen = self.port.is_some() || self.state.is_some() || self.physical.is_some();
+        let disabled = self.physical.as_deref() == Some("Disabled");
         self.clear_port();
+        if layer != "InfiniBand" {
+            return match found {
+                Some(line) if disabled => {
+                    self.disabled_ethernet.push(line);
+                    None
+                }
+                found => found,
+            };
+        }
+        if seen && found.is_none() {
+            self.infiniband_active = true;
+        }
         found
     }
 
@@ -139,8 +165,8 @@ impl PortSection {
         self.physical = None;
     }
 
-    /// The derived line when the section's port is not active.
-    fn finding(&self) -> Option<String> {
+    /// The derived line when the section's port, of `layer`, is not active.
+    fn finding(&self, layer: &str) -> Option<String> {
         let down = self.state.as_deref().is_some_and(|state| state != "Active")
             || self
                 .physical
@@ -161,7 +187,7 @@ impl PortSection {
         .flatten()
         .collect();
         Some(format!(
-            "{DERIVED_PREFIX}InfiniBand port {adapter}/{port} is not active ({})",
+            "{DERIVED_PREFIX}RDMA port {adapter}/{port} ({layer}) is not active ({})",
             said.join(", ")
         ))
     }
@@ -183,6 +209,15 @@ mod tests {
     }
 
     #[test]
+    fn a_disabled_ethernet_port_counts_where_no_infiniband_port_is_active() {
+        let found = read(
+            "CA 'mlx5_1'\n\tPort 1:\n\t\tState: Down\n\t\tPhysical state: Disabled\n\t\tLink layer: Ethernet\n",
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("mlx5_1/1 (Ethernet)"), "{found:?}");
+    }
+
+    #[test]
     fn an_infiniband_port_down_is_found_with_its_adapter_and_port() {
         let found = read(
             "CA 'mlx5_10'\n\tCA type: MT4129\n\tPort 1:\n\t\tState: Down\n\t\tPhysical state: Polling\n\t\tRate: 10\n\t\tLink layer: InfiniBand\n",
@@ -190,13 +225,26 @@ mod tests {
         assert_eq!(
             found,
             vec![
-                "runguard: InfiniBand port mlx5_10/1 is not active (State: Down, Physical state: Polling)"
+                "runguard: RDMA port mlx5_10/1 (InfiniBand) is not active (State: Down, Physical state: Polling)"
             ]
         );
     }
 
     #[test]
-    fn an_ethernet_port_down_and_active_infiniband_ports_are_nothing() {
+    fn a_roce_port_that_cannot_link_is_found() {
+        let found = read(
+            "CA 'mlx5_2'\n\tPort 1:\n\t\tState: Down\n\t\tPhysical state: Polling\n\t\tLink layer: Ethernet\n",
+        );
+        assert_eq!(
+            found,
+            vec![
+                "runguard: RDMA port mlx5_2/1 (Ethernet) is not active (State: Down, Physical state: Polling)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_disabled_ethernet_port_and_active_infiniband_ports_are_nothing() {
         let found = read(
             "CA 'mlx5_0'\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tLink layer: InfiniBand\nCA 'mlx5_1'\n\tPort 1:\n\t\tState: Down\n\t\tPhysical state: Disabled\n\t\tLink layer: Ethernet\n",
         );

@@ -480,8 +480,8 @@ impl<F: Fn(&str) -> bool> Digester<F> {
 
     /// Closes an `ibstat` port section the read ended in (its link layer not shown: taken as InfiniBand).
     fn settle_ib_port(&mut self) {
-        if let Some(found) = self.ib_port.close() {
-            let time = self.digest.last_time.unwrap_or(self.now);
+        let time = self.digest.last_time.unwrap_or(self.now);
+        for found in self.ib_port.close() {
             self.digest.evidence.push(evidence_line(time, None, &found));
         }
     }
