@@ -271,10 +271,12 @@ pub fn explain_with(
     let raised = raised_exception(&evidence);
     // A signature of a condition the run can live with explains a failure but shows none.
     let matched = evidence.iter().any(|line| {
-        catalog
-            .matching(&line.text)
-            .into_iter()
-            .any(|index| catalog.signatures()[index].spec.fails_alone)
+        catalog.matching(&line.text).into_iter().any(|index| {
+            catalog
+                .signatures()
+                .get(index)
+                .is_some_and(|signature| signature.spec.fails_alone)
+        })
     });
     let anomaly = if input.stalled {
         anomalies.push(stalled_summary(last_iteration, last_stamp));
