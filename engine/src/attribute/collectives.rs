@@ -26,10 +26,8 @@ use std::sync::LazyLock;
 use chrono::{DateTime, Utc};
 use regex::Regex;
 
+use super::DERIVED_PREFIX;
 use crate::store::EvidenceLine;
-
-/// What a derived line starts with, so it is never taken for a line of the log.
-pub const DERIVED_PREFIX: &str = "runguard: ";
 
 static WORK: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(

@@ -2,7 +2,7 @@
 
 pub(crate) mod blocks;
 pub mod catalog;
-pub(crate) mod collectives;
+mod collectives;
 pub mod correlate;
 mod culprit;
 mod precedence;
@@ -20,6 +20,10 @@ pub use catalog::{Catalog, CatalogError, ContextScope};
 use crate::model::{AnomalyKind, Attribution, Component, Culprit, WorkflowId};
 use crate::store::EvidenceLine;
 pub use crate::telemetry::pipeline::blamed_host;
+
+/// What a line derived from several lines of the log starts with (ranks that disagree, an `ibstat`
+/// port section read whole), so it is never taken for a line of the log.
+pub const DERIVED_PREFIX: &str = "runguard: ";
 
 /// Evidence lines quoted in an attribution.
 const QUOTED_LINES: usize = 12;

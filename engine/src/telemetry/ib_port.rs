@@ -19,7 +19,7 @@
 //! port mlx5_10/1 (InfiniBand) is not active (State: Down, Physical state: Polling)`, which the catalog
 //! reads like any other.
 
-use crate::attribute::collectives::DERIVED_PREFIX;
+use crate::attribute::DERIVED_PREFIX;
 
 /// Literals one of which every line [`parse`] reads holds.
 pub const MARKERS: &[&str] = &[
