@@ -21,8 +21,6 @@
 //! characters, and a class admits the replacement of each byte it admits. The coarse shape is a
 //! function of the fine one, so its verdict holds for every line of the fine shape too.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, OnceLock};
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, BuildError};
@@ -31,20 +29,16 @@ use regex_syntax::hir::{Class, ClassBytesRange, ClassUnicodeRange, Hir, HirKind}
 
 use crate::telemetry::tail::Chunk;
 
-/// Shapes remembered by one [`ShapeMemory`]; past this, unknown shapes are searched without being
-/// remembered (which bounds its memory). A log that filled it with fine shapes shows a new one on most
-/// lines (an id on each): its lines are then read in their coarse shapes only, which skips a fine
-/// shape's writing and a lookup bound to miss.
-const MAX_SHAPES: usize = 8192;
+mod shapes;
+
+pub use shapes::ShapeMemory;
+use shapes::{MAX_SHAPE_BYTES, MAX_SHAPES, Reading, shape_of};
+
 /// Distinct shapes remembered past which new shapes are read coarser too (see the module's doc):
 /// fewer, and the log's lines repeat their shapes; the coarse search is then built once.
 const COARSE_AFTER: usize = 64;
 /// The lazy DFA cache of the scan's pattern (the regex crate's default is 2 MiB).
 const DFA_CACHE_BYTES: usize = 32 << 20;
-/// Longest line whose shape is remembered: long lines rarely repeat (tqdm redraws, dumps), and a
-/// bound keeps the memory of one read's shapes small.
-const MAX_SHAPE_BYTES: usize = 512;
-
 /// What the scan says of a line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
@@ -83,28 +77,6 @@ struct Searches {
 struct Tier {
     literals: AhoCorasick,
     pattern: Option<Regex>,
-}
-
-/// Which bytes a shape reads as `0`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Reading {
-    /// ASCII digits.
-    Digits,
-    /// ASCII hex digits, either case.
-    Hex,
-}
-
-impl Reading {
-    /// Whether a class range holds a byte this reading replaces.
-    fn overlaps(self, start: u32, end: u32) -> bool {
-        let ranges: &[(u8, u8)] = match self {
-            Reading::Digits => &[(b'0', b'9')],
-            Reading::Hex => &[(b'0', b'9'), (b'a', b'f'), (b'A', b'F')],
-        };
-        ranges
-            .iter()
-            .any(|&(low, high)| start <= u32::from(high) && end >= u32::from(low))
-    }
 }
 
 /// Why a scan could not be built.
@@ -167,7 +139,15 @@ impl LineScan {
             .spans
             .iter()
             .map(|&(start, end)| {
-                let line = text.get(start..end).unwrap_or_default();
+                // The line, and what follows it in the read up to a whole number of 16-byte blocks.
+                let length = end.saturating_sub(start);
+                let reach = start
+                    .saturating_add(length.next_multiple_of(16))
+                    .min(text.len());
+                let line = Line {
+                    bytes: text.get(start..reach.max(end)).unwrap_or_default(),
+                    length,
+                };
                 self.mark(line, shapes)
             })
             .collect()
@@ -175,19 +155,21 @@ impl LineScan {
 
     /// The mark of the line's shape: [`Mark::Quiet`] proves that the line holds no literal and
     /// matches no pattern of either tier, [`Mark::Plain`] none of the first.
-    fn mark(&self, line: &[u8], shapes: &mut ShapeMemory) -> Mark {
+    fn mark(&self, line: Line<'_>, shapes: &mut ShapeMemory) -> Mark {
         if shapes.known.len() >= MAX_SHAPES
-            && line.len() <= MAX_SHAPE_BYTES
+            && line.length <= MAX_SHAPE_BYTES
             && let Some(coarse) = self.coarse()
         {
             return coarse_mark(coarse, line, shapes);
         }
-        shapes.scratch.clear();
-        push_shape(line, &mut shapes.scratch, Reading::Digits);
-        if line.len() > MAX_SHAPE_BYTES {
-            return self.fine.mark(&shapes.scratch);
-        }
-        if let Some(&verdict) = shapes.known.get(shapes.scratch.as_slice()) {
+        let Some((hash, shape)) = shapes
+            .scratch
+            .shape(line.bytes, line.length, Reading::Digits)
+        else {
+            // Too long to remember: searched on its own.
+            return self.fine.mark(&shape_of(line.text(), Reading::Digits));
+        };
+        if let Some(verdict) = shapes.known.get(hash, shape) {
             return verdict;
         }
         let verdict = match (shapes.known.len() >= COARSE_AFTER)
@@ -195,32 +177,45 @@ impl LineScan {
             .flatten()
         {
             Some(coarse) => coarse_mark(coarse, line, shapes),
-            None => self.fine.mark(&shapes.scratch),
+            None => self.fine.mark(shape),
         };
-        remember(&mut shapes.known, &shapes.scratch, verdict);
+        if let Some((hash, shape)) = shapes
+            .scratch
+            .shape(line.bytes, line.length, Reading::Digits)
+        {
+            shapes.known.remember(hash, shape, verdict);
+        }
         verdict
     }
 }
 
-/// Shapes and their marks, at most [`MAX_SHAPES`].
-type Shapes = HashMap<Box<[u8]>, Mark, BuildHasherDefault<ShapeHasher>>;
+/// A line of a read: its first `length` bytes, followed by what comes after it in the read (at most
+/// up to its length rounded up to 16).
+#[derive(Clone, Copy)]
+struct Line<'r> {
+    bytes: &'r [u8],
+    length: usize,
+}
 
-/// Adds a shape's mark to a memory that has room for it.
-fn remember(memory: &mut Shapes, shape: &[u8], mark: Mark) {
-    if memory.len() < MAX_SHAPES {
-        memory.insert(shape.into(), mark);
+impl Line<'_> {
+    fn text(&self) -> &[u8] {
+        self.bytes.get(..self.length).unwrap_or(self.bytes)
     }
 }
 
-/// The mark of the line's coarse shape, remembered in `shapes`.
-fn coarse_mark(coarse: &Searches, line: &[u8], shapes: &mut ShapeMemory) -> Mark {
-    shapes.coarse_scratch.clear();
-    push_shape(line, &mut shapes.coarse_scratch, Reading::Hex);
-    if let Some(&verdict) = shapes.coarse_known.get(shapes.coarse_scratch.as_slice()) {
+/// The mark of the line's coarse shape (at most [`MAX_SHAPE_BYTES`]), remembered in `shapes`.
+fn coarse_mark(coarse: &Searches, line: Line<'_>, shapes: &mut ShapeMemory) -> Mark {
+    let Some((hash, shape)) = shapes
+        .coarse_scratch
+        .shape(line.bytes, line.length, Reading::Hex)
+    else {
+        return coarse.mark(&shape_of(line.text(), Reading::Hex));
+    };
+    if let Some(verdict) = shapes.coarse_known.get(hash, shape) {
         return verdict;
     }
-    let verdict = coarse.mark(&shapes.coarse_scratch);
-    remember(&mut shapes.coarse_known, &shapes.coarse_scratch, verdict);
+    let verdict = coarse.mark(shape);
+    shapes.coarse_known.remember(hash, shape, verdict);
     verdict
 }
 
@@ -345,105 +340,6 @@ fn widen(hir: &Hir, reading: Reading) -> Hir {
         HirKind::Alternation(parts) => {
             Hir::alternation(parts.iter().map(|part| widen(part, reading)).collect())
         }
-    }
-}
-
-/// Line shapes seen so far, with their verdicts. A verdict depends on the shape and the scan alone, so
-/// one memory may serve several reads of a log with the same scan; it holds at most [`MAX_SHAPES`]
-/// shapes of at most [`MAX_SHAPE_BYTES`] each.
-#[derive(Default)]
-pub struct ShapeMemory {
-    known: Shapes,
-    /// The current line's shape, built here to look it up without allocating.
-    scratch: Vec<u8>,
-    /// The coarse shapes, once the read has shown many fine ones.
-    coarse_known: Shapes,
-    coarse_scratch: Vec<u8>,
-}
-
-fn shape_of(bytes: &[u8], reading: Reading) -> Vec<u8> {
-    let mut shape = Vec::with_capacity(bytes.len());
-    push_shape(bytes, &mut shape, reading);
-    shape
-}
-
-/// Appends the shape of `bytes`, in loops the compiler turns into vector instructions.
-fn push_shape(bytes: &[u8], out: &mut Vec<u8>, reading: Reading) {
-    let start = out.len();
-    out.resize(start + bytes.len(), 0);
-    let shaped = out[start..].iter_mut().zip(bytes);
-    match reading {
-        Reading::Digits => {
-            for (shaped, &byte) in shaped {
-                *shaped = if byte.is_ascii_digit() { b'0' } else { byte };
-            }
-        }
-        Reading::Hex => {
-            for (shaped, &byte) in shaped {
-                *shaped = if byte.is_ascii_hexdigit() { b'0' } else { byte };
-            }
-        }
-    }
-}
-
-/// A multiplicative hash: each 16 bytes go through one wide multiplication, independent of the others
-/// so the processor overlaps them, and a last one mixes their sum. Shapes are hashed once per line,
-/// where a chain of dependent multiplications (or SipHash) would cost as much as the rest of the
-/// lookup. Only lookups of this process's own lines use it.
-#[derive(Default)]
-struct ShapeHasher(u64);
-
-const K0: u64 = 0x243f_6a88_85a3_08d3;
-const K1: u64 = 0x1319_8a2e_0370_7344;
-const K2: u64 = 0xa409_3822_299f_31d0;
-const K3: u64 = 0x082e_fa98_ec4e_6c89;
-
-/// The 128-bit product of `a` and `b`, its halves xored.
-fn folded_multiply(a: u64, b: u64) -> u64 {
-    let product = u128::from(a) * u128::from(b);
-    (product as u64) ^ ((product >> 64) as u64)
-}
-
-/// One 16-byte block, keyed by its place, so equal blocks at different places count differently.
-fn mix_block(block: &[u8; 16], place: u64) -> u64 {
-    let (low, high) = block.split_at(8);
-    let word = |half: &[u8]| {
-        let mut eight = [0u8; 8];
-        eight.copy_from_slice(half);
-        u64::from_le_bytes(eight)
-    };
-    folded_multiply(word(low) ^ place.wrapping_mul(K3) ^ K0, word(high) ^ K1)
-}
-
-impl Hasher for ShapeHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let (blocks, rest) = bytes.as_chunks::<16>();
-        let mut sum = self.0 ^ (bytes.len() as u64).wrapping_mul(K2);
-        for (place, block) in blocks.iter().enumerate() {
-            sum = sum.wrapping_add(mix_block(block, place as u64));
-        }
-        if !rest.is_empty() {
-            // The last 16 bytes, overlapping the blocks before (the length is in the sum): read where
-            // they are, as bytes copied into a padded block would be read back before they arrive.
-            let last = match bytes.last_chunk::<16>() {
-                Some(last) => *last,
-                None => {
-                    let mut last = [0u8; 16];
-                    last[..rest.len()].copy_from_slice(rest);
-                    last
-                }
-            };
-            sum = sum.wrapping_add(mix_block(&last, blocks.len() as u64));
-        }
-        self.0 = folded_multiply(sum ^ K0, K1);
-    }
-
-    fn write_usize(&mut self, value: usize) {
-        self.0 = folded_multiply(self.0 ^ value as u64 ^ K3, K2);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
     }
 }
 
