@@ -23,27 +23,57 @@ const MIN_CUT_LINE: usize = 120;
 
 /// The read with its hard-wrapped lines joined, or the read itself when none is wrapped.
 pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
-    let lines: Vec<&str> = chunk.lines().collect();
-    let cuts = |width: Option<usize>| -> Vec<bool> {
-        (1..lines.len())
-            .map(|i| continues(lines[i - 1], lines[i], width))
-            .collect()
+    let line = |index: usize| {
+        chunk
+            .spans
+            .get(index)
+            .and_then(|&(start, end)| chunk.text.get(start..end))
+            .unwrap_or_default()
     };
-    let width = wrap_width(&lines);
-    let mut continues = cuts(width);
-    if let Some(width) = width
-        && !wraps_at(&lines, &continues, width)
-    {
-        continues = cuts(None);
+    let width = wrap_width(&chunk.spans);
+    // A line whose length is not the width continues the next one or not whatever the width: every
+    // line is read once without it, and the lines of that length once more with it.
+    let (mut cuts, mut cuts_at_width, mut at_width) = (Vec::new(), Vec::new(), 0usize);
+    for (index, &(start, end)) in (1..chunk.spans.len()).zip(&chunk.spans) {
+        // `continues` needs a line of the width or one of a cut's length before the next: most lines
+        // are neither, and are passed by on their span alone.
+        let length = end.saturating_sub(start);
+        let at = width == Some(length);
+        if !at && length < MIN_CUT_LINE {
+            continue;
+        }
+        let (before, after) = (line(index - 1), line(index));
+        if let Some(width) = width
+            && at
+        {
+            at_width += 1;
+            if continues(before, after, Some(width)) {
+                cuts_at_width.push(index);
+            }
+        }
+        if length >= MIN_CUT_LINE && continues(before, after, None) {
+            cuts.push(index);
+        }
     }
-    if !continues.contains(&true) {
+    if let Some(width) = width
+        && wraps_at(cuts_at_width.len(), at_width)
+    {
+        cuts.retain(|&index| line(index - 1).len() != width);
+        cuts.extend(cuts_at_width);
+    }
+    if cuts.is_empty() {
         return Cow::Borrowed(chunk);
     }
+    let mut joins_previous = vec![false; chunk.spans.len()];
+    for index in cuts {
+        if let Some(joins) = joins_previous.get_mut(index) {
+            *joins = true;
+        }
+    }
     let mut text = String::with_capacity(chunk.text.len());
-    let mut spans = Vec::with_capacity(lines.len());
+    let mut spans = Vec::with_capacity(chunk.spans.len());
     let mut start = 0;
-    for (i, line) in lines.iter().enumerate() {
-        let joins_previous = i > 0 && continues[i - 1];
+    for (i, (line, joins_previous)) in chunk.lines().zip(joins_previous).enumerate() {
         if joins_previous {
             // A cut after a space (or padding to the width) was at a word boundary; a cut on a letter
             // split a word, whose halves go back together.
@@ -63,7 +93,7 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
             text.push_str(line);
         }
     }
-    if !lines.is_empty() {
+    if !chunk.spans.is_empty() {
         spans.push((start, text.len()));
     }
     Cow::Owned(Chunk {
@@ -84,9 +114,16 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
 /// The width several long lines of the read share exactly and none exceeds, if any: a terminal that
 /// wraps at a width lets no line past it. Widths are in bytes, which is the terminal's columns for the
 /// ASCII text logs are made of, and keeps this pass over every read cheap.
-fn wrap_width(lines: &[&str]) -> Option<usize> {
-    let longest = lines.iter().map(|line| line.len()).max()?;
-    let at_longest = lines.iter().filter(|line| line.len() == longest).count();
+fn wrap_width(spans: &[(usize, usize)]) -> Option<usize> {
+    let (mut longest, mut at_longest) = (0, 0usize);
+    for &(start, end) in spans {
+        let length = end.saturating_sub(start);
+        if length > longest {
+            (longest, at_longest) = (length, 1);
+        } else if length == longest {
+            at_longest += 1;
+        }
+    }
     (longest >= MIN_WRAP_WIDTH && at_longest >= 2).then_some(longest)
 }
 
@@ -94,14 +131,7 @@ fn wrap_width(lines: &[&str]) -> Option<usize> {
 /// go on in the next line. Records of one fixed format can share the longest length of a read (progress
 /// lines whose numbers keep their widths); a line after one of them that happens to start in lower case
 /// (`terminate called after ...`) is its own record, which joining would bury in the progress line.
-fn wraps_at(lines: &[&str], continues: &[bool], width: usize) -> bool {
-    let (mut at_width, mut cut) = (0usize, 0usize);
-    for (line, goes_on) in lines.iter().zip(continues) {
-        if line.len() == width {
-            at_width += 1;
-            cut += usize::from(*goes_on);
-        }
-    }
+fn wraps_at(cut: usize, at_width: usize) -> bool {
     cut >= 2 && cut * 4 >= at_width
 }
 
