@@ -93,8 +93,18 @@ pub fn frame_cached<'l>(
 /// The rank [`frame`] finds in a line, its timestamp read only where it can matter: the labels before
 /// the stamp decide, and only Open MPI's tag can follow a stamp (then the line holds its `]<`).
 pub fn rank_of(line: &str, default_year: i32) -> Option<u32> {
-    let (rank, rest) = split_labels(line);
-    rank.or_else(|| {
+    // As `split_labels`, but each label that names a rank ends the search: the ones after it cannot
+    // change the rank (this runs on every quiet line of a log).
+    let (srun_rank, rest) = split_srun_label(strip_quote(trim_newline(line)));
+    if srun_rank.is_some() {
+        return srun_rank;
+    }
+    let (torch_rank, rest) = split_torch_label(rest);
+    if torch_rank.is_some() {
+        return torch_rank;
+    }
+    let (mpi_rank, rest) = split_mpi_tag(rest);
+    mpi_rank.or_else(|| {
         rest.contains("]<")
             .then(|| frame_impl(line, || default_year).rank)
             .flatten()
@@ -110,27 +120,40 @@ fn split_labels(line: &str) -> (Option<u32>, &str) {
     (srun_rank.or(torch_rank).or(mpi_rank), rest)
 }
 
-/// Whether `byte` may begin or end whitespace: ASCII whitespace as `char::is_whitespace` has it, or
-/// any byte of a non-ASCII character (some of which are whitespace).
-fn may_be_whitespace(byte: u8) -> bool {
-    !byte.is_ascii() || (byte as char).is_whitespace()
+/// ASCII whitespace as `char::is_whitespace` has it (vertical tab included).
+fn is_ascii_space(byte: u8) -> bool {
+    matches!(byte, b'\t'..=b'\r' | b' ')
 }
 
-/// `str::trim_start`, without decoding characters when the text starts with plain ASCII.
+/// `str::trim_start`, passing ASCII whitespace byte by byte: characters are decoded only when a
+/// non-ASCII one follows it.
 pub(super) fn trim_start(text: &str) -> &str {
-    match text.as_bytes().first() {
-        Some(&byte) if may_be_whitespace(byte) => text.trim_start(),
-        _ => text,
+    let start = text
+        .bytes()
+        .take_while(|&byte| is_ascii_space(byte))
+        .count();
+    // Only ASCII bytes were passed: `start` is a character boundary.
+    let rest = text.get(start..).unwrap_or_default();
+    match rest.as_bytes().first() {
+        Some(&byte) if !byte.is_ascii() => rest.trim_start(),
+        _ => rest,
     }
 }
 
-/// `str::trim`, without decoding characters when the text starts and ends with plain ASCII.
+/// `str::trim`, passing ASCII whitespace byte by byte at both ends: characters are decoded only at an
+/// end where a non-ASCII one stands.
 pub(super) fn trim(text: &str) -> &str {
-    match (text.as_bytes().first(), text.as_bytes().last()) {
-        (Some(&first), Some(&last)) if may_be_whitespace(first) || may_be_whitespace(last) => {
-            text.trim()
-        }
-        _ => text,
+    let start = trim_start(text);
+    let end = start.len()
+        - start
+            .bytes()
+            .rev()
+            .take_while(|&byte| is_ascii_space(byte))
+            .count();
+    let rest = start.get(..end).unwrap_or_default();
+    match rest.as_bytes().last() {
+        Some(&byte) if !byte.is_ascii() => rest.trim_end(),
+        _ => rest,
     }
 }
 

@@ -556,6 +556,11 @@ fn rank_of_finds_the_rank_framing_finds_without_reading_the_stamp_where_it_canno
         "no label at all",
         "",
         "4294967296: beyond a rank",
+        "4294967296: [rank5]: beyond a rank, then a torch label",
+        " 3: [rank5]: both labels",
+        "[rank5]: [1,3]<stdout>: a torch label and a tag",
+        "[default2]:[1,3]<stderr>: a local label and a tag",
+        "[default2]: [2026-01-05 08:00:00] [1,9]<stdout>: after a local label and a stamp",
     ];
     for line in lines {
         assert_eq!(
@@ -565,4 +570,25 @@ fn rank_of_finds_the_rank_framing_finds_without_reading_the_stamp_where_it_canno
         );
     }
     assert_eq!(rank_of(lines[7], 2026), Some(14));
+}
+
+#[test]
+fn the_byte_wise_trims_trim_as_the_standard_ones_do() {
+    let texts = [
+        "",
+        " ",
+        "plain",
+        "  lm loss ",
+        "\t\x0b\x0c\r\n value \x0b",
+        "\u{a0}value\u{3000}",
+        " \u{85} value \u{2003} ",
+        " é ",
+        "\u{a0}",
+        " \u{a0} ",
+        "é",
+    ];
+    for text in texts {
+        assert_eq!(trim(text), text.trim(), "{text:?}");
+        assert_eq!(trim_start(text), text.trim_start(), "{text:?}");
+    }
 }

@@ -18,6 +18,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use super::line::trim;
 use super::structured;
 use super::traceback::{TORCHSCRIPT_START, TRACEBACK_START};
 
@@ -369,9 +370,6 @@ fn exception_line(message: &str) -> Option<Record> {
 
 /// Megatron-LM's `iteration N/ TOTAL | key: value | ...` line, old and new.
 fn megatron_iteration(message: &str) -> Option<Record> {
-    if !message.contains("iteration") {
-        return None;
-    }
     let (iteration, total) = match iteration_counter(message) {
         Counter::Found(iteration, total) => (iteration, total),
         Counter::Absent => return None,
@@ -396,8 +394,8 @@ fn megatron_iteration(message: &str) -> Option<Record> {
             continue;
         };
         // `:` is ASCII: both sides are whole characters.
-        let key = field.get(..colon).unwrap_or_default().trim();
-        let value = field.get(colon + 1..).unwrap_or_default().trim();
+        let key = trim(field.get(..colon).unwrap_or_default());
+        let value = trim(field.get(colon + 1..).unwrap_or_default());
         match key {
             "elapsed time per iteration (ms)" => elapsed_ms = value.parse().ok(),
             "lm loss" => lm_loss = value.parse::<f64>().ok(),
@@ -409,7 +407,9 @@ fn megatron_iteration(message: &str) -> Option<Record> {
             "number of skipped iterations" => skipped_iterations = value.parse().ok(),
             "number of nan iterations" => nan_iterations = value.parse::<u64>().ok(),
             // "throughput per GPU (TFLOP/s/GPU)" today, "TFLOPs" in Megatron-DeepSpeed.
-            _ if key.contains("TFLOP") => tflops_per_gpu = value.parse().ok(),
+            _ if key.as_bytes().windows(5).any(|word| word == b"TFLOP") => {
+                tflops_per_gpu = value.parse().ok();
+            }
             _ if key.ends_with(" loss") || key == "loss" => {
                 other_loss = other_loss.or_else(|| value.parse::<f64>().ok());
             }
@@ -467,7 +467,7 @@ fn iteration_counter(message: &str) -> Counter<'_> {
     // ASCII whitespace as Unicode's White_Space has it (vertical tab included).
     let space = |byte: u8| matches!(byte, b'\t'..=b'\r' | b' ');
     // Where a run of `take` bytes starting at `at` ends; None at a byte outside ASCII.
-    let run = |mut at: usize, take: &dyn Fn(u8) -> bool| -> Option<usize> {
+    fn run_of(bytes: &[u8], mut at: usize, take: impl Fn(u8) -> bool) -> Option<usize> {
         while let Some(&byte) = bytes.get(at) {
             if !byte.is_ascii() {
                 return None;
@@ -478,7 +478,8 @@ fn iteration_counter(message: &str) -> Counter<'_> {
             at += 1;
         }
         Some(at)
-    };
+    }
+    let digit = |byte: u8| byte.is_ascii_digit();
     // Built once: a searcher built per call costs as much as the search.
     static FINDER: LazyLock<memchr::memmem::Finder<'static>> =
         LazyLock::new(|| memchr::memmem::Finder::new(WORD));
@@ -492,25 +493,25 @@ fn iteration_counter(message: &str) -> Counter<'_> {
             _ => {}
         }
         let start = found + WORD.len();
-        let Some(digits) = run(start, &space) else {
+        let Some(digits) = run_of(bytes, start, space) else {
             return Counter::Undecided;
         };
-        let Some(after_iteration) = run(digits, &|byte: u8| byte.is_ascii_digit()) else {
+        let Some(after_iteration) = run_of(bytes, digits, digit) else {
             return Counter::Undecided;
         };
-        let Some(slash) = run(after_iteration, &space) else {
+        let Some(slash) = run_of(bytes, after_iteration, space) else {
             return Counter::Undecided;
         };
         if digits == start || after_iteration == digits || bytes.get(slash) != Some(&b'/') {
             continue;
         }
-        let Some(total_start) = run(slash + 1, &space) else {
+        let Some(total_start) = run_of(bytes, slash + 1, space) else {
             return Counter::Undecided;
         };
-        let Some(total_end) = run(total_start, &|byte: u8| byte.is_ascii_digit()) else {
+        let Some(total_end) = run_of(bytes, total_start, digit) else {
             return Counter::Undecided;
         };
-        let Some(bar) = run(total_end, &space) else {
+        let Some(bar) = run_of(bytes, total_end, space) else {
             return Counter::Undecided;
         };
         if total_end == total_start || bytes.get(bar) != Some(&b'|') {
@@ -621,7 +622,7 @@ fn finite(loss: Option<f64>) -> (Option<f64>, bool) {
 
 /// `400` or NeMo's float-formatted `400.0`.
 pub(super) fn whole_number(text: &str) -> Option<u64> {
-    let text = text.trim();
+    let text = trim(text);
     if let Ok(n) = text.parse() {
         return Some(n);
     }
