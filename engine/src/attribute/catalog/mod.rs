@@ -737,6 +737,12 @@ impl Catalog {
         self.scan.marks_remembering(chunk, shapes)
     }
 
+    /// Builds what the line scan otherwise builds when a log first needs it (its coarse searches,
+    /// see [`crate::attribute::scan`]), once for the process.
+    pub fn prepare_scan(&self) {
+        self.scan.prepare();
+    }
+
     /// Whether any signature matches `line`, or a locator finds a node in it.
     pub fn is_notable(&self, line: &str) -> bool {
         self.matching_patterns(line).next().is_some() || self.located_node(line).is_some()

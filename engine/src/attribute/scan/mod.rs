@@ -121,6 +121,11 @@ impl LineScan {
             .as_ref()
     }
 
+    /// Builds the coarse searches now rather than on a log's first need of them.
+    pub fn prepare(&self) {
+        self.coarse();
+    }
+
     /// The first tier's patterns without literals, for inspection.
     pub fn pattern(&self) -> &str {
         &self.given[0].1
