@@ -44,6 +44,7 @@
 
 use crate::text::clip;
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
 use serde_json::Value;
 
@@ -224,7 +225,7 @@ pub fn recognise(message: &str) -> Option<Record> {
 /// lines: a JSON parse only for lines that start with `{` and name a
 /// `"type"`, a key=value parse only for lines holding `[type=`.
 pub fn parse(message: &str) -> Option<TelemetryRecord> {
-    let message = message.trim();
+    let message = super::line::trim(message);
     if message.starts_with('{') {
         if !message.contains("\"type\"") {
             return None;
@@ -235,7 +236,11 @@ pub fn parse(message: &str) -> Option<TelemetryRecord> {
 }
 
 fn parse_key_values(message: &str) -> Option<TelemetryRecord> {
-    let start = memchr::memmem::find(message.as_bytes(), b"[type=")?;
+    // Built once: a searcher built per call costs more than the search (a progress line with bars
+    // comes here on every step).
+    static TYPE: LazyLock<memchr::memmem::Finder<'static>> =
+        LazyLock::new(|| memchr::memmem::Finder::new(b"[type="));
+    let start = TYPE.find(message.as_bytes())?;
     let body = message.get(start + 1..)?;
     let end = body.rfind(']')?;
     let body = body.get(..end)?;

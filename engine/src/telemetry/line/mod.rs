@@ -128,10 +128,11 @@ fn is_ascii_space(byte: u8) -> bool {
 /// `str::trim_start`, passing ASCII whitespace byte by byte: characters are decoded only when a
 /// non-ASCII one follows it.
 pub(super) fn trim_start(text: &str) -> &str {
-    let start = text
-        .bytes()
-        .take_while(|&byte| is_ascii_space(byte))
-        .count();
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    while bytes.get(start).is_some_and(|&byte| is_ascii_space(byte)) {
+        start += 1;
+    }
     // Only ASCII bytes were passed: `start` is a character boundary.
     let rest = text.get(start..).unwrap_or_default();
     match rest.as_bytes().first() {
@@ -143,14 +144,13 @@ pub(super) fn trim_start(text: &str) -> &str {
 /// `str::trim`, passing ASCII whitespace byte by byte at both ends: characters are decoded only at an
 /// end where a non-ASCII one stands.
 pub(super) fn trim(text: &str) -> &str {
-    let start = trim_start(text);
-    let end = start.len()
-        - start
-            .bytes()
-            .rev()
-            .take_while(|&byte| is_ascii_space(byte))
-            .count();
-    let rest = start.get(..end).unwrap_or_default();
+    let rest = trim_start(text);
+    let bytes = rest.as_bytes();
+    let mut end = bytes.len();
+    while end > 0 && bytes.get(end - 1).is_some_and(|&byte| is_ascii_space(byte)) {
+        end -= 1;
+    }
+    let rest = rest.get(..end).unwrap_or_default();
     match rest.as_bytes().last() {
         Some(&byte) if !byte.is_ascii() => rest.trim_end(),
         _ => rest,
