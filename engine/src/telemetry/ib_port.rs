@@ -141,7 +141,8 @@ impl PortSection {
     /// Ends the section of `layer`: its finding, unless it waits for the report's end.
     fn end_section(&mut self, layer: &str) -> Option<String> {
         let found = self.finding(layer);
-        let seen = self.port.is_some() || self.state.is_some() || self.physical.is_some();
+        // An active port is one whose state was read: a `Port N:` line alone shows nothing.
+        let seen = self.state.is_some() || self.physical.is_some();
         let disabled = self.physical.as_deref() == Some("Disabled");
         self.clear_port();
         if layer != "InfiniBand" {
@@ -249,6 +250,15 @@ mod tests {
             "CA 'mlx5_0'\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tLink layer: InfiniBand\nCA 'mlx5_1'\n\tPort 1:\n\t\tState: Down\n\t\tPhysical state: Disabled\n\t\tLink layer: Ethernet\n",
         );
         assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn a_port_line_without_its_state_shows_no_active_infiniband_port() {
+        let found = read(
+            "CA 'mlx5_0'\n\tPort 1:\nCA 'mlx5_1'\n\tPort 1:\n\t\tState: Down\n\t\tPhysical state: Disabled\n\t\tLink layer: Ethernet\n",
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("mlx5_1/1 (Ethernet)"), "{found:?}");
     }
 
     #[test]
