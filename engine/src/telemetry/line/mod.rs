@@ -93,6 +93,10 @@ pub fn frame_cached<'l>(
 /// The rank [`frame`] finds in a line, its timestamp read only where it can matter: the labels before
 /// the stamp decide, and only Open MPI's tag can follow a stamp (then the line holds its `]<`).
 pub fn rank_of(line: &str, default_year: i32) -> Option<u32> {
+    // Most lines of a log under `srun -l` start with the label itself: read it at once.
+    if let Some(rank) = leading_srun_rank(line.as_bytes()) {
+        return Some(rank);
+    }
     // As `split_labels`, but each label that names a rank ends the search: the ones after it cannot
     // change the rank (this runs on every quiet line of a log).
     let (srun_rank, rest) = split_srun_label(strip_quote(trim_newline(line)));
@@ -109,6 +113,24 @@ pub fn rank_of(line: &str, default_year: i32) -> Option<u32> {
             .then(|| frame_impl(line, || default_year).rank)
             .flatten()
     })
+}
+
+/// The rank of an `srun -l` label that opens the line and is followed by a space (`  12: ...`), when
+/// that is plainly what the line starts with; None leaves the line to [`split_srun_label`].
+fn leading_srun_rank(bytes: &[u8]) -> Option<u32> {
+    let mut at = 0;
+    while bytes.get(at) == Some(&b' ') {
+        at += 1;
+    }
+    let digits = at;
+    let mut rank = 0u32;
+    while let Some(&byte) = bytes.get(at)
+        && byte.is_ascii_digit()
+    {
+        rank = rank.checked_mul(10)?.checked_add(u32::from(byte - b'0'))?;
+        at += 1;
+    }
+    (at > digits && bytes.get(at..at + 2) == Some(b": ")).then_some(rank)
 }
 
 /// The labels before a line's stamp split off (quote marks and a trailing newline too): the rank of

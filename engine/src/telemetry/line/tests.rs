@@ -592,3 +592,24 @@ fn the_byte_wise_trims_trim_as_the_standard_ones_do() {
         assert_eq!(trim_start(text), text.trim_start(), "{text:?}");
     }
 }
+
+proptest::proptest! {
+    /// On any text built from the pieces the labels are made of, the rank read at once or label by
+    /// label is the rank framing finds, and the trims trim as the standard ones do.
+    #[test]
+    fn rank_of_and_the_trims_agree_with_framing_and_the_standard_library(
+        pieces in proptest::collection::vec(
+            proptest::sample::select(vec![
+                " ", "  ", "0", "7", "12", "4294967295", "4294967296", ":", ": ", "> ", "[rank",
+                "[default", "]:", "[1,", "]<stdout>:", "\r", "\n", "\u{a0}", "\u{3000}", "\t",
+                "\u{b}", "é", "x", "[2026-01-05 08:00:00] ",
+            ]),
+            0..8,
+        )
+    ) {
+        let line = pieces.concat();
+        proptest::prop_assert_eq!(rank_of(&line, 2026), frame_with_year(&line, 2026).rank);
+        proptest::prop_assert_eq!(trim(&line), line.trim());
+        proptest::prop_assert_eq!(trim_start(&line), line.trim_start());
+    }
+}
