@@ -32,7 +32,7 @@ use crate::telemetry::tail::Chunk;
 mod shapes;
 
 pub use shapes::ShapeMemory;
-use shapes::{MAX_SHAPE_BYTES, MAX_SHAPES, Reading, shape_of};
+use shapes::{MAX_SHAPE_BYTES, MAX_SHAPES, Reading, ShapeBuffer, ShapeTable, shape_of};
 
 /// Distinct shapes remembered past which new shapes are read coarser too (see the module's doc):
 /// fewer, and the log's lines repeat their shapes; the coarse search is then built once.
@@ -161,35 +161,33 @@ impl LineScan {
     /// The mark of the line's shape: [`Mark::Quiet`] proves that the line holds no literal and
     /// matches no pattern of either tier, [`Mark::Plain`] none of the first.
     fn mark(&self, line: Line<'_>, shapes: &mut ShapeMemory) -> Mark {
-        if shapes.known.len() >= MAX_SHAPES
+        let ShapeMemory {
+            known,
+            coarse_known,
+            scratch,
+            coarse_scratch,
+        } = shapes;
+        if known.len() >= MAX_SHAPES
             && line.length <= MAX_SHAPE_BYTES
             && let Some(coarse) = self.coarse()
         {
-            return coarse_mark(coarse, line, shapes);
+            return coarse_mark(coarse, line, coarse_scratch, coarse_known);
         }
-        let Some((hash, shape)) = shapes
-            .scratch
-            .shape(line.bytes, line.length, Reading::Digits)
-        else {
+        let Some((hash, shape)) = scratch.shape(line.bytes, line.length, Reading::Digits) else {
             // Too long to remember: searched on its own.
             return self.fine.mark(&shape_of(line.text(), Reading::Digits));
         };
-        if let Some(verdict) = shapes.known.get(hash, shape) {
+        if let Some(verdict) = known.get(hash, shape) {
             return verdict;
         }
-        let verdict = match (shapes.known.len() >= COARSE_AFTER)
+        let verdict = match (known.len() >= COARSE_AFTER)
             .then(|| self.coarse())
             .flatten()
         {
-            Some(coarse) => coarse_mark(coarse, line, shapes),
+            Some(coarse) => coarse_mark(coarse, line, coarse_scratch, coarse_known),
             None => self.fine.mark(shape),
         };
-        if let Some((hash, shape)) = shapes
-            .scratch
-            .shape(line.bytes, line.length, Reading::Digits)
-        {
-            shapes.known.remember(hash, shape, verdict);
-        }
+        known.remember(hash, shape, verdict);
         verdict
     }
 }
@@ -208,19 +206,22 @@ impl Line<'_> {
     }
 }
 
-/// The mark of the line's coarse shape (at most [`MAX_SHAPE_BYTES`]), remembered in `shapes`.
-fn coarse_mark(coarse: &Searches, line: Line<'_>, shapes: &mut ShapeMemory) -> Mark {
-    let Some((hash, shape)) = shapes
-        .coarse_scratch
-        .shape(line.bytes, line.length, Reading::Hex)
-    else {
+/// The mark of the line's coarse shape (at most [`MAX_SHAPE_BYTES`]), written in `scratch` and
+/// remembered in `known`.
+fn coarse_mark(
+    coarse: &Searches,
+    line: Line<'_>,
+    scratch: &mut ShapeBuffer,
+    known: &mut ShapeTable,
+) -> Mark {
+    let Some((hash, shape)) = scratch.shape(line.bytes, line.length, Reading::Hex) else {
         return coarse.mark(&shape_of(line.text(), Reading::Hex));
     };
-    if let Some(verdict) = shapes.coarse_known.get(hash, shape) {
+    if let Some(verdict) = known.get(hash, shape) {
         return verdict;
     }
     let verdict = coarse.mark(shape);
-    shapes.coarse_known.remember(hash, shape, verdict);
+    known.remember(hash, shape, verdict);
     verdict
 }
 
