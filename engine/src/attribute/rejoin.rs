@@ -58,7 +58,12 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
     if let Some(width) = width
         && wraps_at(cuts_at_width.len(), at_width)
     {
-        cuts.retain(|&index| line(index - 1).len() != width);
+        cuts.retain(|&index| {
+            chunk
+                .spans
+                .get(index - 1)
+                .is_none_or(|&(start, end)| end.saturating_sub(start) != width)
+        });
         cuts.extend(cuts_at_width);
     }
     if cuts.is_empty() {
