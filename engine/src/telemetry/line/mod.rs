@@ -93,8 +93,8 @@ pub fn frame_cached<'l>(
 /// The rank [`frame`] finds in a line, its timestamp read only where it can matter: the labels before
 /// the stamp decide, and only Open MPI's tag can follow a stamp (then the line holds its `]<`).
 pub fn rank_of(line: &str, default_year: i32) -> Option<u32> {
-    // Most lines of a log under `srun -l` start with the label itself: read it at once.
-    if let Some(rank) = leading_srun_rank(line.as_bytes()) {
+    // Most lines of a log under `srun -l` start with the label itself: read it before any trimming.
+    if let (Some(rank), _) = split_srun_label(line) {
         return Some(rank);
     }
     // As `split_labels`, but each label that names a rank ends the search: the ones after it cannot
@@ -115,24 +115,6 @@ pub fn rank_of(line: &str, default_year: i32) -> Option<u32> {
     })
 }
 
-/// The rank of an `srun -l` label that opens the line and is followed by a space (`  12: ...`), when
-/// that is plainly what the line starts with; None leaves the line to [`split_srun_label`].
-fn leading_srun_rank(bytes: &[u8]) -> Option<u32> {
-    let mut at = 0;
-    while bytes.get(at) == Some(&b' ') {
-        at += 1;
-    }
-    let digits = at;
-    let mut rank = 0u32;
-    while let Some(&byte) = bytes.get(at)
-        && byte.is_ascii_digit()
-    {
-        rank = rank.checked_mul(10)?.checked_add(u32::from(byte - b'0'))?;
-        at += 1;
-    }
-    (at > digits && bytes.get(at..at + 2) == Some(b": ")).then_some(rank)
-}
-
 /// The labels before a line's stamp split off (quote marks and a trailing newline too): the rank of
 /// the srun label, else of a torch label, else of an Open MPI tag, and the rest.
 fn split_labels(line: &str) -> (Option<u32>, &str) {
@@ -143,7 +125,7 @@ fn split_labels(line: &str) -> (Option<u32>, &str) {
 }
 
 /// ASCII whitespace as `char::is_whitespace` has it (vertical tab included).
-fn is_ascii_space(byte: u8) -> bool {
+pub(super) fn is_ascii_space(byte: u8) -> bool {
     matches!(byte, b'\t'..=b'\r' | b' ')
 }
 
@@ -277,8 +259,14 @@ fn split_srun_label(line: &str) -> (Option<u32>, &str) {
     while bytes.get(digits_start) == Some(&b' ') {
         digits_start += 1;
     }
+    // The digits are read as they are passed (rather than through `str::parse`, which checks for a
+    // sign and for other radixes on every line); a number past a u32 leaves no rank.
     let mut colon = digits_start;
-    while bytes.get(colon).is_some_and(u8::is_ascii_digit) {
+    let mut rank = Some(0u32);
+    while let Some(&digit) = bytes.get(colon)
+        && digit.is_ascii_digit()
+    {
+        rank = rank.and_then(|rank| rank.checked_mul(10)?.checked_add(u32::from(digit - b'0')));
         colon += 1;
     }
     if colon == digits_start || bytes.get(colon) != Some(&b':') {
@@ -289,12 +277,6 @@ fn split_srun_label(line: &str) -> (Option<u32>, &str) {
         Some(b' ') => colon + 2,
         Some(_) => return (None, line),
     };
-    // Only ASCII digits lie between: read them here rather than through `str::parse`, which checks
-    // for a sign and for other radixes on every line.
-    let digits = bytes.get(digits_start..colon).unwrap_or_default();
-    let rank = digits.iter().try_fold(0u32, |rank, &digit| {
-        rank.checked_mul(10)?.checked_add(u32::from(digit - b'0'))
-    });
     (rank, line.get(rest_start..).unwrap_or_default())
 }
 

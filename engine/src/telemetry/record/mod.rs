@@ -18,7 +18,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use super::line::trim;
+use super::line::{is_ascii_space, trim};
 use super::structured;
 use super::traceback::{TORCHSCRIPT_START, TRACEBACK_START};
 
@@ -407,9 +407,7 @@ fn megatron_iteration(message: &str) -> Option<Record> {
             "number of skipped iterations" => skipped_iterations = value.parse().ok(),
             "number of nan iterations" => nan_iterations = value.parse::<u64>().ok(),
             // "throughput per GPU (TFLOP/s/GPU)" today, "TFLOPs" in Megatron-DeepSpeed.
-            _ if key.as_bytes().windows(5).any(|word| word == b"TFLOP") => {
-                tflops_per_gpu = value.parse().ok();
-            }
+            _ if key.contains("TFLOP") => tflops_per_gpu = value.parse().ok(),
             _ if key.ends_with(" loss") || key == "loss" => {
                 other_loss = other_loss.or_else(|| value.parse::<f64>().ok());
             }
@@ -464,8 +462,6 @@ enum Counter<'m> {
 fn iteration_counter(message: &str) -> Counter<'_> {
     const WORD: &[u8] = b"iteration";
     let bytes = message.as_bytes();
-    // ASCII whitespace as Unicode's White_Space has it (vertical tab included).
-    let space = |byte: u8| matches!(byte, b'\t'..=b'\r' | b' ');
     // Where a run of `take` bytes starting at `at` ends; None at a byte outside ASCII.
     fn run_of(bytes: &[u8], mut at: usize, take: impl Fn(u8) -> bool) -> Option<usize> {
         while let Some(&byte) = bytes.get(at) {
@@ -493,25 +489,25 @@ fn iteration_counter(message: &str) -> Counter<'_> {
             _ => {}
         }
         let start = found + WORD.len();
-        let Some(digits) = run_of(bytes, start, space) else {
+        let Some(digits) = run_of(bytes, start, is_ascii_space) else {
             return Counter::Undecided;
         };
         let Some(after_iteration) = run_of(bytes, digits, digit) else {
             return Counter::Undecided;
         };
-        let Some(slash) = run_of(bytes, after_iteration, space) else {
+        let Some(slash) = run_of(bytes, after_iteration, is_ascii_space) else {
             return Counter::Undecided;
         };
         if digits == start || after_iteration == digits || bytes.get(slash) != Some(&b'/') {
             continue;
         }
-        let Some(total_start) = run_of(bytes, slash + 1, space) else {
+        let Some(total_start) = run_of(bytes, slash + 1, is_ascii_space) else {
             return Counter::Undecided;
         };
         let Some(total_end) = run_of(bytes, total_start, digit) else {
             return Counter::Undecided;
         };
-        let Some(bar) = run_of(bytes, total_end, space) else {
+        let Some(bar) = run_of(bytes, total_end, is_ascii_space) else {
             return Counter::Undecided;
         };
         if total_end == total_start || bytes.get(bar) != Some(&b'|') {
