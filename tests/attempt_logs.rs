@@ -141,3 +141,51 @@ async fn with_a_file_per_attempt_each_attempt_reads_its_own() {
     assert_eq!(attempts[0].last_iteration, Some(25));
     assert_eq!(attempts[1].last_iteration, Some(30));
 }
+
+/// The category the engine attributes job 4201's failure to, its log written as `pieces`, one wake-up
+/// after each.
+async fn attributed_when_written_in(pieces: &[&str]) -> String {
+    let rig = EngineRig::default();
+    let log = rig.path().join("train-4201.out");
+    append(&log, &iterations(1, 10));
+    rig.backend
+        .add([job("4201").running_on(["n1", "n2"]).log(&log)]);
+    let mut engine = rig.engine();
+    rig.step(&mut engine, 5).await;
+    for piece in pieces {
+        append(&log, piece);
+        rig.step(&mut engine, 1).await;
+    }
+    rig.backend.update("4201", |job| {
+        job.state = JobState::Failed;
+        job.state_raw = "FAILED".into();
+    });
+    for _ in 0..3 {
+        rig.step(&mut engine, 5).await;
+    }
+    let store = rig.store();
+    let attributions = store.db().attributions(1).unwrap();
+    let attribution = attributions.last().expect("the failure is attributed");
+    attribution.category.clone()
+}
+
+#[tokio::test]
+async fn a_traceback_written_across_wake_ups_is_read_as_one() {
+    // An out-of-memory error in the backward pass: its frames say so (activations, not the model).
+    let lines = [
+        "Traceback (most recent call last):\n",
+        "  File \"main.py\", line 357, in train\n",
+        "    loss.backward()\n",
+        "  File \"/opt/py/site-packages/torch/_tensor.py\", line 521, in backward\n",
+        "    torch.autograd.backward(\n",
+        "  File \"/opt/py/site-packages/torch/autograd/__init__.py\", line 289, in backward\n",
+        "    _engine_run_backward(\n",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB.\n",
+    ];
+    let at_once = attributed_when_written_in(&[&lines.concat()]).await;
+    assert_eq!(at_once, "activation_oom");
+    assert_eq!(attributed_when_written_in(&lines).await, at_once);
+    // A traceback whose header was never written (the log began inside it): its frames before the
+    // exception line are looked back at across the wake-ups too.
+    assert_eq!(attributed_when_written_in(&lines[1..]).await, at_once);
+}

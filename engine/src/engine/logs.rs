@@ -100,7 +100,7 @@ impl Engine {
         if let Some(end) = end {
             // A newer attempt of the job writes the rest of this file.
             if offset >= end {
-                self.settle_tracebacks(workflow, &attempt)?;
+                self.settle_open(workflow, &attempt)?;
                 return Ok(false);
             }
             budget = budget.min(end - offset);
@@ -155,7 +155,7 @@ impl Engine {
             if chunk.spans.is_empty() && chunk.next_offset == offset && chunk.identity == identity {
                 if first {
                     // The log went quiet: a traceback whose exception line came is complete.
-                    self.settle_tracebacks(workflow, &attempt)?;
+                    self.settle_open(workflow, &attempt)?;
                     self.hear_partial_line(&attempt, path, offset, now)?;
                 }
                 *spare = chunk;
@@ -292,23 +292,22 @@ impl Engine {
         }
     }
 
-    fn settle_tracebacks(
-        &mut self,
-        workflow: &Workflow,
-        attempt: &Attempt,
-    ) -> Result<(), EngineError> {
-        let Some(assembler) = self.tracebacks.get_mut(&(workflow.id, attempt.index)) else {
+    /// Settles what `attempt`'s log left open once it went quiet (see
+    /// [`OpenState::settle`](crate::telemetry::pipeline::OpenState::settle)).
+    fn settle_open(&mut self, workflow: &Workflow, attempt: &Attempt) -> Result<(), EngineError> {
+        let Some(open) = self.open_reads.get_mut(&(workflow.id, attempt.index)) else {
             return Ok(());
         };
-        let blocks = assembler.settle();
-        if blocks.is_empty() {
+        let now = self.clock.now();
+        let (tracebacks, evidence) = open.settle(attempt.last_log_time.unwrap_or(now));
+        if tracebacks.is_empty() && evidence.is_empty() {
             return Ok(());
         }
         let digest = LogDigest {
-            tracebacks: blocks,
+            tracebacks,
+            evidence,
             ..LogDigest::default()
         };
-        let now = self.clock.now();
         self.store
             .write(|db| store_digest(db, workflow, attempt, digest, now, &mut Vec::new()))?;
         Ok(())
@@ -377,7 +376,7 @@ impl Engine {
         now: DateTime<Utc>,
     ) -> LogDigest {
         let key = (attempt.workflow_id, attempt.index);
-        let assembler = self.tracebacks.remove(&key).unwrap_or_default();
+        let open = self.open_reads.remove(&key).unwrap_or_default();
         let catalog = &self.catalog;
         let mut digester = Digester::new(
             |line: &str| catalog.is_notable(line),
@@ -385,15 +384,15 @@ impl Engine {
             attempt.last_log_time,
             attempt.last_iteration,
         )
-        .resume_tracebacks(assembler);
+        .resume(open);
         let chunk = crate::attribute::rejoin::rejoin_wrapped(chunk);
         digester.push_chunk(&chunk, &catalog.line_marks_remembering(&chunk, shapes));
         if attempt.state.is_terminal() && last {
             // The attempt writes no more: every traceback it began is as complete as it will be.
             digester.finish()
         } else {
-            let (digest, assembler) = digester.finish_keeping();
-            self.tracebacks.insert(key, assembler);
+            let (digest, open) = digester.finish_keeping();
+            self.open_reads.insert(key, open);
             digest
         }
     }

@@ -97,8 +97,8 @@ pub struct Engine {
     log_watcher: LogWatcher,
     /// What the GPU status commands last reported.
     node_probes: nodes::NodeProbes,
-    /// Tracebacks still open at the end of a read, per (workflow, attempt).
-    tracebacks: HashMap<(WorkflowId, u32), crate::telemetry::traceback::TracebackAssembler>,
+    /// What the last read of each (workflow, attempt)'s log left open for the next.
+    open_reads: HashMap<(WorkflowId, u32), crate::telemetry::pipeline::OpenState>,
     /// The scheduler is not answering: since when, and when to call it again.
     outage: Option<outage::Outage>,
     /// Workflows may sit in `credential_error` (a refusal, or a store from an earlier run): the
@@ -162,7 +162,7 @@ impl Engine {
             step_watches: HashMap::new(),
             log_watcher,
             node_probes: nodes::NodeProbes::default(),
-            tracebacks: HashMap::new(),
+            open_reads: HashMap::new(),
             outage: None,
             credentials_in_doubt: true,
             pace,

@@ -142,7 +142,7 @@ fn digests(catalog: &Catalog, text: &str) -> (LogDigest, LogDigest) {
     (fast, full.finish())
 }
 
-use crate::telemetry::pipeline::LogDigest;
+use crate::telemetry::pipeline::{LogDigest, OpenState};
 
 #[test]
 fn the_candidate_scan_passes_over_only_lines_the_full_checks_find_nothing_in() {
@@ -464,4 +464,75 @@ fn a_warning_printed_on_its_own_line_is_no_exception_raised() {
     assert!(!explanation.failed, "{:?}", explanation.attribution);
     let raised = explained_as(&["ValueError: a bad value"], false);
     assert!(raised.failed);
+}
+
+/// What a log's digests say, whatever the reads: the evidence (in time order, the order attribution
+/// reads it in), the tracebacks, the checkpoints and the last iteration.
+type Said = (
+    Vec<(DateTime<Utc>, String)>,
+    Vec<String>,
+    Vec<u64>,
+    Option<u64>,
+);
+
+fn said(digests: &[LogDigest]) -> Said {
+    let mut evidence: Vec<_> = digests
+        .iter()
+        .flat_map(|d| d.evidence.iter().map(|l| (l.time, l.text.clone())))
+        .collect();
+    evidence.sort();
+    let tracebacks = digests
+        .iter()
+        .flat_map(|d| d.tracebacks.iter().map(|b| format!("{b:?}")))
+        .collect();
+    let checkpoints = digests
+        .iter()
+        .flat_map(|d| d.checkpoints.iter().map(|c| c.0))
+        .collect();
+    let last = digests.iter().filter_map(|d| d.last_iteration).max();
+    (evidence, tracebacks, checkpoints, last)
+}
+
+#[test]
+fn a_log_read_in_pieces_says_what_it_says_read_at_once() {
+    // The engine reads a live log in whatever pieces were appended between two wake-ups, with a new
+    // digester each time that continues what the read before left open.
+    let catalog = Catalog::builtin().unwrap();
+    let notable = |line: &str| catalog.is_notable(line);
+    for path in corpus_logs() {
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        let whole = chunk_of(&text);
+        let mut once = Digester::new(notable, now(), None, None);
+        once.push_chunk(&whole, &catalog.line_marks(&whole));
+        let once = said(&[once.finish()]);
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        for size in [1, 3] {
+            let mut digests: Vec<LogDigest> = Vec::new();
+            let mut open = OpenState::default();
+            for piece in lines.chunks(size) {
+                let (last_time, last_iteration) = digests
+                    .last()
+                    .map_or((None, None), |d| (d.last_time, d.last_iteration));
+                let chunk = chunk_of(&piece.concat());
+                let mut digester =
+                    Digester::new(notable, now(), last_time, last_iteration).resume(open);
+                digester.push_chunk(&chunk, &catalog.line_marks(&chunk));
+                let (digest, left) = digester.finish_keeping();
+                digests.push(digest);
+                open = left;
+            }
+            // The attempt ends: what is still open is settled.
+            digests.push(
+                Digester::new(notable, now(), None, None)
+                    .resume(open)
+                    .finish(),
+            );
+            assert_eq!(
+                said(&digests),
+                once,
+                "{} in pieces of {size}",
+                path.display()
+            );
+        }
+    }
 }

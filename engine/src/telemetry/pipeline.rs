@@ -3,7 +3,7 @@
 //!
 //! One [`Digester`] follows one log through one read; the engine and the ingest benchmark share it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 
@@ -103,19 +103,49 @@ pub struct Digester<F: Fn(&str) -> bool> {
     now: DateTime<Utc>,
     /// The iteration a save without a step number belongs to, when the log did not say in this read.
     known_iteration: Option<u64>,
-    /// Assembles multi-line tracebacks; it outlives one read when the caller hands it back in.
+    /// The ranks in `digest.ranks_heard`, as bits, so each line's rank is looked up in constant time.
+    ranks_seen: Vec<u64>,
+    /// What the read continues of the ones before it, and leaves open for the next.
+    open: OpenState,
+    /// Where in this read's evidence `open.loss_not_finite` goes when it is kept: before every line of
+    /// the read when an earlier read began the run of non-finite losses.
+    loss_index: usize,
+    digest: LogDigest,
+}
+
+/// What a read of a log leaves open for the next read of the same log, so that where one read ends
+/// and the next begins changes nothing of what the log says: the tracebacks being assembled, the ranks
+/// inside one with the lines kept of it, a run of non-finite losses not yet over, an `ibstat` port
+/// section not yet ended. [`Digester::finish`] settles it (the log is read to its end), and so does
+/// [`OpenState::settle`] when the log goes quiet.
+#[derive(Debug, Default)]
+pub struct OpenState {
+    /// Assembles multi-line tracebacks.
     assembler: TracebackAssembler,
     /// Ranks inside a Python traceback, with the lines kept of it so far.
     tracebacks: HashMap<Option<u32>, usize>,
-    /// The ranks in `digest.ranks_heard`, as bits, so each line's rank is looked up in constant time.
-    ranks_seen: Vec<u64>,
-    /// The first progress line of the current run of them whose loss is NaN or infinite, with where it
-    /// goes among the evidence: kept once the digest ends with the run still on, dropped when a finite
-    /// loss or the training's normal end follows (the scaler skipped the steps, or the run finished).
-    loss_not_finite: Option<(usize, EvidenceLine)>,
+    /// The first progress line of the current run of them whose loss is NaN or infinite: kept once
+    /// the log ends or goes quiet with the run still on, dropped when a finite loss or the training's
+    /// normal end follows (the scaler skipped the steps, or the run finished).
+    loss_not_finite: Option<EvidenceLine>,
     /// The `ibstat` port section being read: a port not active adds a derived evidence line.
     ib_port: PortSection,
-    digest: LogDigest,
+    /// The last lines read after the last one kept as evidence, for the frame look-back of an
+    /// exception line in the next read (see [`Digester::recover_frames`]).
+    unsettled_tail: VecDeque<String>,
+}
+
+impl OpenState {
+    /// What the log left open, settled once it went quiet at `now`: the tracebacks whose exception
+    /// line came (those still in their frames stay open), and the evidence of a non-finite loss still
+    /// on and of an `ibstat` section the log ended in (its link layer not shown: taken as InfiniBand).
+    pub fn settle(&mut self, now: DateTime<Utc>) -> (Vec<TracebackBlock>, Vec<EvidenceLine>) {
+        let mut evidence: Vec<EvidenceLine> = self.loss_not_finite.take().into_iter().collect();
+        for found in self.ib_port.close() {
+            evidence.push(evidence_line(now, None, &found));
+        }
+        (self.assembler.settle(), evidence)
+    }
 }
 
 /// Where one read's lines stand, for the look-backs of its later lines.
@@ -142,10 +172,8 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             classifier: LineClassifier::new(notable, now),
             now,
             known_iteration: last_iteration,
-            assembler: TracebackAssembler::new(),
-            tracebacks: HashMap::new(),
-            loss_not_finite: None,
-            ib_port: PortSection::default(),
+            open: OpenState::default(),
+            loss_index: 0,
             ranks_seen: Vec::new(),
             digest: LogDigest {
                 last_time,
@@ -176,6 +204,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             self.apply_in_read(chunk, index, line, facts, &mut read);
         }
         self.settle_stamps(chunk, read.unstamped, chunk.line_count());
+        self.keep_unsettled_tail(chunk, read.settled);
     }
 
     /// Feeds one line; `candidate` false means the notable check cannot match it.
@@ -197,13 +226,14 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             self.apply_in_read(chunk, index, line, facts, &mut read);
         }
         self.settle_stamps(chunk, read.unstamped, chunk.line_count());
+        self.keep_unsettled_tail(chunk, read.settled);
     }
 
     /// Takes in a quiet line without framing it, when nothing open needs it: it is counted and its
     /// rank heard, and the first of a run of such lines is remembered (their stamps are read, latest
     /// first, only when a line after them needs one). False when the line must be classified.
     fn passes_by(&mut self, line: &str, index: usize, read: &mut ReadState) -> bool {
-        if self.assembler.open_blocks() > 0 || !self.tracebacks.is_empty() {
+        if self.open.assembler.open_blocks() > 0 || !self.open.tracebacks.is_empty() {
             return false;
         }
         self.digest.lines += 1;
@@ -233,7 +263,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
         if let LineKind::Record(record) = &facts.kind
             && let Record::ExceptionLine { exception, .. } = record.as_ref()
             && !exception.ends_with("Warning")
-            && !self.tracebacks.contains_key(&facts.rank)
+            && !self.open.tracebacks.contains_key(&facts.rank)
         {
             let time = self.time_of(&facts);
             self.recover_frames(chunk, index, facts.rank, time, read.settled);
@@ -245,10 +275,12 @@ impl<F: Fn(&str) -> bool> Digester<F> {
         }
     }
 
-    /// Keeps as evidence the frames of a traceback whose header the read does not hold (an excerpt or
-    /// a read that starts inside it, a collector that cut it): the lines of the exception's rank just
+    /// Keeps as evidence the frames of a traceback whose header the reads do not hold (an excerpt or
+    /// a log that starts inside it, a collector that cut it): the lines of the exception's rank just
     /// before its exception line that read as frames (indented code, `File "..."`, a caret line), at
-    /// most [`MAX_TRACEBACK_LINES`] and none before `settled` (the last line kept). The signatures'
+    /// most [`MAX_TRACEBACK_LINES`] and none before `settled` (the last line kept). When nothing of
+    /// the read was kept before the exception, the look-back goes on into the end of the read before
+    /// (`OpenState::unsettled_tail`), so that where a read began does not matter. The signatures'
     /// contexts (a backward pass, a DataLoader worker) are then seen beside the exception.
     fn recover_frames(
         &mut self,
@@ -259,15 +291,23 @@ impl<F: Fn(&str) -> bool> Digester<F> {
         settled: usize,
     ) {
         let from = settled.max(index.saturating_sub(MAX_TRACEBACK_LINES));
-        let mut frames = Vec::new();
-        for line in chunk
+        let here = chunk
             .spans
             .get(from..index)
             .unwrap_or_default()
             .iter()
             .rev()
-        {
-            let raw = chunk.text.get(line.0..line.1).unwrap_or_default();
+            .map(|line| chunk.text.get(line.0..line.1).unwrap_or_default());
+        // The read's own lines reach back to its start: the read before may hold more of the frames.
+        let before = (from == 0).then_some(&self.open.unsettled_tail);
+        let earlier = before
+            .into_iter()
+            .flat_map(|tail| tail.iter().rev().map(String::as_str));
+        let mut frames = Vec::new();
+        for raw in here.chain(earlier) {
+            if frames.len() >= MAX_TRACEBACK_LINES {
+                break;
+            }
             let framed = self.classifier.frame(raw);
             if framed.rank != rank {
                 continue;
@@ -278,8 +318,36 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             }
             frames.push(keep_ends(message, MAX_EVIDENCE_CHARS));
         }
+        if from == 0 {
+            // Taken, or cut off by a line that is no frame: nothing before it is looked at again.
+            self.open.unsettled_tail.clear();
+        }
         for text in frames.into_iter().rev() {
             self.digest.evidence.push(EvidenceLine { time, rank, text });
+        }
+    }
+
+    /// Remembers the read's last lines after the last one kept (`settled`), at most
+    /// [`MAX_TRACEBACK_LINES`], for the frame look-back of the next read: with what was remembered
+    /// before when the read kept nothing and was shorter than that.
+    fn keep_unsettled_tail(&mut self, chunk: &Chunk, settled: usize) {
+        let count = chunk.line_count();
+        let from = settled.max(count.saturating_sub(MAX_TRACEBACK_LINES));
+        let tail = &mut self.open.unsettled_tail;
+        if from > 0 {
+            tail.clear();
+        }
+        for line in chunk.spans.get(from..count).unwrap_or_default() {
+            tail.push_back(
+                chunk
+                    .text
+                    .get(line.0..line.1)
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+            if tail.len() > MAX_TRACEBACK_LINES {
+                tail.pop_front();
+            }
         }
     }
 
@@ -317,16 +385,16 @@ impl<F: Fn(&str) -> bool> Digester<F> {
         let time = self.time_of(&facts);
         self.digest.last_time = Some(time);
         // Only a traceback start, or a line while one is open, concerns the assembler.
-        if self.assembler.open_blocks() > 0 || facts.traceback_marker {
+        if self.open.assembler.open_blocks() > 0 || facts.traceback_marker {
             let framed = FramedLine {
                 rank: facts.rank,
                 timestamp: facts.timestamp,
                 message,
             };
-            if let Some(block) = self.assembler.push_framed(&framed) {
+            if let Some(block) = self.open.assembler.push_framed(&framed) {
                 self.digest.tracebacks.push(block);
             }
-            while let Some(block) = self.assembler.pop_ready() {
+            while let Some(block) = self.open.assembler.pop_ready() {
                 self.digest.tracebacks.push(block);
             }
         }
@@ -350,7 +418,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                 None
             }
             LineKind::IbPort(field) => {
-                if let Some(found) = self.ib_port.feed(field) {
+                if let Some(found) = self.open.ib_port.feed(field) {
                     self.digest
                         .evidence
                         .push(evidence_line(time, facts.rank, &found));
@@ -360,15 +428,15 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             LineKind::Other => None,
         };
         if matches!(record, Some(Record::TrainingDone)) {
-            self.loss_not_finite = None;
+            self.open.loss_not_finite = None;
         }
         let notable = match record {
             Some(Record::TracebackStart) => {
-                self.tracebacks.insert(facts.rank, 0);
+                self.open.tracebacks.insert(facts.rank, 0);
                 true
             }
             Some(Record::ExceptionLine { .. }) => {
-                self.tracebacks.remove(&facts.rank);
+                self.open.tracebacks.remove(&facts.rank);
                 true
             }
             Some(Record::Error { .. }) => true,
@@ -383,14 +451,12 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                 // signature reads it (its classification asked), says the training diverged; the ones
                 // after it say the same.
                 if loss.is_none() && nan_or_inf {
-                    if facts.notable && self.loss_not_finite.is_none() {
-                        self.loss_not_finite = Some((
-                            self.digest.evidence.len(),
-                            evidence_line(time, facts.rank, message),
-                        ));
+                    if facts.notable && self.open.loss_not_finite.is_none() {
+                        self.loss_index = self.digest.evidence.len();
+                        self.open.loss_not_finite = Some(evidence_line(time, facts.rank, message));
                     }
                 } else {
-                    self.loss_not_finite = None;
+                    self.open.loss_not_finite = None;
                 }
                 if self
                     .digest
@@ -420,8 +486,8 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             }
             _ if save_start => false,
             // Mostly no traceback is open: the map is not even hashed into then.
-            _ => match (!self.tracebacks.is_empty())
-                .then(|| self.tracebacks.get_mut(&facts.rank))
+            _ => match (!self.open.tracebacks.is_empty())
+                .then(|| self.open.tracebacks.get_mut(&facts.rank))
                 .flatten()
             {
                 Some(kept) => {
@@ -456,42 +522,31 @@ impl<F: Fn(&str) -> bool> Digester<F> {
         }
     }
 
-    /// Continues the tracebacks a previous read of the same log left open.
-    pub fn resume_tracebacks(mut self, assembler: TracebackAssembler) -> Self {
-        self.assembler = assembler;
+    /// Continues what a previous read of the same log left open.
+    pub fn resume(mut self, open: OpenState) -> Self {
+        self.open = open;
+        self.loss_index = 0;
         self
     }
 
-    /// What the lines taught, every open traceback closed (the log is read to its end).
+    /// What the lines taught, everything left open settled (the log is read to its end).
     pub fn finish(mut self) -> LogDigest {
-        self.settle_loss();
-        self.settle_ib_port();
-        self.digest.tracebacks.extend(self.assembler.flush());
+        if let Some(line) = self.open.loss_not_finite.take() {
+            // In its place among the evidence.
+            let index = self.loss_index.min(self.digest.evidence.len());
+            self.digest.evidence.insert(index, line);
+        }
+        let time = self.digest.last_time.unwrap_or(self.now);
+        for found in self.open.ib_port.close() {
+            self.digest.evidence.push(evidence_line(time, None, &found));
+        }
+        self.digest.tracebacks.extend(self.open.assembler.flush());
         self.digest
     }
 
-    /// What the lines taught, with the tracebacks still open handed back for the next read (a chained
-    /// traceback may continue there). Settle them once a read comes up empty.
-    pub fn finish_keeping(mut self) -> (LogDigest, TracebackAssembler) {
-        self.settle_loss();
-        self.settle_ib_port();
-        (self.digest, self.assembler)
-    }
-
-    /// Closes an `ibstat` port section the read ended in (its link layer not shown: taken as InfiniBand).
-    fn settle_ib_port(&mut self) {
-        let time = self.digest.last_time.unwrap_or(self.now);
-        for found in self.ib_port.close() {
-            self.digest.evidence.push(evidence_line(time, None, &found));
-        }
-    }
-
-    /// Keeps, in its place among the evidence, the progress line of a loss that is still not finite.
-    fn settle_loss(&mut self) {
-        if let Some((index, line)) = self.loss_not_finite.take() {
-            let index = index.min(self.digest.evidence.len());
-            self.digest.evidence.insert(index, line);
-        }
+    /// What the lines taught, with what they left open handed back for the next read of the log.
+    pub fn finish_keeping(self) -> (LogDigest, OpenState) {
+        (self.digest, self.open)
     }
 }
 
@@ -649,9 +704,34 @@ mod tests {
             iteration(233, "nan", 0),
             "RuntimeError: the run stopped".to_string(),
         ];
+        // The same lines, each in a read of its own: a read that ends on a NaN loss leaves it open.
+        let kept_in_reads = |lines: &[String], notable: fn(&str) -> bool| -> Vec<String> {
+            let mut open = OpenState::default();
+            let mut evidence = Vec::new();
+            for line in lines {
+                let chunk = Chunk::of_text(&format!("{line}\n"));
+                let mut digester = Digester::new(notable, now, None, None).resume(open);
+                digester.push_chunk(&chunk, &[Mark::Candidate]);
+                let (digest, left) = digester.finish_keeping();
+                evidence.extend(digest.evidence);
+                open = left;
+            }
+            evidence.extend(
+                Digester::new(notable, now, None, None)
+                    .resume(open)
+                    .finish()
+                    .evidence,
+            );
+            evidence.into_iter().map(|l| l.text).collect()
+        };
         let with_nan = |line: &str| line.contains("nan") || line.contains("Error");
         let evidence = kept(&lines, with_nan);
         assert_eq!(evidence.len(), 2, "{evidence:#?}");
+        let mut in_reads = kept_in_reads(&lines, with_nan);
+        in_reads.sort();
+        let mut at_once = evidence.clone();
+        at_once.sort();
+        assert_eq!(in_reads, at_once);
         // The first of the run that lasts, in its place before the error.
         assert!(
             evidence[0].starts_with("iteration      232/"),
@@ -664,5 +744,16 @@ mod tests {
         lines.pop();
         lines.push("[after training is done] datetime: 2024-07-30 18:00:00".to_string());
         assert!(kept(&lines, with_nan).is_empty());
+        assert!(kept_in_reads(&lines, with_nan).is_empty());
+        // A log that goes quiet on a NaN loss keeps it, when the engine settles what it left open.
+        lines.pop();
+        let chunk = Chunk::of_text(&(lines.join("\n") + "\n"));
+        let mut digester = Digester::new(with_nan, now, None, None);
+        digester.push_chunk(&chunk, &vec![Mark::Candidate; chunk.line_count()]);
+        let (digest, mut open) = digester.finish_keeping();
+        assert!(digest.evidence.is_empty(), "{:#?}", digest.evidence);
+        let (_, settled) = open.settle(now);
+        assert_eq!(settled.len(), 1);
+        assert!(settled[0].text.starts_with("iteration      232/"));
     }
 }
