@@ -285,32 +285,22 @@ pub fn explain_with(
         AnomalyKind::Crash
     };
     // A stalled run failed whatever its log says: what it says only names the cause.
-    let attribution = (matched || raised || input.stalled).then(|| {
-        attribute::attribute(
-            catalog,
-            &Evidence {
-                workflow_id: 0,
-                attempt_index: 0,
-                anomaly,
-                lines: &evidence,
-                nodes: &input.nodes,
-                ranks_per_node: input.ranks_per_node.max(1),
-                exit_code: None,
-                now,
-            },
-        )
-    });
+    let attempt = Evidence {
+        workflow_id: 0,
+        attempt_index: 0,
+        anomaly,
+        lines: &evidence,
+        nodes: &input.nodes,
+        ranks_per_node: input.ranks_per_node.max(1),
+        exit_code: None,
+        now,
+    };
     // Signatures that matched but do not apply (a retry a later line says succeeded, a context
-    // missing), with no exception raised, leave nothing failed.
-    let attribution = attribution.filter(|found| {
-        raised
-            || input.stalled
-            || found
-                .signature
-                .as_deref()
-                .and_then(|id| catalog.signature(id))
-                .is_some_and(|signature| signature.spec.fails_alone)
-    });
+    // missing), with no exception raised, leave nothing failed. One that applies may be explained
+    // by a condition that outranks it (a process blocked on storage behind its peers' timeouts).
+    let attribution =
+        (raised || input.stalled || (matched && attribute::shows_failure(catalog, &attempt)))
+            .then(|| attribute::attribute(catalog, &attempt));
     let failed = attribution.is_some();
     // A run that failed nothing but got slow is explained by why it got slow: a cause (a hot GPU, one
     // slow device, the input pipeline) before the slowdown it makes.

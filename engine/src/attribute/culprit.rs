@@ -138,7 +138,7 @@ pub(super) fn resolve(weighed: &Weighed<'_>, signature: &Signature, own: &[usize
                 };
             }
             [] if from_victims => None,
-            [] => match located_node(weighed) {
+            [] => match located_node(weighed, culprit.rank) {
                 Some((node, rank)) => {
                     culprit.rank = rank.or(culprit.rank);
                     Some(node)
@@ -207,14 +207,23 @@ fn names_node(host: &str) -> bool {
 }
 
 /// The one node that lines saying where the log was taken name (a shell prompt, a one-node
-/// allocation); none when they name several.
-fn located_node(weighed: &Weighed<'_>) -> Option<(String, Option<u32>)> {
+/// allocation); none when they name several. A line that names the node of another rank than the
+/// failure's (`rank`) says where that rank ran, not where the failure is, unless it is where the
+/// failure began (an origin's line: a task killed by a signal).
+fn located_node(weighed: &Weighed<'_>, rank: Option<u32>) -> Option<(String, Option<u32>)> {
     let mut found: Option<(&str, Option<u32>)> = None;
     for line in weighed.evidence.lines {
-        if let Some((node, rank)) = weighed
-            .catalog
-            .located(&line.text)
-            .filter(|(node, _)| names_node(node))
+        if let Some((_, node, rank)) =
+            weighed
+                .catalog
+                .located_by(&line.text)
+                .filter(|(locator, node, located)| {
+                    names_node(node)
+                        && (locator.origin
+                            || located.is_none()
+                            || rank.is_none()
+                            || *located == rank)
+                })
         {
             match found {
                 Some((known, _)) if known != node => return None,

@@ -49,24 +49,43 @@ pub struct Evidence<'a> {
 /// candidate; a candidate another one outranks drops out, and of a sequence only the first to appear
 /// stays; the most confident of the rest wins. The culprit comes from the winner's own lines first.
 pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
-    // What the lines say together (ranks that disagree about one collective) is read as one more line.
+    with_derived_lines(evidence, |evidence| attribute_lines(catalog, evidence))
+}
+
+/// Whether a signature that fails a run alone applies to the evidence (its context holds, no later
+/// line cleared it), whichever signature then explains the failure: a log that shows no failure but
+/// conditions a run lives with (a disk nearly full, a process seen in D state) shows none.
+pub fn shows_failure(catalog: &Catalog, evidence: &Evidence<'_>) -> bool {
+    with_derived_lines(evidence, |evidence| {
+        applying(catalog, evidence)
+            .1
+            .keys()
+            .any(|&signature| catalog.signatures()[signature].spec.fails_alone)
+    })
+}
+
+/// `then` of the evidence with what its lines say together (ranks that disagree about one
+/// collective) read as one more line.
+fn with_derived_lines<T>(evidence: &Evidence<'_>, then: impl FnOnce(&Evidence<'_>) -> T) -> T {
     match collectives::disagreement(evidence.lines) {
         Some(derived) => {
             let mut lines = evidence.lines.to_vec();
             lines.push(derived);
-            attribute_lines(
-                catalog,
-                &Evidence {
-                    lines: &lines,
-                    ..evidence.clone()
-                },
-            )
+            then(&Evidence {
+                lines: &lines,
+                ..evidence.clone()
+            })
         }
-        None => attribute_lines(catalog, evidence),
+        None => then(evidence),
     }
 }
 
-fn attribute_lines(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
+/// The signatures each evidence line matches, and every signature that applies with its lines: its
+/// context inside the same block, and not cleared by a later line.
+fn applying(
+    catalog: &Catalog,
+    evidence: &Evidence<'_>,
+) -> (Vec<Vec<usize>>, BTreeMap<usize, Vec<usize>>) {
     let matches: Vec<Vec<usize>> = evidence
         .lines
         .iter()
@@ -91,6 +110,11 @@ fn attribute_lines(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
     hits.retain(|&signature, own| {
         !resolution::cleared(&catalog.signatures()[signature], own, evidence.lines)
     });
+    (matches, hits)
+}
+
+fn attribute_lines(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
+    let (matches, hits) = applying(catalog, evidence);
     let ranked = precedence::rank(catalog, &hits, evidence.lines);
     let Some((index, own)) = ranked else {
         return unmatched(evidence);
@@ -732,6 +756,33 @@ explanation = "retry"
         let attribution = attribute(&catalog, &evidence(&lines, &[]));
         assert_eq!(attribution.category, "gpu_ecc");
         assert_eq!(attribution.culprit.node.as_deref(), Some("node4"));
+    }
+
+    #[test]
+    fn an_mpi_abort_locates_the_failure_of_its_own_rank_only() {
+        let catalog = Catalog::builtin().unwrap();
+        let abort = |rank: u32, node: &str| {
+            format!(
+                "MPICH ERROR [Rank {rank}] [job id 57638547.0] [Fri Aug 28 22:45:13 2026] [{node}] - Abort(1) (rank {rank} in comm 432): application called MPI_Abort(comm=0xC4000001, 1) - process {rank}"
+            )
+        };
+        let error = "cudaSetDevice(cuda_device_id) error( cudaErrorDevicesUnavailable): CUDA-capable device(s) is/are busy or unavailable";
+        let own = [
+            line(Some(2047), error),
+            line(Some(2047), &abort(2047, "nid004069")),
+        ];
+        let attribution = attribute(&catalog, &evidence(&own, &[]));
+        assert_eq!(attribution.category, "gpu_fault");
+        assert_eq!(attribution.culprit.node.as_deref(), Some("nid004069"));
+        assert_eq!(attribution.culprit.rank, Some(2047));
+        // Another rank's abort says where that rank ran, not where the failing one did.
+        let other = [
+            line(Some(2047), error),
+            line(Some(12), &abort(12, "nid000033")),
+        ];
+        let attribution = attribute(&catalog, &evidence(&other, &[]));
+        assert_eq!(attribution.culprit.node, None, "{attribution:#?}");
+        assert_eq!(attribution.culprit.rank, Some(2047));
     }
 
     #[test]

@@ -282,9 +282,16 @@ impl Catalog {
 
     /// The node a locator finds in `line`, with the rank it names if any.
     pub fn located<'l>(&self, line: &'l str) -> Option<(&'l str, Option<u32>)> {
-        self.locators
-            .iter()
-            .find_map(|locator| locator.locate(line))
+        self.located_by(line).map(|(_, node, rank)| (node, rank))
+    }
+
+    /// [`Self::located`], with the locator that found the node.
+    pub fn located_by<'l>(&self, line: &'l str) -> Option<(&Locator, &'l str, Option<u32>)> {
+        self.locators.iter().find_map(|locator| {
+            locator
+                .locate(line)
+                .map(|(node, rank)| (locator, node, rank))
+        })
     }
 
     /// The built-in catalog, overridden and extended by the `*.toml` files of `dir` (same id replaces).
