@@ -274,7 +274,7 @@ fn the_other_field_corpus_parts_stay_above_their_floors() {
         ("fifth", 39, 29, 29),
         ("sixth", 38, 30, 32),
         ("seventh", 60, 57, 58),
-        ("eighth", 43, 38, 38),
+        ("eighth", 43, 39, 39),
         ("ninth", 28, 21, 23),
         ("tenth", 34, 21, 22),
         ("eleventh", 45, 41, 41),
@@ -283,8 +283,9 @@ fn the_other_field_corpus_parts_stay_above_their_floors() {
         ("fourteenth", 49, 44, 44),
         ("fifteenth", 29, 22, 22),
         ("sixteenth", 26, 23, 23),
-        ("seventeenth", 47, 38, 39),
+        ("seventeenth", 47, 39, 40),
         ("eighteenth", 12, 9, 10),
+        ("nineteenth", 25, 22, 22),
     ] {
         part_above_floors(part, cases, passed, categories);
     }
