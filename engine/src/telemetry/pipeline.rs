@@ -490,9 +490,14 @@ impl<F: Fn(&str) -> bool> Digester<F> {
                 .then(|| self.open.tracebacks.get_mut(&facts.rank))
                 .flatten()
             {
-                Some(kept) => {
+                Some(kept) if *kept < MAX_TRACEBACK_LINES => {
                     *kept += 1;
-                    *kept <= MAX_TRACEBACK_LINES
+                    true
+                }
+                // Kept as much of it as a traceback keeps: the rest of its lines go by as any.
+                Some(_) => {
+                    self.open.tracebacks.remove(&facts.rank);
+                    facts.notable
                 }
                 None => facts.notable,
             },
