@@ -1,7 +1,7 @@
 //! One log per attempt: a job requeued under its id writes every run to one output file, and each
 //! line belongs to exactly one attempt (appended, truncated, or a file of each attempt's own).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use runguard_engine::model::JobState;
 
@@ -13,14 +13,20 @@ fn iterations(from: u64, to: u64) -> String {
         .collect()
 }
 
+/// Job 4201 running on n1 and n2, its log `train-4201.out` holding `text`: the log's path.
+fn running_4201(rig: &EngineRig, text: &str) -> PathBuf {
+    let log = rig.path().join("train-4201.out");
+    append(&log, text);
+    rig.backend
+        .add([job("4201").running_on(["n1", "n2"]).log(&log)]);
+    log
+}
+
 /// Job 4201 ran to iteration 25 in `log`, then was requeued by the scheduler and runs again;
 /// `second_run` writes the new run's lines. Returns the attempts' last iterations and evidence.
 async fn requeued(second_run: impl FnOnce(&Path)) -> (Vec<Option<u64>>, Vec<Vec<String>>) {
     let rig = EngineRig::default();
-    let log = rig.path().join("train-4201.out");
-    append(&log, &iterations(1, 20));
-    rig.backend
-        .add([job("4201").running_on(["n1", "n2"]).log(&log)]);
+    let log = running_4201(&rig, &iterations(1, 20));
     let mut engine = rig.engine();
     rig.step(&mut engine, 5).await;
     append(&log, &iterations(21, 25));
@@ -146,20 +152,14 @@ async fn with_a_file_per_attempt_each_attempt_reads_its_own() {
 /// after each.
 async fn attributed_when_written_in(pieces: &[&str]) -> String {
     let rig = EngineRig::default();
-    let log = rig.path().join("train-4201.out");
-    append(&log, &iterations(1, 10));
-    rig.backend
-        .add([job("4201").running_on(["n1", "n2"]).log(&log)]);
+    let log = running_4201(&rig, &iterations(1, 10));
     let mut engine = rig.engine();
     rig.step(&mut engine, 5).await;
     for piece in pieces {
         append(&log, piece);
         rig.step(&mut engine, 1).await;
     }
-    rig.backend.update("4201", |job| {
-        job.state = JobState::Failed;
-        job.state_raw = "FAILED".into();
-    });
+    rig.backend.fail("4201");
     for _ in 0..3 {
         rig.step(&mut engine, 5).await;
     }

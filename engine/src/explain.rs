@@ -298,9 +298,10 @@ pub fn explain_with(
     // Signatures that matched but do not apply (a retry a later line says succeeded, a context
     // missing), with no exception raised, leave nothing failed. One that applies may be explained
     // by a condition that outranks it (a process blocked on storage behind its peers' timeouts).
-    let attribution =
-        (raised || input.stalled || (matched && attribute::shows_failure(catalog, &attempt)))
-            .then(|| attribute::attribute(catalog, &attempt));
+    let attribution = (matched || raised || input.stalled)
+        .then(|| attribute::attribute_showing(catalog, &attempt))
+        .filter(|(_, shows_failure)| raised || input.stalled || *shows_failure)
+        .map(|(attribution, _)| attribution);
     let failed = attribution.is_some();
     // A run that failed nothing but got slow is explained by why it got slow: a cause (a hot GPU, one
     // slow device, the input pipeline) before the slowdown it makes.

@@ -49,19 +49,15 @@ pub struct Evidence<'a> {
 /// candidate; a candidate another one outranks drops out, and of a sequence only the first to appear
 /// stays; the most confident of the rest wins. The culprit comes from the winner's own lines first.
 pub fn attribute(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
-    with_derived_lines(evidence, |evidence| attribute_lines(catalog, evidence))
+    attribute_showing(catalog, evidence).0
 }
 
-/// Whether a signature that fails a run alone applies to the evidence (its context holds, no later
-/// line cleared it), whichever signature then explains the failure: a log that shows no failure but
-/// conditions a run lives with (a disk nearly full, a process seen in D state) shows none.
-pub fn shows_failure(catalog: &Catalog, evidence: &Evidence<'_>) -> bool {
-    with_derived_lines(evidence, |evidence| {
-        applying(catalog, evidence)
-            .1
-            .keys()
-            .any(|&signature| catalog.signatures()[signature].spec.fails_alone)
-    })
+/// [`attribute`], and whether a signature that fails a run alone applies to the evidence (its context
+/// holds, no later line cleared it), whichever signature then explains the failure: a log that shows
+/// no failure but conditions a run lives with (a disk nearly full, a process seen in D state) shows
+/// none.
+pub fn attribute_showing(catalog: &Catalog, evidence: &Evidence<'_>) -> (Attribution, bool) {
+    with_derived_lines(evidence, |evidence| attribute_lines(catalog, evidence))
 }
 
 /// `then` of the evidence with what its lines say together (ranks that disagree about one
@@ -113,11 +109,14 @@ fn applying(
     (matches, hits)
 }
 
-fn attribute_lines(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
+fn attribute_lines(catalog: &Catalog, evidence: &Evidence<'_>) -> (Attribution, bool) {
     let (matches, hits) = applying(catalog, evidence);
+    let shows_failure = hits
+        .keys()
+        .any(|&signature| catalog.signatures()[signature].spec.fails_alone);
     let ranked = precedence::rank(catalog, &hits, evidence.lines);
     let Some((index, own)) = ranked else {
-        return unmatched(evidence);
+        return (unmatched(evidence), shows_failure);
     };
     let signature = &catalog.signatures()[index];
     let weighed = culprit::Weighed {
@@ -134,7 +133,7 @@ fn attribute_lines(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
     }
     let own_lines: Vec<&EvidenceLine> = own.iter().map(|&i| &evidence.lines[i]).collect();
     let quoted = quote_evidence(&own_lines, evidence.lines, culprit.node.as_deref());
-    Attribution {
+    let attribution = Attribution {
         id: 0,
         workflow_id: evidence.workflow_id,
         attempt_index: evidence.attempt_index,
@@ -148,7 +147,8 @@ fn attribute_lines(catalog: &Catalog, evidence: &Evidence<'_>) -> Attribution {
         remedies: signature.spec.actions.clone(),
         evidence: quoted,
         time: evidence.now,
-    }
+    };
+    (attribution, shows_failure)
 }
 
 /// Whether a signature's context holds for its lines `own`: in the block of one of them, or anywhere

@@ -141,10 +141,17 @@ impl OpenState {
     /// on and of an `ibstat` section the log ended in (its link layer not shown: taken as InfiniBand).
     pub fn settle(&mut self, now: DateTime<Utc>) -> (Vec<TracebackBlock>, Vec<EvidenceLine>) {
         let mut evidence: Vec<EvidenceLine> = self.loss_not_finite.take().into_iter().collect();
-        for found in self.ib_port.close() {
-            evidence.push(evidence_line(now, None, &found));
-        }
+        evidence.extend(self.close_ib_port(now));
         (self.assembler.settle(), evidence)
+    }
+
+    /// Ends an `ibstat` port section the log ended in (its link layer not shown: taken as
+    /// InfiniBand): the evidence it adds, at `time`.
+    fn close_ib_port(&mut self, time: DateTime<Utc>) -> impl Iterator<Item = EvidenceLine> {
+        self.ib_port
+            .close()
+            .into_iter()
+            .map(move |found| evidence_line(time, None, &found))
     }
 }
 
@@ -530,7 +537,6 @@ impl<F: Fn(&str) -> bool> Digester<F> {
     /// Continues what a previous read of the same log left open.
     pub fn resume(mut self, open: OpenState) -> Self {
         self.open = open;
-        self.loss_index = 0;
         self
     }
 
@@ -542,9 +548,7 @@ impl<F: Fn(&str) -> bool> Digester<F> {
             self.digest.evidence.insert(index, line);
         }
         let time = self.digest.last_time.unwrap_or(self.now);
-        for found in self.open.ib_port.close() {
-            self.digest.evidence.push(evidence_line(time, None, &found));
-        }
+        self.digest.evidence.extend(self.open.close_ib_port(time));
         self.digest.tracebacks.extend(self.open.assembler.flush());
         self.digest
     }
