@@ -287,6 +287,7 @@ fn the_other_field_corpus_parts_stay_above_their_floors() {
         ("eighteenth", 12, 9, 10),
         ("nineteenth", 25, 22, 22),
         ("twentieth", 32, 25, 25),
+        ("twentyfirst", 30, 18, 18),
     ] {
         part_above_floors(part, cases, passed, categories);
     }
