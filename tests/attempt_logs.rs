@@ -148,6 +148,32 @@ async fn with_a_file_per_attempt_each_attempt_reads_its_own() {
     assert_eq!(attempts[1].last_iteration, Some(30));
 }
 
+#[tokio::test]
+async fn a_message_a_terminal_wrapped_is_read_whole_across_wake_ups() {
+    // A log captured from a terminal 64 columns wide: each line cut at the width, its rest on the
+    // next line; the halves of the error say nothing a signature knows.
+    let at_64_columns = |text: &str| -> Vec<String> {
+        (text.as_bytes().chunks(64))
+            .map(|part| format!("{}\n", String::from_utf8_lossy(part)))
+            .collect()
+    };
+    let progress = at_64_columns(
+        "iteration 10 | consumed samples: 640 | elapsed time per iteration (ms): 512.3 | lm loss 2.5",
+    );
+    let mut lines = [progress.clone(), progress].concat();
+    lines.extend(at_64_columns(
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.14.3",
+    ));
+    let at_once = attributed_when_written_in(&[&lines.concat()]).await;
+    assert_eq!(at_once, "nccl_error");
+    // The first wake-up's lines show the width; the error's other lines come one a wake-up.
+    let first = lines[..5].concat();
+    let pieces: Vec<&str> = std::iter::once(first.as_str())
+        .chain(lines[5..].iter().map(String::as_str))
+        .collect();
+    assert_eq!(attributed_when_written_in(&pieces).await, at_once);
+}
+
 /// The category the engine attributes job 4201's failure to, its log written as `pieces`, one wake-up
 /// after each.
 async fn attributed_when_written_in(pieces: &[&str]) -> String {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::attribute::rejoin::WrapCarry;
 use crate::attribute::scan::ShapeMemory;
 use crate::attribute::{self, Catalog, Evidence};
 use crate::config::Config;
@@ -146,15 +147,20 @@ pub fn explain_with(
         // applies it in order.
         // Each preparing thread remembers the line shapes of the steps it scanned.
         let prepare = |chunk: Chunk, shapes: &mut ShapeMemory| {
-            let rejoined = match attribute::rejoin::rejoin_wrapped(&chunk) {
+            let (rejoined, width) = attribute::rejoin::rejoin_wrapped_knowing(&chunk, None);
+            let rejoined = match rejoined {
                 Cow::Owned(rejoined) => Some(rejoined),
                 Cow::Borrowed(_) => None,
             };
             let chunk = rejoined.unwrap_or(chunk);
             let marks = catalog.line_marks_remembering(&chunk, shapes);
             let facts = LineClassifier::new(notable, now).classify_chunk(&chunk, &marks);
-            (chunk, facts)
+            (chunk, facts, width)
         };
+        // A message cut where one step ends goes on in the next step's first line, which is then
+        // read joined to it, in order (the steps are prepared apart).
+        let mut wrap = WrapCarry::default();
+        let mut classifier = LineClassifier::new(notable, now);
         if !path.exists() {
             return Err(ExplainError::Missing { path: path.clone() });
         }
@@ -164,10 +170,23 @@ pub fn explain_with(
         } else {
             1
         };
-        digest_file(path, limits, threads, &prepare, |(chunk, facts)| {
-            digester.push_classified(&chunk, facts);
-            Some(chunk)
-        })
+        digest_file(
+            path,
+            limits,
+            threads,
+            &prepare,
+            |(chunk, mut facts, width)| {
+                let (chunk, joined) = wrap.go_on(Cow::Owned(chunk), width);
+                if joined
+                    && let (Some(first), Some(line)) = (facts.first_mut(), chunk.lines().next())
+                {
+                    *first = Some(classifier.classify(line, true, true));
+                }
+                let chunk = chunk.into_owned();
+                digester.push_classified(&chunk, facts);
+                Some(chunk)
+            },
+        )
         .map_err(|source| ExplainError::Read {
             path: path.clone(),
             source,

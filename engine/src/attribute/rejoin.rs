@@ -10,7 +10,9 @@
 //!   space; a number ends records too often) is followed by a line that starts in lower case and is not a record of its own (it lacks
 //!   the rank label, timestamp or `Word:` head every record line starts with).
 //!
-//! A message cut across two reads of a followed log stays cut.
+//! A followed log is read in pieces, and a message can be cut where one read ends: [`WrapCarry`]
+//! takes from each read what the next needs (the width the log wraps at, its last line when that may
+//! go on), and joins the next read's first line to that last line when it is its rest.
 
 use std::borrow::Cow;
 
@@ -23,6 +25,17 @@ const MIN_CUT_LINE: usize = 120;
 
 /// The read with its hard-wrapped lines joined, or the read itself when none is wrapped.
 pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
+    rejoin_wrapped_knowing(chunk, None).0
+}
+
+/// [`rejoin_wrapped`] knowing the width an earlier read of the same log was seen to wrap at, which
+/// holds in this read unless a line of it is longer: a read of a followed log may hold a single
+/// wrapped message, too few lines to show the width on their own. Gives, beside the read, the width
+/// the log wraps at as far as this read tells.
+pub fn rejoin_wrapped_knowing(
+    chunk: &Chunk,
+    known: Option<usize>,
+) -> (Cow<'_, Chunk>, Option<usize>) {
     let line = |index: usize| {
         chunk
             .spans
@@ -30,7 +43,11 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
             .and_then(|&(start, end)| chunk.text.get(start..end))
             .unwrap_or_default()
     };
-    let width = wrap_width(&chunk.spans);
+    let (longest, at_longest) = longest_lines(&chunk.spans);
+    // A terminal that wraps at a width lets no line past it.
+    let known = known.filter(|&width| longest <= width);
+    let own = (longest >= MIN_WRAP_WIDTH && at_longest >= 2).then_some(longest);
+    let width = own.or(known);
     // A line whose length is not the width continues the next one or not whatever the width: every
     // line is read once without it, and the lines of that length once more with it.
     let (mut cuts, mut cuts_at_width, mut at_width) = (Vec::new(), Vec::new(), 0usize);
@@ -55,9 +72,10 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
             cuts.push(index);
         }
     }
-    if let Some(width) = width
-        && wraps_at(cuts_at_width.len(), at_width)
-    {
+    // A width an earlier read showed needs no more showing.
+    let wraps =
+        width.filter(|&width| known == Some(width) || wraps_at(cuts_at_width.len(), at_width));
+    if let Some(width) = wraps {
         cuts.retain(|&index| {
             chunk
                 .spans
@@ -66,8 +84,9 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
         });
         cuts.extend(cuts_at_width);
     }
+    let wraps = wraps.or(known);
     if cuts.is_empty() {
-        return Cow::Borrowed(chunk);
+        return (Cow::Borrowed(chunk), wraps);
     }
     let mut joins_previous = vec![false; chunk.spans.len()];
     for index in cuts {
@@ -80,15 +99,7 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
     let mut start = 0;
     for (i, (line, joins_previous)) in chunk.lines().zip(joins_previous).enumerate() {
         if joins_previous {
-            // A cut after a space (or padding to the width) was at a word boundary; a cut on a letter
-            // split a word, whose halves go back together.
-            if text.ends_with(' ') {
-                text.truncate(text.trim_end().len());
-                text.push(' ');
-                text.push_str(line.trim_start());
-            } else {
-                text.push_str(line);
-            }
+            push_rest(&mut text, line);
         } else {
             if i > 0 {
                 spans.push((start, text.len()));
@@ -101,7 +112,24 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
     if !chunk.spans.is_empty() {
         spans.push((start, text.len()));
     }
-    Cow::Owned(Chunk {
+    (Cow::Owned(relined(chunk, text, spans)), wraps)
+}
+
+/// Appends `rest`, the rest of the cut line `text` ends with. A cut after a space (or padding to the
+/// width) was at a word boundary; a cut on a letter split a word, whose halves go back together.
+fn push_rest(text: &mut String, rest: &str) {
+    if text.ends_with(' ') {
+        text.truncate(text.trim_end().len());
+        text.push(' ');
+        text.push_str(rest.trim_start());
+    } else {
+        text.push_str(rest);
+    }
+}
+
+/// `chunk` holding the lines `text` and `spans` instead of its own.
+fn relined(chunk: &Chunk, text: String, spans: Vec<(usize, usize)>) -> Chunk {
+    Chunk {
         text,
         spans,
         next_offset: chunk.next_offset,
@@ -113,13 +141,83 @@ pub fn rejoin_wrapped(chunk: &Chunk) -> Cow<'_, Chunk> {
         rotated: chunk.rotated,
         more: chunk.more,
         tail: chunk.tail.clone(),
-    })
+    }
 }
 
-/// The width several long lines of the read share exactly and none exceeds, if any: a terminal that
-/// wraps at a width lets no line past it. Widths are in bytes, which is the terminal's columns for the
-/// ASCII text logs are made of, and keeps this pass over every read cheap.
-fn wrap_width(spans: &[(usize, usize)]) -> Option<usize> {
+/// What the rejoining of one followed log carries from a read to the next: the width the log was seen
+/// to wrap at, and the read's last line when it may go on in the next read.
+#[derive(Debug, Default, Clone)]
+pub struct WrapCarry {
+    width: Option<usize>,
+    cut_line: Option<String>,
+}
+
+impl WrapCarry {
+    /// The next read of the log, rejoined: its own wrapped lines (at the width known from earlier
+    /// reads when it shows none), and its first line joined to the last line of the read before when
+    /// it is that line's rest. That last line was digested already as it stood; read again whole, it
+    /// says what neither half says.
+    pub fn rejoin<'a>(&mut self, chunk: &'a Chunk) -> Cow<'a, Chunk> {
+        if chunk.restarted || chunk.rotated {
+            // Another file at the path, or the file written again: nothing before goes on in it.
+            *self = Self::default();
+        }
+        let (rejoined, width) = rejoin_wrapped_knowing(chunk, self.width);
+        self.go_on(rejoined, width).0
+    }
+
+    /// Joins the first line of `chunk`, a read already rejoined on its own (and found to wrap at
+    /// `width`), to the last line of the read before when it is its rest (true then), and remembers
+    /// the read's last line when it may go on in the next.
+    pub fn go_on<'a>(
+        &mut self,
+        chunk: Cow<'a, Chunk>,
+        width: Option<usize>,
+    ) -> (Cow<'a, Chunk>, bool) {
+        let cut = self.cut_line.take();
+        let joined = match (cut, chunk.spans.first()) {
+            (Some(mut cut), Some(&(start, end)))
+                if continues(
+                    &cut,
+                    chunk.text.get(start..end).unwrap_or_default(),
+                    self.width,
+                ) =>
+            {
+                push_rest(&mut cut, chunk.text.get(start..end).unwrap_or_default());
+                // The joined line takes the first line's place; the others move by the difference.
+                let first = (0, cut.len());
+                let mut text = cut;
+                text.push_str(chunk.text.get(end..).unwrap_or_default());
+                let moved = |at: usize| at - end + first.1;
+                let spans = std::iter::once(first)
+                    .chain(
+                        chunk
+                            .spans
+                            .iter()
+                            .skip(1)
+                            .map(|&(from, to)| (moved(from), moved(to))),
+                    )
+                    .collect();
+                Some(relined(&chunk, text, spans))
+            }
+            _ => None,
+        };
+        let is_joined = joined.is_some();
+        let chunk = joined.map_or(chunk, Cow::Owned);
+        self.width = width;
+        self.cut_line = chunk
+            .lines()
+            .last()
+            .filter(|line| width == Some(line.len()) || line.len() >= MIN_CUT_LINE)
+            .map(str::to_string);
+        (chunk, is_joined)
+    }
+}
+
+/// The longest length of a line of the read, and how many lines have it. Lengths are in bytes, which
+/// is the terminal's columns for the ASCII text logs are made of, and keeps this pass over every read
+/// cheap.
+fn longest_lines(spans: &[(usize, usize)]) -> (usize, usize) {
     let (mut longest, mut at_longest) = (0, 0usize);
     for &(start, end) in spans {
         let length = end.saturating_sub(start);
@@ -129,7 +227,7 @@ fn wrap_width(spans: &[(usize, usize)]) -> Option<usize> {
             at_longest += 1;
         }
     }
-    (longest >= MIN_WRAP_WIDTH && at_longest >= 2).then_some(longest)
+    (longest, at_longest)
 }
 
 /// Whether the lines at `width` read as a terminal's cuts: at least two of them, and at least a quarter,
@@ -330,5 +428,88 @@ mod tests {
         let text = "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n    main()\nRuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n[rank0]: iteration 10/100 | consumed samples: 640 | elapsed time per iteration (ms): 512.3 | learning rate 1.0E-04 | loss\nlr=0.0001 step=10\nepoch 3 loss 0.25\nepoch 4 loss 0.24\n";
         let chunk = chunk(text);
         assert!(matches!(rejoin_wrapped(&chunk), Cow::Borrowed(_)));
+    }
+    /// The lines of `reads`, each read rejoined after the ones before it.
+    fn rejoined_in_reads(reads: &[&str]) -> Vec<Vec<String>> {
+        let mut carry = WrapCarry::default();
+        reads
+            .iter()
+            .map(|read| {
+                let chunk = chunk(read);
+                carry.rejoin(&chunk).lines().map(str::to_string).collect()
+            })
+            .collect()
+    }
+
+    /// A terminal 64 columns wide: `text` cut into lines of 64 characters.
+    fn at_64_columns(text: &str) -> String {
+        let mut lines: Vec<String> = text
+            .as_bytes()
+            .chunks(64)
+            .map(|part| String::from_utf8_lossy(part).into_owned())
+            .collect();
+        lines.push(String::new());
+        lines.join("\n")
+    }
+
+    #[test]
+    fn a_message_cut_where_a_read_ends_is_read_whole_with_the_next_read() {
+        let progress = "iteration 10 | consumed samples: 640 | elapsed time per iteration (ms): 512.3 | lm loss 2.5";
+        let error = "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.14.3";
+        let wrapped = at_64_columns(error);
+        let (head, rest) = wrapped.split_at(65);
+        assert!(rest.starts_with("/distributed"), "{rest:?}");
+        // The first read shows the width (two progress lines wrapped at it) and ends inside the error.
+        let first = format!(
+            "{}{}{head}",
+            at_64_columns(progress),
+            at_64_columns(progress)
+        );
+        let reads = rejoined_in_reads(&[&first, rest]);
+        assert_eq!(reads[0].len(), 3, "{reads:#?}");
+        assert_eq!(reads[0][0], progress);
+        assert_eq!(reads[1], [error.to_string()]);
+        // Written a line a read, once the width is known: the message is still whole at its end.
+        let pieces: Vec<String> = wrapped.split_inclusive('\n').map(str::to_string).collect();
+        let mut all = vec![first.strip_suffix(head).unwrap_or_default()];
+        all.extend(pieces.iter().map(String::as_str));
+        let reads = rejoined_in_reads(&all);
+        assert_eq!(reads.last().unwrap(), &[error.to_string()], "{reads:#?}");
+    }
+
+    #[test]
+    fn a_record_of_its_own_after_a_read_ends_stays_its_own() {
+        let progress = "iteration 10 | consumed samples: 640 | elapsed time per iteration (ms): 512.3 | lm loss 2.5";
+        // The read ends on a line of the width; the next starts a record of its own.
+        let head = "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc\n";
+        let first = format!(
+            "{}{}{head}",
+            at_64_columns(progress),
+            at_64_columns(progress)
+        );
+        for next in [
+            "Traceback (most recent call last):\n",
+            "[rank1]: iteration 11\n",
+            "  File \"x.py\"\n",
+        ] {
+            let reads = rejoined_in_reads(&[&first, next]);
+            assert_eq!(reads[1], [next.trim_end().to_string()], "{next}");
+        }
+        // A file written again from its start goes on from nothing.
+        let mut carry = WrapCarry::default();
+        carry.rejoin(&chunk(&first));
+        let mut again = chunk("/distributed/c10d\n");
+        let going_on: Vec<String> = (carry.clone().rejoin(&again).lines())
+            .map(str::to_string)
+            .collect();
+        assert_eq!(
+            going_on,
+            [head.trim_end().to_string() + "/distributed/c10d"]
+        );
+        again.restarted = true;
+        assert_eq!(
+            carry.rejoin(&again).lines().collect::<Vec<_>>(),
+            ["/distributed/c10d"]
+        );
     }
 }

@@ -376,7 +376,8 @@ impl Engine {
         now: DateTime<Utc>,
     ) -> LogDigest {
         let key = (attempt.workflow_id, attempt.index);
-        let open = self.open_reads.remove(&key).unwrap_or_default();
+        let mut open = self.open_reads.remove(&key).unwrap_or_default();
+        let chunk = open.rejoin(chunk);
         let catalog = &self.catalog;
         let mut digester = Digester::new(
             |line: &str| catalog.is_notable(line),
@@ -385,7 +386,6 @@ impl Engine {
             attempt.last_iteration,
         )
         .resume(open);
-        let chunk = crate::attribute::rejoin::rejoin_wrapped(chunk);
         digester.push_chunk(&chunk, &catalog.line_marks_remembering(&chunk, shapes));
         if attempt.state.is_terminal() && last {
             // The attempt writes no more: every traceback it began is as complete as it will be.

@@ -275,6 +275,51 @@ fn a_read_step_shorter_than_a_line_the_cap_allows_leaves_the_line_whole() {
 }
 
 #[test]
+fn a_wrapped_message_cut_where_a_read_step_ends_is_read_whole() {
+    let catalog = Catalog::builtin().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A terminal 64 columns wide: progress lines and the error cut at the width.
+    let at_64_columns = |text: &str| -> String {
+        (text.as_bytes().chunks(64))
+            .map(|part| format!("{}\n", String::from_utf8_lossy(part)))
+            .collect()
+    };
+    let progress = at_64_columns(
+        "iteration 10 | consumed samples: 640 | elapsed time per iteration (ms): 512.3 | lm loss 2.5",
+    );
+    let error = at_64_columns(
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.14.3",
+    );
+    let path = dir.path().join("wrapped.log");
+    let before = progress.repeat(10);
+    std::fs::write(&path, before.clone() + &error + &progress.repeat(10)).unwrap();
+    // The signature that read the error, and whether the whole message is among the evidence.
+    let read_in = |read_step| {
+        let mut config = Config::default();
+        config.telemetry.max_line_bytes = 200;
+        let attribution = explanation_of(&catalog, &config, &path, 1, read_step).attribution;
+        let whole = attribution.evidence.iter().any(|line| {
+            line.contains("NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled system error (run")
+        });
+        (attribution.signature, whole)
+    };
+    let at_once = read_in(1 << 20);
+    assert_eq!(
+        at_once,
+        (Some("net-nccl-unhandled-system-error".to_string()), true)
+    );
+    // A step that ends after the error's first line, and one that ends after its second.
+    for cut_after in [1, 2] {
+        let step = before.len() + 65 * cut_after;
+        assert_eq!(
+            read_in(step as u64),
+            at_once,
+            "a step ends after line {cut_after} of the error"
+        );
+    }
+}
+
+#[test]
 fn an_error_at_the_end_of_a_line_longer_than_evidence_keeps_is_still_read() {
     let catalog = Catalog::builtin().unwrap();
     let dir = tempfile::tempdir().unwrap();

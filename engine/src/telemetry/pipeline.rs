@@ -3,11 +3,13 @@
 //!
 //! One [`Digester`] follows one log through one read; the engine and the ingest benchmark share it.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 
 use crate::attribute::blocks::is_frame;
+use crate::attribute::rejoin::WrapCarry;
 use crate::attribute::scan::Mark;
 use crate::model::EvidenceLine;
 use crate::telemetry::ib_port::{self, PortSection};
@@ -133,9 +135,17 @@ pub struct OpenState {
     /// The last lines read after the last one kept as evidence, for the frame look-back of an
     /// exception line in the next read (see [`Digester::recover_frames`]).
     unsettled_tail: VecDeque<String>,
+    /// What the rejoining of hard-wrapped lines carries to the next read.
+    wrap: WrapCarry,
 }
 
 impl OpenState {
+    /// The next read of the log with its hard-wrapped lines joined, a message cut where the read
+    /// before ended included (see [`WrapCarry::rejoin`]).
+    pub fn rejoin<'a>(&mut self, chunk: &'a Chunk) -> Cow<'a, Chunk> {
+        self.wrap.rejoin(chunk)
+    }
+
     /// What the log left open, settled once it went quiet at `now`: the tracebacks whose exception
     /// line came (those still in their frames stay open), and the evidence of a non-finite loss still
     /// on and of an `ibstat` section the log ended in (its link layer not shown: taken as InfiniBand).
