@@ -271,12 +271,12 @@ fn the_field_corpus_validation_part_stays_above_its_floors() {
 fn the_other_field_corpus_parts_stay_above_their_floors() {
     for (part, cases, passed, categories) in [
         ("third", 50, 48, 48),
-        ("fifth", 39, 29, 29),
+        ("fifth", 39, 30, 30),
         ("sixth", 38, 30, 32),
         ("seventh", 60, 57, 58),
         ("eighth", 43, 39, 39),
         ("ninth", 28, 21, 23),
-        ("tenth", 34, 21, 22),
+        ("tenth", 34, 22, 23),
         ("eleventh", 45, 41, 41),
         ("twelfth", 19, 18, 18),
         ("thirteenth", 31, 30, 30),
@@ -286,8 +286,8 @@ fn the_other_field_corpus_parts_stay_above_their_floors() {
         ("seventeenth", 47, 39, 40),
         ("eighteenth", 12, 9, 10),
         ("nineteenth", 25, 22, 22),
-        ("twentieth", 32, 25, 25),
-        ("twentyfirst", 30, 18, 18),
+        ("twentieth", 32, 30, 30),
+        ("twentyfirst", 30, 27, 27),
     ] {
         part_above_floors(part, cases, passed, categories);
     }
