@@ -22,13 +22,12 @@ use std::time::Instant;
 
 use chrono::{TimeDelta, Utc};
 use runguard_engine::attribute::Catalog;
-use runguard_engine::attribute::rejoin::rejoin_wrapped;
 use runguard_engine::attribute::scan::{Mark, ShapeMemory};
 use runguard_engine::config::{Config, DetectConfig};
 use runguard_engine::detect::{StragglerTracker, throughput_drop};
 use runguard_engine::explain::{ExplainInput, explain};
 use runguard_engine::model::ThroughputSample;
-use runguard_engine::telemetry::pipeline::Digester;
+use runguard_engine::telemetry::pipeline::{Digester, OpenState};
 use runguard_engine::telemetry::tail::{
     Chunk, READ_STEP_BYTES, TailLimits, read_new_lines_reusing,
 };
@@ -248,6 +247,8 @@ fn ingest(
     let mut spare = Chunk::default();
     // As the engine keeps them over the steps of one tick, whose budget is a whole 64 MiB read.
     let mut shapes = ShapeMemory::default();
+    // What each read leaves open for the next, as the engine carries it.
+    let mut open = OpenState::default();
     let mut tick_read = 0;
     // The engine's step (a tick's budget is read in steps of it), or another to compare with.
     let step = TailLimits {
@@ -270,18 +271,21 @@ fn ingest(
         }
         offset = chunk.next_offset;
         identity = chunk.identity.clone();
+        let read = open.rejoin(&chunk);
         let mut digester = Digester::new(
             |line: &str| catalog.is_notable(line),
             now,
             last_time,
             last_iteration,
-        );
-        let read = rejoin_wrapped(&chunk);
+        )
+        .resume(std::mem::take(&mut open));
         let scan = Instant::now();
         let candidates = catalog.line_marks_remembering(&read, &mut shapes);
         *SCAN_SECONDS.lock().unwrap_or_else(|e| e.into_inner()) += scan.elapsed().as_secs_f64();
         digester.push_chunk(&read, &candidates);
-        let digest = digester.finish();
+        drop(read);
+        let (digest, left) = digester.finish_keeping();
+        open = left;
         last_time = digest.last_time;
         last_iteration = digest.last_iteration;
         lines += digest.lines;

@@ -205,9 +205,9 @@ impl WrapCarry {
         let is_joined = joined.is_some();
         let chunk = joined.map_or(chunk, Cow::Owned);
         self.width = width;
-        self.cut_line = chunk
-            .lines()
-            .last()
+        // The last span directly: walking the lines to their last would pass over every line of the read.
+        self.cut_line = (chunk.spans.last())
+            .and_then(|&(start, end)| chunk.text.get(start..end))
             .filter(|line| width == Some(line.len()) || line.len() >= MIN_CUT_LINE)
             .map(str::to_string);
         (chunk, is_joined)
