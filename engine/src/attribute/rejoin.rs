@@ -188,7 +188,7 @@ impl WrapCarry {
                 let first = (0, cut.len());
                 let mut text = cut;
                 text.push_str(chunk.text.get(end..).unwrap_or_default());
-                let moved = |at: usize| at - end + first.1;
+                let moved = |at: usize| at.saturating_sub(end) + first.1;
                 let spans = std::iter::once(first)
                     .chain(
                         chunk
