@@ -44,12 +44,16 @@ async fn a_gpu_lost_on_a_node_cordons_and_taints_it_until_its_check_passes_and_u
     });
     // The kubelet reports the worker's end; the training operator marks the job failed.
     worker_fails(&cluster.kube, "Error", 1);
+    // The node's condition and the worker's end may be read in either order (one tick or two): wait
+    // for both the drain and the failure's attribution.
     let status = cluster
-        .until("the drain", |status| {
-            workflow(status, "llama-pretrain")
-                .actions
-                .iter()
-                .any(|a| a.kind == ActionKind::DrainNode && a.state == ActionState::Done)
+        .until("the drain and the attribution", |status| {
+            let view = workflow(status, "llama-pretrain");
+            !view.attributions.is_empty()
+                && view
+                    .actions
+                    .iter()
+                    .any(|a| a.kind == ActionKind::DrainNode && a.state == ActionState::Done)
         })
         .await;
     let view = workflow(&status, "llama-pretrain");

@@ -52,10 +52,19 @@ pub fn start_time() -> DateTime<Utc> {
 
 /// A TCP port of 127.0.0.1 that nothing listens on now.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .unwrap()
+    // Below Linux's ephemeral range (32768 and up): a port the kernel may hand out as a connection's
+    // source port can connect to itself when nothing listens on it, and the client then reads its own
+    // request as the answer. Each call takes the next port (tests of one binary run at once), from a
+    // start spread by the process id (test binaries run at once too).
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let start = std::process::id() % 12_000;
+    (0..12_000)
+        .map(|_| {
+            let taken = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            20_000 + ((start + taken) % 12_000) as u16
+        })
+        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .expect("a free port below the ephemeral range")
 }
 
 /// Whether something a test needs from the machine is there. Where it is not, the test prints why it
