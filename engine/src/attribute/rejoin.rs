@@ -174,16 +174,11 @@ impl WrapCarry {
         chunk: Cow<'a, Chunk>,
         width: Option<usize>,
     ) -> (Cow<'a, Chunk>, bool) {
-        let cut = self.cut_line.take();
-        let joined = match (cut, chunk.spans.first()) {
-            (Some(mut cut), Some(&(start, end)))
-                if continues(
-                    &cut,
-                    chunk.text.get(start..end).unwrap_or_default(),
-                    self.width,
-                ) =>
-            {
-                push_rest(&mut cut, chunk.text.get(start..end).unwrap_or_default());
+        let first = (chunk.spans.first())
+            .and_then(|&(start, end)| Some((chunk.text.get(start..end)?, end)));
+        let joined = match (self.cut_line.take(), first) {
+            (Some(mut cut), Some((line, end))) if continues(&cut, line, self.width) => {
+                push_rest(&mut cut, line);
                 // The joined line takes the first line's place; the others move by the difference.
                 let first = (0, cut.len());
                 let mut text = cut;
@@ -291,8 +286,26 @@ fn head_word_is_a_label(line: &str) -> bool {
     head.ends_with(':') || head.contains('=') || head.contains("::")
 }
 
+/// A log as a terminal 64 columns wide shows it, for the tests of the rejoin and of those who read
+/// through it.
+#[cfg(test)]
+pub(crate) mod wrapped_sample {
+    /// A progress line longer than the width, cut inside a word.
+    pub(crate) const PROGRESS: &str = "iteration 10 | consumed samples: 640 | elapsed time per iteration (ms): 512.3 | lm loss 2.5";
+    /// An error whose halves, cut at the width, say nothing a signature knows.
+    pub(crate) const NCCL_ERROR: &str = "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.14.3";
+
+    /// `text` cut into lines of 64 bytes, each ended by a newline.
+    pub(crate) fn at_64_columns(text: &str) -> String {
+        (text.as_bytes().chunks(64))
+            .map(|part| format!("{}\n", String::from_utf8_lossy(part)))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::wrapped_sample::{NCCL_ERROR, PROGRESS, at_64_columns};
     use super::*;
 
     fn chunk(text: &str) -> Chunk {
@@ -441,21 +454,9 @@ mod tests {
             .collect()
     }
 
-    /// A terminal 64 columns wide: `text` cut into lines of 64 characters.
-    fn at_64_columns(text: &str) -> String {
-        let mut lines: Vec<String> = text
-            .as_bytes()
-            .chunks(64)
-            .map(|part| String::from_utf8_lossy(part).into_owned())
-            .collect();
-        lines.push(String::new());
-        lines.join("\n")
-    }
-
     #[test]
     fn a_message_cut_where_a_read_ends_is_read_whole_with_the_next_read() {
-        let progress = "iteration 10 | consumed samples: 640 | elapsed time per iteration (ms): 512.3 | lm loss 2.5";
-        let error = "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.14.3";
+        let (progress, error) = (PROGRESS, NCCL_ERROR);
         let wrapped = at_64_columns(error);
         let (head, rest) = wrapped.split_at(65);
         assert!(rest.starts_with("/distributed"), "{rest:?}");
@@ -479,7 +480,7 @@ mod tests {
 
     #[test]
     fn a_record_of_its_own_after_a_read_ends_stays_its_own() {
-        let progress = "iteration 10 | consumed samples: 640 | elapsed time per iteration (ms): 512.3 | lm loss 2.5";
+        let progress = PROGRESS;
         // The read ends on a line of the width; the next starts a record of its own.
         let head = "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc\n";
         let first = format!(

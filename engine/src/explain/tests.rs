@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::attribute::rejoin::wrapped_sample::{NCCL_ERROR, PROGRESS, at_64_columns};
 use crate::attribute::scan::Mark;
 use crate::telemetry::line::frame;
 use crate::telemetry::record::{recognise, recognise_hinted};
@@ -279,17 +280,8 @@ fn a_wrapped_message_cut_where_a_read_step_ends_is_read_whole() {
     let catalog = Catalog::builtin().unwrap();
     let dir = tempfile::tempdir().unwrap();
     // A terminal 64 columns wide: progress lines and the error cut at the width.
-    let at_64_columns = |text: &str| -> String {
-        (text.as_bytes().chunks(64))
-            .map(|part| format!("{}\n", String::from_utf8_lossy(part)))
-            .collect()
-    };
-    let progress = at_64_columns(
-        "iteration 10 | consumed samples: 640 | elapsed time per iteration (ms): 512.3 | lm loss 2.5",
-    );
-    let error = at_64_columns(
-        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.14.3",
-    );
+    let progress = at_64_columns(PROGRESS);
+    let error = at_64_columns(NCCL_ERROR);
     let path = dir.path().join("wrapped.log");
     let before = progress.repeat(10);
     std::fs::write(&path, before.clone() + &error + &progress.repeat(10)).unwrap();
